@@ -1,0 +1,21 @@
+"""autopar: automatic parallelism planner and cost-model compiler for PyTorch training.
+
+Pipeline: trace (autopar.trace) → cost models (costmodels) → search (autopar.search) →
+Plan (costmodels.plan, re-exported here) → rewrite + runtime (autopar.rewrite, autopar.runtime)
+→ report (autopar.report). Torch-heavy pieces are imported lazily.
+"""
+from costmodels.errors import AutoparError
+from costmodels.plan import Plan, load_plans
+
+__version__ = "0.1.0"
+__all__ = ["AutoparError", "Plan", "load_plans", "load_model", "apply", "__version__"]
+
+
+def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed
+    if name == "load_model":
+        from autopar.models import load_model
+        return load_model
+    if name == "apply":
+        from autopar.runtime import apply
+        return apply
+    raise AttributeError(f"module 'autopar' has no attribute {name!r}")

@@ -1,0 +1,99 @@
+"""ModelSource: everything autopar needs to know about a model, whatever the MODEL form.
+
+It can build the module (on ``meta`` for tracing — no weight memory — or for real, seeded, for
+the runtime), make example inputs for a micro-batch, make a random training batch, and compute
+the loss. The runtime relies on ``build(device, seed)`` giving the same weights on every rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.models.config import ModelConfig
+
+
+@dataclass
+class ModelSource:
+    spec: str
+    config: ModelConfig | None
+    seq: int
+    _build: Callable[[str], nn.Module] = field(repr=False)
+    _inputs: Callable[[int, torch.Generator | None, str], tuple] = field(repr=False)
+    _targets: Callable[[Any, int, torch.Generator | None, str], torch.Tensor | None] = field(repr=False)
+    loss_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = field(repr=False, default=None)
+
+    def build(self, device: str | torch.device = "cpu", seed: int | None = 0,
+              attention: str = "math", dtype: torch.dtype | None = None) -> nn.Module:
+        """Build the module. On ``meta`` no memory is allocated; otherwise weights depend only
+        on ``seed``. ``attention`` selects materialised ("math") or fused ("flash") attention."""
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.device(device):
+            model = self._build(attention)
+        if dtype is not None:
+            model = model.to(dtype)
+        return model
+
+    def example_inputs(self, batch: int = 1, device: str | torch.device = "meta") -> tuple:
+        """Inputs for one micro-batch of ``batch`` samples (random values on real devices)."""
+        return self._inputs(batch, None, str(device))
+
+    def make_batch(self, batch: int, seed: int = 0, device="cpu") -> tuple[tuple, torch.Tensor | None]:
+        """A random (inputs, targets) training batch, identical for a given seed."""
+        g = torch.Generator().manual_seed(seed)
+        inputs = self._inputs(batch, g, str(device))
+        return inputs, self._targets(inputs, batch, g, str(device))
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
+        return self.loss_fn(output, targets)
+
+
+def token_loss(output: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
+    """Mean cross-entropy for integer targets, MSE for float targets, mean square otherwise."""
+    if targets is None:
+        return output.float().pow(2).mean()
+    if targets.is_floating_point():
+        return F.mse_loss(output.float(), targets.float())
+    return F.cross_entropy(output.float().reshape(-1, output.size(-1)), targets.reshape(-1))
+
+
+def builtin_source(spec: str, cfg: ModelConfig) -> ModelSource:
+    from autopar.models.encoders import MLP, Bert, ViT
+    from autopar.models.gpt import GPT
+    from autopar.models.llama import Llama
+    cls = {"gpt": GPT, "llama": Llama, "bert": Bert, "vit": ViT, "mlp": MLP}[cfg.family]
+
+    def inputs(batch, g, device):
+        if cfg.family == "vit":
+            shape = (batch, cfg.channels, cfg.image, cfg.image)
+            return (_rand(shape, g, device),)
+        if cfg.family == "mlp":
+            return (_rand((batch, cfg.seq, cfg.in_features or cfg.hidden), g, device),)
+        return (_randint(cfg.vocab, (batch, cfg.seq), g, device),)
+
+    def targets(inp, batch, g, device):
+        if cfg.family == "vit":
+            return _randint(cfg.classes, (batch,), g, device)
+        if cfg.family == "mlp":
+            return _randint(cfg.classes, (batch, cfg.seq), g, device)
+        return _randint(cfg.vocab, (batch, cfg.seq), g, device)
+
+    return ModelSource(spec=spec, config=cfg, seq=cfg.tokens_per_sample,
+                       _build=lambda attention: cls(cfg, attention=attention),
+                       _inputs=inputs, _targets=targets, loss_fn=token_loss)
+
+
+def _rand(shape, g, device):
+    if device == "meta" or g is None:
+        return torch.randn(shape, device=device)
+    return torch.randn(shape, generator=g).to(device)
+
+
+def _randint(high, shape, g, device):
+    if device == "meta" or g is None:
+        return torch.randint(0, high, shape, device=device)
+    return torch.randint(0, high, shape, generator=g).to(device)

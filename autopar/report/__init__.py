@@ -1,0 +1,1 @@
+"""autopar.report (see the README's tour)."""

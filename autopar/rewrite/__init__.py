@@ -1,0 +1,1 @@
+"""autopar.rewrite (see the README's tour)."""

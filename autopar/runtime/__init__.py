@@ -1,0 +1,1 @@
+"""autopar.runtime (see the README's tour)."""

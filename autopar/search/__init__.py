@@ -1,0 +1,1 @@
+"""autopar.search (see the README's tour)."""

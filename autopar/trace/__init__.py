@@ -1,0 +1,1 @@
+"""autopar.trace (see the README's tour)."""

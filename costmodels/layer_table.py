@@ -1,0 +1,116 @@
+"""The layer table: what the cost model knows about a model, and nothing about torch.
+
+``autopar.trace`` measures a model (torch.fx on fake tensors) and produces a ``LayerTable``;
+the cost model and the search read it. It lives here, in the torch-free package, so that the
+cost model can be used (and tested) on tables built or loaded without torch, e.g. from JSON.
+
+Rows are the model's pipeline-cuttable units in execution order: the embedding, each repeated
+block, and the head (final norm + output projection) each get one row. Pipeline ``stages`` in a
+plan are half-open ranges over these rows.
+
+All per-row FLOPs and bytes are for ONE micro-batch of ``micro_batch`` sequences of ``seq``
+tokens, in the table's activation dtype (``act_dtype_bytes``, 2 for bf16). Both are exactly
+linear in the micro-batch size for the models autopar supports, so the cost model scales them
+by ``b / micro_batch`` instead of re-tracing.
+
+Activation bytes saved for backward are split the way tensor / sequence parallelism and
+selective recompute treat them (Korthikanti et al. 2022, §4):
+
+* ``act_tp_bytes``: saved inside tensor-parallel regions (between a column-parallel linear and
+  its row-parallel partner: Q/K/V, attention scores, GeLU input, ...). Divided by ``tp``.
+* ``act_attention_core_bytes``: the part of ``act_tp_bytes`` that selective recompute drops
+  (softmax output, attention dropout mask and output: the ``5·a·s²·b`` term). Zero with fused
+  (flash) attention.
+* the rest, ``saved_activation_bytes - act_tp_bytes``, is replicated across tp ranks (layer-norm
+  inputs, inputs of column-parallel linears, residual dropout masks); sequence parallel divides
+  it by ``tp``.
+* ``boundary_bytes``: the row's output; what a pipeline stage sends on, and what full recompute
+  keeps per layer.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from costmodels.errors import SpecError
+
+
+@dataclass(frozen=True)
+class TPPair:
+    """A Megatron column-parallel / row-parallel pair of linears inside one row.
+
+    ``column`` are the linears split along their output features (e.g. ``attn.c_attn`` or
+    ``mlp.w1``/``mlp.w3``); ``row`` is the one split along its input features (``attn.c_proj``).
+    ``heads`` / ``kv_heads`` are the head counts the rewrite must divide by tp (None for an MLP).
+    """
+
+    column: tuple[str, ...]
+    row: str
+    heads: int | None = None
+    kv_heads: int | None = None
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str                      # module path, e.g. "blocks.3", or "embedding" / "head"
+    kind: str                      # "embedding" | "block" | "head" | "other"
+    params: int                    # parameter count (a tied parameter counted in its first row only)
+    fwd_flops: float               # forward FLOPs for one micro-batch (FlopCounterMode)
+    bwd_flops: float               # backward FLOPs for one micro-batch
+    saved_activation_bytes: int    # bytes saved for backward, no parallelism, no recompute
+    act_tp_bytes: int = 0          # of which: saved inside TP regions (divided by tp)
+    act_attention_core_bytes: int = 0  # of which: dropped by selective recompute
+    boundary_bytes: int = 0        # output bytes sent to the next stage
+    tp_pairs: tuple[TPPair, ...] = ()
+    tied_params: tuple[str, ...] = ()  # names of parameters shared with another row
+    tp_comm_bytes: int = 0         # bytes of one TP all-reduce in this row (b·s·h·dtype), 0 if none
+    matmul_dims: tuple[tuple[int, int, int], ...] = ()  # (m, n, k) of the row's matmuls, for efficiency curves
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    model: str                     # the spec string the table was traced from
+    micro_batch: int               # b the per-row figures are for
+    seq: int                       # s
+    hidden: int | None             # h (None for models without one, e.g. user code)
+    heads: int | None              # attention heads (None when not a transformer)
+    kv_heads: int | None
+    vocab: int | None
+    layers: int                    # number of repeated blocks
+    act_dtype_bytes: int           # 2 for bf16
+    rows: tuple[LayerRow, ...] = field(default_factory=tuple)
+
+    @property
+    def total_params(self) -> int:
+        return sum(r.params for r in self.rows)
+
+    def block_rows(self) -> list[int]:
+        return [i for i, r in enumerate(self.rows) if r.kind == "block"]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["total_params"] = self.total_params
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LayerTable":
+        try:
+            rows = []
+            for r in d["rows"]:
+                r = dict(r)
+                r["tp_pairs"] = tuple(
+                    TPPair(column=tuple(p["column"]), row=p["row"],
+                           heads=p.get("heads"), kv_heads=p.get("kv_heads"))
+                    for p in r.get("tp_pairs", ()))
+                r["tied_params"] = tuple(r.get("tied_params", ()))
+                r["matmul_dims"] = tuple(tuple(m) for m in r.get("matmul_dims", ()))
+                rows.append(LayerRow(**{f.name: r[f.name] for f in fields(LayerRow) if f.name in r}))
+            top = {f.name: d[f.name] for f in fields(cls) if f.name != "rows"}
+            return cls(rows=tuple(rows), **top)
+        except (KeyError, TypeError) as e:
+            raise SpecError(f"layer table JSON is malformed ({e}); regenerate it with "
+                            "'autopar inspect MODEL --json'") from None

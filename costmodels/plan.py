@@ -1,0 +1,180 @@
+"""The Plan: one frozen, versioned, JSON-serialisable contract between search and apply.
+
+The search writes plans, ``autopar estimate`` scores them, the rewrite/runtime executes them,
+``autopar report`` draws them. A plan names *how* to parallelise; it does not name the model or
+the cluster (those travel beside it in a plans file, see ``PlansFile``).
+
+Defaults (a field left out of the JSON takes these):
+    dp=1, tp=1, pp=1, vpp=1, micro_batch_size=1, zero=0, recompute="none",
+    sequence_parallel=False, schedule="1f1b", attention="flash", stages=None (balanced),
+    placement="tp,dp,pp" (innermost first: tp inside a node, then dp, then pp).
+
+``stages`` lists, for each of the ``pp * vpp`` virtual stages in pipeline order, the half-open
+range ``[start, end)`` of layer-table rows it runs (embedding = row 0, head = last row). Virtual
+stage ``v`` runs on pipeline rank ``v % pp`` (Megatron's interleaving).
+
+Lives in ``costmodels`` (torch-free) so the cost model can score a plan without torch;
+``autopar.Plan`` is this same class.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from costmodels.errors import PlanError
+
+PLAN_VERSION = 1
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+ATTENTION = ("flash", "math")
+PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
+
+
+@dataclass(frozen=True)
+class Plan:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    micro_batch_size: int = 1
+    zero: int = 0
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    attention: str = "flash"
+    stages: tuple[tuple[int, int], ...] | None = None
+    placement: str = "tp,dp,pp"
+    version: int = PLAN_VERSION
+
+    def __post_init__(self):
+        for name in ("dp", "tp", "pp", "vpp", "micro_batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise PlanError(f"plan field '{name}'={v!r} must be a positive integer")
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise PlanError(f"plan field 'zero'={self.zero!r} must be 0, 1, 2 or 3")
+        _choice("recompute", self.recompute, RECOMPUTE)
+        _choice("schedule", self.schedule, SCHEDULES)
+        _choice("attention", self.attention, ATTENTION)
+        _choice("placement", self.placement, PLACEMENTS)
+        if not isinstance(self.sequence_parallel, bool):
+            raise PlanError(f"plan field 'sequence_parallel'={self.sequence_parallel!r} must be true or false")
+        if self.version != PLAN_VERSION:
+            raise PlanError(f"plan version {self.version!r} is not supported (this autopar reads "
+                            f"version {PLAN_VERSION}); re-run 'autopar search' to regenerate it")
+        if self.vpp > 1 and self.schedule != "interleaved-1f1b":
+            raise PlanError(f"plan field 'vpp'={self.vpp} needs schedule 'interleaved-1f1b' "
+                            f"(got '{self.schedule}'); set vpp=1 or change the schedule")
+        if self.schedule == "interleaved-1f1b" and self.pp < 2:
+            raise PlanError("schedule 'interleaved-1f1b' needs pp >= 2; use '1f1b' for pp=1")
+        if self.sequence_parallel and self.tp < 2:
+            raise PlanError("plan field 'sequence_parallel' needs tp >= 2; set it false for tp=1")
+        if self.stages is not None:
+            object.__setattr__(self, "stages", _check_stages(self.stages, self.pp * self.vpp))
+
+    # ---- derived quantities -------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.pp * self.vpp
+
+    def num_micro_batches(self, global_batch: int) -> int:
+        """global batch / (dp · micro_batch_size); raises PlanError when it does not divide."""
+        per = self.dp * self.micro_batch_size
+        if global_batch % per:
+            raise PlanError(f"global batch {global_batch} is not divisible by dp·micro_batch_size = "
+                            f"{self.dp}·{self.micro_batch_size} = {per}; change the batch, dp or "
+                            "micro_batch_size")
+        return global_batch // per
+
+    def with_(self, **changes) -> "Plan":
+        return replace(self, **changes)
+
+    # ---- (de)serialisation ----------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stages"] = [list(s) for s in self.stages] if self.stages is not None else None
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        """Build from a dict; unknown keys are an error, except prediction keys written by
+        search/estimate next to the plan fields (they are ignored here)."""
+        if not isinstance(d, dict):
+            raise PlanError(f"a plan must be a JSON object, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        unknown = sorted(k for k in d if k not in names and k not in PREDICTION_KEYS)
+        if unknown:
+            raise PlanError(f"unknown plan field(s) {unknown}; allowed: {sorted(names)}")
+        if kwargs.get("stages") is not None:
+            kwargs["stages"] = tuple(tuple(s) for s in kwargs["stages"])
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, source: str) -> "Plan":
+        """First plan of a search file, a single plan, or a list of plans (JSON text or a path)."""
+        return load_plans(source)[0]
+
+
+# Keys that search / estimate write beside the plan fields; Plan.from_dict ignores them.
+PREDICTION_KEYS = frozenset({
+    "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "memory_bytes",
+    "comm_bytes", "breakdown_s", "fits", "stages_detail", "comm", "num_micro_batches",
+    "hbm_bytes", "rank", "gpus", "global_batch", "model", "hardware", "seq",
+})
+
+
+def load_plans(source: str) -> list[Plan]:
+    """Plans from JSON text or a file: a plan object, an array of them, or a search output
+    object ``{"plans": [...], ...}``."""
+    data = read_json(source, what="plan")
+    if isinstance(data, dict) and "plans" in data:
+        data = data["plans"]
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise PlanError("the plan file holds no plans; run 'autopar search ... -o plans.json'")
+    return [Plan.from_dict(p) for p in items]
+
+
+def read_json(source: str, what: str) -> Any:
+    """JSON from text (starting with '{' or '[') or from a file path, with one-line errors."""
+    text = source.strip()
+    if not text.startswith(("{", "[")):
+        if not os.path.exists(source):
+            raise PlanError(f"{what} file '{source}' does not exist; pass a path or JSON text")
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                        "fix the JSON") from None
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise PlanError(f"plan field '{name}'={value!r} is not one of {list(allowed)}")
+
+
+def _check_stages(stages, n: int) -> tuple[tuple[int, int], ...]:
+    try:
+        st = tuple((int(a), int(b)) for a, b in stages)
+    except (TypeError, ValueError):
+        raise PlanError("plan field 'stages' must be a list of [start, end) row ranges, "
+                        "e.g. [[0, 13], [13, 26]]") from None
+    if len(st) != n:
+        raise PlanError(f"plan field 'stages' has {len(st)} ranges but pp·vpp = {n}; "
+                        "give one [start, end) range per virtual stage")
+    if st[0][0] != 0 or any(a >= b for a, b in st) or any(st[i][1] != st[i + 1][0] for i in range(n - 1)):
+        raise PlanError(f"plan field 'stages'={[list(s) for s in st]} must be contiguous, non-empty "
+                        "[start, end) ranges starting at row 0")
+    return st
