@@ -1,0 +1,175 @@
+"""Equivalence check: the parallel runner against the single-process model, same seed, same data.
+
+``verify(spec, plan, steps, nproc)`` (what ``autopar verify`` runs) spawns ``nproc`` local ranks
+(gloo on CPU; NCCL when there is a GPU for every rank), builds the model from the same seed on
+each, runs ``steps`` optimizer steps with ``autopar.apply`` and, on rank 0, the same steps with
+the serial model on the whole global batch, and returns both loss curves.
+
+``spawn(fn, nproc, *args)`` is the small launcher it uses (also used by the tests to start one
+world and run many plans in it): it sets torchrun's environment variables for each process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class Case:
+    """One comparison inside a running world (picklable when ``build`` is a module function)."""
+
+    name: str
+    plan: object                        # costmodels.plan.Plan
+    build: Callable[[], nn.Module]      # builds the model from a fixed seed
+    batches: Callable[[int], tuple]     # step -> (inputs tuple, targets) of the GLOBAL batch
+    loss_fn: Callable
+    steps: int = 5
+    lr: float = 0.1
+    optimizer: str = "sgd"
+    spec: str | None = None
+
+
+def make_optimizer(name: str, params, lr: float):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; use sgd or adamw")
+
+
+def no_dropout(model: nn.Module) -> nn.Module:
+    """Set every dropout probability to 0, for a deterministic comparison."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "dropout", None), float):
+            m.dropout = 0.0
+    return model
+
+
+def serial_losses(case: Case) -> list[float]:
+    model = case.build()
+    opt = make_optimizer(case.optimizer, model.parameters(), case.lr)
+    out = []
+    for step in range(case.steps):
+        inputs, targets = case.batches(step)
+        loss = case.loss_fn(model(*inputs), targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        out.append(float(loss.detach()))
+    return out
+
+
+def parallel_losses(case: Case, group=None) -> list[float]:
+    from autopar.runtime.apply import apply
+    runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, group=group)
+    opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
+    out = []
+    for step in range(case.steps):
+        inputs, targets = case.batches(step)
+        n = inputs[0].size(0) // runner.dp_size
+        sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
+        loss = runner.train_step(tuple(t[sl] for t in inputs),
+                                 targets[sl] if targets is not None else None)
+        opt.step()
+        opt.zero_grad()
+        out.append(loss)
+    return out
+
+
+def compare(par: list[float], ser: list[float]) -> float:
+    """Largest relative difference between two loss curves."""
+    return max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)), default=0.0)
+
+
+# ---- the launcher ---------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    result = fn(*args)
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(result, f)
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def spawn(fn, nproc: int, *args) -> list:
+    """Run ``fn(*args)`` in ``nproc`` fresh processes with torchrun's environment; return each
+    rank's result (``fn`` and its result must pickle)."""
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args), nprocs=nproc,
+                           join=True, start_method="spawn")
+        results = []
+        for r in range(nproc):
+            with open(os.path.join(out_dir, f"rank{r}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+        return results
+
+
+# ---- autopar verify -------------------------------------------------------------------------
+def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, optimizer: str,
+               seed: int) -> Case:
+    from autopar.models import load_model
+    source = load_model(spec, seq=seq)
+    attention = getattr(plan, "attention", "math")
+
+    def build():
+        return no_dropout(source.build("cpu", seed=seed, attention=attention))
+
+    def batches(step):
+        return source.make_batch(global_batch, seed=seed * 1000 + step)
+
+    return Case(name=spec, plan=plan, build=build, batches=batches, loss_fn=source.loss,
+                steps=steps, lr=lr, optimizer=optimizer, spec=spec)
+
+
+def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed):
+    import torch.distributed as dist
+
+    from autopar.runtime import dist as adist
+    from costmodels.plan import Plan
+    plan = Plan.from_dict(plan_dict)
+    case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed)
+    adist.ensure_initialized(plan.world_size)
+    ser = serial_losses(case) if dist.get_rank() == 0 else None
+    par = parallel_losses(case)
+    return {"parallel": par, "serial": ser}
+
+
+def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: int | None = None,
+           global_batch: int | None = None, lr: float = 0.1, optimizer: str = "sgd",
+           seed: int = 0) -> tuple[list[float], list[float], int]:
+    """Run the comparison; returns (parallel losses, serial losses, global batch)."""
+    from costmodels.errors import PlanError
+    nproc = nproc or plan.world_size
+    if nproc != plan.world_size:
+        raise PlanError(f"--nproc {nproc} != dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = "
+                        f"{plan.world_size} for this plan; pass --nproc {plan.world_size}")
+    if torch.cuda.is_available() and torch.cuda.device_count() < nproc:
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # fewer GPUs than ranks: use gloo
+    if global_batch is None:
+        per_dp = plan.micro_batch_size * (2 * plan.pp if plan.pp > 1 else 2)
+        global_batch = plan.dp * per_dp
+    plan.num_micro_batches(global_batch)  # PlanError when it does not divide
+    from autopar.models import load_model
+    load_model(spec, seq=seq)             # a bad spec fails here, in one line, before spawning
+    results = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps, global_batch, lr,
+                    optimizer, seed)
+    return results[0]["parallel"], results[0]["serial"], global_batch
