@@ -7,5 +7,17 @@ from costmodels.errors import AutoparError, PlanError, ProfileError, SpecError
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
 from costmodels.plan import Plan, load_plans
 
+
+def __getattr__(name):  # numpy-using parts load on first use
+    if name in ("check_plan", "Estimate"):  # the function: costmodels.estimate.estimate
+        import costmodels.estimate as _e
+        return getattr(_e, name)
+    if name in ("load_profile", "list_profiles", "HardwareProfile"):
+        import costmodels.hardware as _h
+        return getattr(_h, name)
+    raise AttributeError(f"module 'costmodels' has no attribute {name!r}")
+
+
 __all__ = ["AutoparError", "PlanError", "ProfileError", "SpecError", "LayerRow", "LayerTable",
-           "TPPair", "Plan", "load_plans"]
+           "TPPair", "Plan", "load_plans", "check_plan", "Estimate", "load_profile",
+           "list_profiles", "HardwareProfile"]

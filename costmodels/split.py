@@ -2,44 +2,87 @@
 
 When a plan gives no ``stages``, both sides call ``balanced_stages`` on the same layer table, so
 the split the cost model scored is the split the runtime cuts. Weight of a row = forward +
-backward FLOPs (embedding and head rows count with their real cost). The split minimises the
-heaviest stage (classic linear partition, solved exactly by dynamic programming; ties broken
-toward earlier cuts so the result is deterministic).
+backward FLOPs (embedding and head rows count with their real cost).
+
+The split minimises the heaviest stage (the classic linear partition problem), exactly:
+
+1. the optimal bottleneck ``B*`` is one of the O(n²) contiguous range sums; binary search over
+   them (sorted) with a greedy feasibility test (fill each stage as far as it stays ≤ B; feasible
+   when that needs ≤ k stages) finds the smallest feasible one — O(n² log n) numpy work once,
+   then O(k log n) per test;
+2. among the splits whose heaviest stage is ``B*``, take the one that fills stages from the
+   *back* (the last stage takes as many rows as fit, then the one before, ...; each earlier
+   stage keeps at least one row). Early pipeline ranks hold the most in-flight activations
+   under 1F1B, so they get the lighter loads. Deterministic for a given weight list.
+
+Results are cached per (weights, k).
 """
 from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
 
 from costmodels.errors import PlanError
 from costmodels.layer_table import LayerTable
 
 
 def balanced_stages(table: LayerTable, n_stages: int) -> tuple[tuple[int, int], ...]:
-    weights = [r.fwd_flops + r.bwd_flops for r in table.rows]
-    return partition(weights, n_stages)
+    weights = tuple(float(r.fwd_flops + r.bwd_flops) for r in table.rows)
+    return _partition(weights, int(n_stages))
 
 
-def partition(weights: list[float], n_stages: int) -> tuple[tuple[int, int], ...]:
+def partition(weights, n_stages: int) -> tuple[tuple[int, int], ...]:
     """Contiguous split of ``weights`` into ``n_stages`` non-empty ranges minimising the max sum."""
+    return _partition(tuple(float(w) for w in weights), int(n_stages))
+
+
+@lru_cache(maxsize=1024)
+def _partition(weights: tuple[float, ...], k: int) -> tuple[tuple[int, int], ...]:
     n = len(weights)
-    if n_stages > n:
-        raise PlanError(f"{n_stages} pipeline stages but the model has only {n} layer rows; "
-                        "lower pp·vpp")
-    prefix = [0.0]
-    for w in weights:
-        prefix.append(prefix[-1] + w)
-    inf = float("inf")
-    # best[k][i]: min over splits of rows[:i] into k stages of the heaviest stage
-    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
-    best[0][0] = 0.0
-    for k in range(1, n_stages + 1):
-        for i in range(k, n - (n_stages - k) + 1):
-            for j in range(k - 1, i):
-                cost = max(best[k - 1][j], prefix[i] - prefix[j])
-                if cost < best[k][i]:
-                    best[k][i], cut[k][i] = cost, j
-    bounds, i = [], n
-    for k in range(n_stages, 0, -1):
-        j = cut[k][i]
-        bounds.append((j, i))
-        i = j
+    if k < 1:
+        raise PlanError(f"{k} pipeline stages: need at least 1")
+    if k > n:
+        raise PlanError(f"{k} pipeline stages but the model has only {n} layer rows; lower pp·vpp")
+    w = np.maximum(np.asarray(weights, dtype=float), 0.0)
+    prefix = np.concatenate(([0.0], np.cumsum(w)))
+    if k == 1:
+        return ((0, n),)
+    tol = 1e-12 * max(prefix[-1], 1.0)
+
+    def stages_needed(bound: float) -> int:
+        start, count = 0, 0
+        while start < n:
+            end = int(np.searchsorted(prefix, prefix[start] + bound + tol, side="right")) - 1
+            if end <= start:          # a single row heavier than bound
+                return n + 1
+            start, count = end, count + 1
+            if count > k:
+                return count
+        return count
+
+    i, j = np.triu_indices(n + 1, 1)
+    cands = np.unique(prefix[j] - prefix[i])
+    cands = cands[cands >= w.max() - tol]
+    lo, hi = 0, len(cands) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if stages_needed(float(cands[mid])) <= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    best = float(cands[lo])
+
+    bounds = []
+    end = n
+    for s in range(k, 0, -1):          # stage s-1 (0-based) takes rows [start, end)
+        if s == 1:
+            start = 0
+        else:
+            # as many rows as fit in `best`, leaving at least one row per earlier stage
+            start = int(np.searchsorted(prefix, prefix[end] - best - tol, side="left"))
+            start = max(start, s - 1)
+            start = min(start, end - 1)
+        bounds.append((start, end))
+        end = start
     return tuple(reversed(bounds))

@@ -1,0 +1,93 @@
+"""Communication model: alpha-beta time of each collective on the link tier its group crosses.
+
+For a buffer of ``S`` bytes (the whole tensor, as nccl-tests define it) over ``n`` GPUs on a
+tier with per-GPU bandwidth ``β`` (bytes/s, one direction, achievable bus bandwidth) and per-step
+latency ``α``::
+
+    all_reduce (ring)   bytes/GPU = 2(n-1)/n · S     time = 2(n-1)·α + bytes/β
+    all_gather          bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
+    reduce_scatter      bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
+    p2p (send)          bytes/GPU =  S               time =        α + S/β
+    n == 1: nothing moves, time 0.
+
+Which tier a group crosses (``group_tier``): ranks are laid out by the plan's ``placement``,
+innermost dimension first (default ``tp,dp,pp``: rank = tp_i + tp·(dp_i + dp·pp_i)). A
+dimension with ``stride`` (product of the sizes of the dimensions inside it) and ``size`` spans
+``stride·size`` consecutive ranks; it stays inside a node when that span is at most
+``gpus_per_node`` (nodes hold consecutive ranks), else it crosses the inter-node network and
+the ring runs at the per-GPU network bandwidth (each GPU has its own NIC share).
+
+What each parallel dimension sends (per GPU, per step; m micro-batches, P_r parameters on this
+GPU after tp/pp sharding, 2-byte grads and weights):
+
+* TP: see compute (per row and micro-batch; all-reduce, or AG + RS with sequence parallel).
+* PP: each virtual stage sends its output activation forward and its input gradient backward,
+  once per micro-batch: p2p of ``boundary_bytes·k / t`` (Megatron's scatter/gather optimisation
+  sends 1/t of the tensor; the all-gather on NVLink that restores it is neglected).
+* DP (gradient sync, once per step after the last micro-batch): ZeRO 0: all-reduce of 2·P_r;
+  ZeRO 1/2: reduce-scatter of the grads + all-gather of the updated bf16 weights (same bytes as
+  the all-reduce); ZeRO 3: reduce-scatter of the grads only. Overlapped with the backward of
+  the last micro-batch: exposed = max(0, t_dp − bwd time of one micro-batch on this stage).
+* ZeRO-3 parameter gathers: every micro-batch, all-gather of each virtual stage's weights
+  (2·P_chunk bytes) before its forward and again before its backward; prefetched, so each is
+  exposed only by max(0, t_gather − compute time of that pass).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodels.errors import PlanError
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
+
+
+def collective_bytes(kind: str, nbytes, n: int):
+    """Bytes each GPU sends for a collective over a whole buffer of ``nbytes`` on ``n`` GPUs."""
+    if n <= 1:
+        return nbytes * 0.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n * nbytes
+    if kind in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n * nbytes
+    if kind == "p2p":
+        return nbytes * 1.0
+    raise ValueError(f"unknown collective {kind!r}; one of {COLLECTIVES}")
+
+
+def collective_steps(kind: str, n: int) -> int:
+    if n <= 1:
+        return 0
+    return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "p2p": 1}[kind]
+
+
+def collective_time(kind: str, nbytes, n: int, tier):
+    """(bytes sent per GPU, seconds) for one collective; ``nbytes`` may be a numpy array.
+    ``tier`` is a ``hardware.LinkTier``. A zero-byte buffer costs 0 (nothing is launched)."""
+    b = collective_bytes(kind, nbytes, n)
+    steps = collective_steps(kind, n)
+    t = steps * tier.latency_s + b / tier.bandwidth_bytes_per_s
+    if isinstance(nbytes, np.ndarray):
+        t = np.where(nbytes > 0, t, 0.0)
+    elif nbytes <= 0:
+        t = 0.0
+    return b, t
+
+
+def group_tier(placement: str, sizes: dict[str, int], dim: str, gpus_per_node: int) -> str:
+    """'intra_node' or 'inter_node' for the group of parallel dimension ``dim`` ('tp', 'dp',
+    'pp') under ``placement`` (innermost first, e.g. 'tp,dp,pp') and degrees ``sizes``."""
+    order = placement.split(",")
+    if dim not in order:
+        raise PlanError(f"placement '{placement}' does not name '{dim}'")
+    stride = 1
+    for d in order:
+        if d == dim:
+            break
+        stride *= sizes[d]
+    return "intra_node" if stride * sizes[dim] <= gpus_per_node else "inter_node"
+
+
+def plan_tiers(plan, gpus_per_node: int) -> dict[str, str]:
+    """Tier of the tp, dp and pp groups of a plan."""
+    sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    return {d: group_tier(plan.placement, sizes, d, gpus_per_node) for d in ("tp", "dp", "pp")}

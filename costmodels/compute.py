@@ -1,0 +1,220 @@
+"""Compute model: time of each layer-table row on one GPU, forward, backward and recompute.
+
+Notation: row i of a table traced at micro-batch ``b0``; the plan runs micro-batch ``b``
+(``k = b / b0``; FLOPs and bytes are linear in the micro-batch), tensor-parallel degree ``t``,
+sequence parallel ``sp``. ``P`` = the profile's dense peak for the activation dtype
+(``peak_bf16_flops_per_s`` for 2-byte activations), ``W`` = HBM bandwidth, ``eff(f)`` = the
+profile's matmul-efficiency curve (fraction of peak a single matmul of ``f`` FLOPs reaches).
+
+Two-class roofline per row (matmuls are compute-bound, everything else memory-bound; they are
+separate kernels, so their times add)::
+
+    eff_i      = sum_j f_ij / sum_j (f_ij / eff(f_ij))    f_ij = 2·m·n·k·k_b / t for the row's
+                                                           matmuls (matmul_dims); a row without
+                                                           matmul_dims counts as one matmul
+    fwd_i      = k·fwd_flops_i / (t · P · eff_i)  +  C_FWD · A_i / W
+    bwd_i      = k·bwd_flops_i / (t · P · eff_i)  +  C_BWD · A_i / W
+
+``A_i`` is the row's saved-activation bytes per GPU without recompute (memory.activation_bytes
+with recompute "none": TP regions / t, the rest / t with sp, attention core dropped for flash):
+each saved byte is written once in the forward (``C_FWD = 1``) and read back plus its gradient
+written in the backward (``C_BWD = 2``). All FLOPs are divided by t (Megatron shards every
+matmul, the vocab-parallel head included; layer norms are negligible).
+
+Recompute (per micro-batch, block rows only):
+    none        0
+    full        fwd_i (the whole block forward again, TP collectives included, see comm)
+    selective   attention core again (Korthikanti et al. 2022 §4.2): 4·b·s²·h / t FLOPs
+                (Q·Kᵀ and scores·V) at eff(that size), plus C_FWD · core_i·k / t / W for the
+                softmax / dropout bytes. With flash attention nothing is stored to drop, so
+                selective recompute costs 0 (flash already recomputes inside its backward).
+
+Tensor-parallel collectives per row and micro-batch (Megatron f/g operators): ``n_i`` per
+direction = number of TP pairs in the row (or 1 when the row has ``tp_comm_bytes`` but no pairs,
+e.g. a vocab-parallel embedding), each of ``k·tp_comm_bytes_i`` bytes: ring all-reduce, or with
+sequence parallel an all-gather + reduce-scatter (same bytes, twice the steps). They sit on the
+critical path (not overlapped). Full recompute repeats the forward ones.
+
+Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier),
+cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from costmodels.comm import collective_time
+from costmodels.hardware import HardwareProfile
+from costmodels.layer_table import LayerTable
+
+C_FWD = 1.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
+C_BWD = 2.0   # ... in the backward
+
+
+@dataclass(frozen=True, eq=False)
+class TableArrays:
+    """Per-row numpy views of a LayerTable (built once per table)."""
+
+    table: LayerTable
+    n: int
+    params: np.ndarray
+    fwd_flops: np.ndarray
+    bwd_flops: np.ndarray
+    saved: np.ndarray
+    act_tp: np.ndarray
+    core: np.ndarray
+    boundary: np.ndarray
+    tp_comm_bytes: np.ndarray
+    tp_collectives: np.ndarray     # per direction
+    is_block: np.ndarray           # bool
+    mm_row: np.ndarray             # row index of each matmul
+    mm_flops: np.ndarray           # 2·m·n·k of each matmul at the table's micro-batch, no tp
+    attn_core_flops: np.ndarray    # forward FLOPs of Q·Kᵀ and scores·V per row (blocks), table b0
+
+
+_ARRAYS: dict[int, TableArrays] = {}
+
+
+def table_arrays(table: LayerTable) -> TableArrays:
+    """Numpy arrays of a table's rows, cached by identity."""
+    a = _ARRAYS.get(id(table))
+    if a is not None and a.table is table:
+        return a
+    rows = table.rows
+    f = lambda name: np.array([float(getattr(r, name)) for r in rows], dtype=float)  # noqa: E731
+    mm_row, mm_flops = [], []
+    for i, r in enumerate(rows):
+        if r.matmul_dims:
+            for (m, n_, k) in r.matmul_dims:
+                mm_row.append(i)
+                mm_flops.append(2.0 * m * n_ * k)
+        elif r.fwd_flops > 0:
+            mm_row.append(i)
+            mm_flops.append(float(r.fwd_flops))
+    is_block = np.array([r.kind == "block" for r in rows], dtype=bool)
+    core_flops = np.zeros(len(rows))
+    if table.hidden and table.heads:
+        # Q·Kᵀ and scores·V: 2 matmuls of 2·b·s²·h FLOPs each (attention width = hidden)
+        core_flops = np.where(is_block & (f("act_attention_core_bytes") > 0),
+                              4.0 * table.micro_batch * table.seq ** 2 * table.hidden, 0.0)
+    ncoll = np.array([len(r.tp_pairs) if r.tp_pairs else (1 if r.tp_comm_bytes else 0) for r in rows],
+                     dtype=float)
+    a = TableArrays(table=table, n=len(rows), params=f("params"), fwd_flops=f("fwd_flops"),
+                    bwd_flops=f("bwd_flops"), saved=f("saved_activation_bytes"), act_tp=f("act_tp_bytes"),
+                    core=f("act_attention_core_bytes"), boundary=f("boundary_bytes"),
+                    tp_comm_bytes=f("tp_comm_bytes"), tp_collectives=ncoll, is_block=is_block,
+                    mm_row=np.array(mm_row, dtype=int), mm_flops=np.array(mm_flops, dtype=float),
+                    attn_core_flops=core_flops)
+    if len(_ARRAYS) > 64:
+        _ARRAYS.clear()
+    _ARRAYS[id(table)] = a
+    return a
+
+
+def activation_bytes_none(arr: TableArrays, tp: int, sp: bool, b: int, attention: str) -> np.ndarray:
+    """Saved-activation bytes per GPU per micro-batch and row, without recompute (see memory)."""
+    k = b / arr.table.micro_batch
+    saved, tpb = arr.saved, arr.act_tp
+    if attention == "flash":
+        saved, tpb = saved - arr.core, tpb - arr.core
+    rest = saved - tpb
+    return k * (tpb / tp + (rest / tp if sp else rest))
+
+
+@dataclass(frozen=True, eq=False)
+class RowTimes:
+    """Per-row times (seconds) and TP bytes for one micro-batch on one GPU.
+
+    ``fwd_s``/``bwd_s``/``recompute_s`` are compute (+ memory traffic) only; ``tp_fwd_s``,
+    ``tp_bwd_s``, ``tp_recompute_s`` the exposed TP collectives; ``tp_bytes_*`` the bytes each
+    GPU sends for them. ``prefix(name)`` gives cumulative sums for O(1) range sums.
+    """
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_fwd_s: np.ndarray
+    tp_bwd_s: np.ndarray
+    tp_recompute_s: np.ndarray
+    tp_bytes_fwd: np.ndarray
+    tp_bytes_bwd: np.ndarray
+    tp_bytes_recompute: np.ndarray
+
+    def __post_init__(self):
+        pre = {}
+        for name in ("fwd_s", "bwd_s", "recompute_s", "tp_fwd_s", "tp_bwd_s", "tp_recompute_s",
+                     "tp_bytes_fwd", "tp_bytes_bwd", "tp_bytes_recompute"):
+            pre[name] = np.concatenate(([0.0], np.cumsum(getattr(self, name))))
+        object.__setattr__(self, "_prefix", pre)
+
+    def range_sum(self, name: str, start: int, end: int) -> float:
+        """Sum of ``name`` over rows [start, end)."""
+        p = self._prefix[name]
+        return float(p[end] - p[start])
+
+
+def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
+              recompute: str, attention: str, tp_tier: str = "intra_node") -> RowTimes:
+    """Per-row forward / backward / recompute time and TP collective time for one micro-batch."""
+    return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
+                      recompute, attention, tp_tier)
+
+
+@lru_cache(maxsize=4096)
+def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
+               recompute: str, attention: str, tp_tier: str) -> RowTimes:
+    t = arr.table
+    k = b / t.micro_batch
+    peak = profile.peak_flops_per_s(t.act_dtype_bytes)
+    bw = profile.hbm_bandwidth_bytes_per_s
+    # flops-weighted harmonic efficiency per row
+    f_mm = arr.mm_flops * k / tp
+    eff_mm = profile.matmul_efficiency(f_mm)
+    num = np.bincount(arr.mm_row, weights=f_mm, minlength=arr.n)
+    den = np.bincount(arr.mm_row, weights=f_mm / eff_mm, minlength=arr.n)
+    eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    act = activation_bytes_none(arr, tp, sp, b, attention)
+    fwd = k * arr.fwd_flops / (tp * peak * eff) + C_FWD * act / bw
+    bwd = k * arr.bwd_flops / (tp * peak * eff) + C_BWD * act / bw
+
+    # TP collectives per direction
+    zeros = np.zeros(arr.n)
+    if tp > 1:
+        tier = profile.tier(tp_tier)
+        nbytes = arr.tp_comm_bytes * k
+        if sp:
+            tb_ag, ts_ag = collective_time("all_gather", nbytes, tp, tier)
+            tb_rs, ts_rs = collective_time("reduce_scatter", nbytes, tp, tier)
+            one_b, one_s = tb_ag + tb_rs, ts_ag + ts_rs
+            # each TP pair: one AG + one RS per direction instead of one all-reduce
+            tp_bytes, tp_time = arr.tp_collectives * one_b, arr.tp_collectives * one_s
+        else:
+            one_b, one_s = collective_time("all_reduce", nbytes, tp, tier)
+            tp_bytes, tp_time = arr.tp_collectives * one_b, arr.tp_collectives * one_s
+        tp_time = np.where(nbytes > 0, tp_time, 0.0)
+    else:
+        tp_bytes, tp_time = zeros, zeros
+
+    if recompute == "full":
+        rec = np.where(arr.is_block, fwd, 0.0)
+        tp_rec_s = np.where(arr.is_block, tp_time, 0.0)
+        tp_rec_b = np.where(arr.is_block, tp_bytes, 0.0)
+    elif recompute == "selective" and attention == "math":
+        fc = arr.attn_core_flops * k / tp
+        rec = np.where(fc > 0, fc / (peak * profile.matmul_efficiency(np.maximum(fc, 1.0))), 0.0)
+        rec = rec + C_FWD * arr.core * k / tp / bw
+        tp_rec_s = tp_rec_b = zeros
+    else:
+        rec = zeros
+        tp_rec_s = tp_rec_b = zeros
+    return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_time, tp_bwd_s=tp_time,
+                    tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_bytes, tp_bytes_bwd=tp_bytes,
+                    tp_bytes_recompute=tp_rec_b)
+
+
+def optimizer_step_s(params_per_gpu: float, profile: HardwareProfile) -> float:
+    """Adam update, memory-bound: reads fp32 master, m, v and the bf16 grad, writes fp32 master,
+    m, v and the bf16 weight: 28 bytes per parameter this GPU updates."""
+    return 28.0 * params_per_gpu / profile.hbm_bandwidth_bytes_per_s

@@ -1,0 +1,304 @@
+"""Totals: score one plan — step time, throughput, MFU, memory, communication, breakdown.
+
+``estimate(table, profile, plan, gpus, global_batch) -> Estimate`` composes the pure per-term
+functions of the other modules (compute.row_times, memory.stage_memory, comm.collective_time,
+pipeline.pipeline_time); the search calls the same functions, so its predictions equal this.
+
+For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
+
+    F_c = Σ fwd_i + Σ tp_fwd_i + p2p(out)        B_c = Σ bwd_i + Σ tp_bwd_i + p2p(grad in)
+    R_c = Σ recompute_i + Σ tp_recompute_i       Z_c = ZeRO-3 gathers exposed (comm docstring)
+    T_r = Σ_{c on rank r} (F_c + B_c + R_c + Z_c)       (chunk c runs on rank c mod pp)
+
+    pipeline time, bubble = pipeline.pipeline_time([T_r], m, vpp)
+    dp_exposed = max_r max(0, t_dp,r − overlap_r),  overlap_r = backward (+recompute) of one
+                 micro-batch on rank r + the backward of ranks 0..r−1 that still follows it
+    step_time  = pipeline time + dp_exposed + optimizer step (Adam, memory-bound, compute.py)
+
+    tokens_per_s   = global_batch · seq / step_time
+    model FLOPs    = Σ_rows (fwd_flops + bwd_flops) · global_batch / b0   (no recompute: MFU)
+    tflops_per_gpu = model FLOPs / (gpus · step_time) / 1e12
+    mfu            = model FLOPs / (gpus · peak · step_time)
+
+Breakdown (of the slowest rank r*, sums to step_time): compute = m·Σ(fwd + bwd) + optimizer,
+recompute = m·Σ recompute, tp_exposed / pp_exposed / zero_exposed = m·(their exposed time),
+bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the most loaded GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from costmodels.comm import collective_time, plan_tiers
+from costmodels.compute import optimizer_step_s, row_times, table_arrays
+from costmodels.errors import PlanError
+from costmodels.hardware import HardwareProfile, load_profile
+from costmodels.layer_table import LayerTable
+from costmodels.memory import BYTES_GRAD, BYTES_PARAM, activation_bytes, in_flight, stage_memory
+from costmodels.pipeline import pipeline_time
+from costmodels.plan import Plan
+from costmodels.split import balanced_stages
+
+MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
+BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
+                  "zero_exposed")
+
+
+def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> tuple[tuple[int, int], ...]:
+    """Raise PlanError naming the violated constraint; return the plan's stages (balanced when
+    the plan gives none)."""
+    if not isinstance(gpus, int) or gpus < 1:
+        raise PlanError(f"gpus={gpus!r} must be a positive integer")
+    if not isinstance(global_batch, int) or global_batch < 1:
+        raise PlanError(f"global batch={global_batch!r} must be a positive integer")
+    if plan.world_size != gpus:
+        raise PlanError(f"dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = {plan.world_size} but --gpus is "
+                        f"{gpus}; choose degrees whose product is {gpus}")
+    if table.heads and table.heads % plan.tp:
+        raise PlanError(f"tp={plan.tp} does not divide heads={table.heads}; choose tp in "
+                        f"{_divisors(table.heads)}")
+    if table.kv_heads and table.kv_heads % plan.tp:
+        raise PlanError(f"tp={plan.tp} does not divide kv_heads={table.kv_heads}; choose tp in "
+                        f"{_divisors(table.kv_heads)}")
+    m = plan.num_micro_batches(global_batch)
+    n_rows = len(table.rows)
+    nvs = plan.pp * plan.vpp
+    if nvs > n_rows:
+        raise PlanError(f"pp·vpp = {nvs} pipeline stages but the model has only {n_rows} layer rows "
+                        f"({table.layers} blocks + embedding/head); lower pp or vpp")
+    if plan.schedule == "interleaved-1f1b" and m % plan.pp:
+        raise PlanError(f"schedule 'interleaved-1f1b' needs the number of micro-batches ({m} = global "
+                        f"batch / (dp·micro_batch_size)) to be a multiple of pp={plan.pp}; change the "
+                        "batch, micro_batch_size or pp")
+    if plan.stages is not None:
+        if plan.stages[-1][1] != n_rows:
+            raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model has "
+                            f"{n_rows} rows; the last range must end at {n_rows}")
+        return plan.stages
+    return balanced_stages(table, nvs)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0][:12]
+
+
+@dataclass
+class Estimate:
+    plan: Plan
+    model: str
+    hardware: str
+    gpus: int
+    global_batch: int
+    seq: int
+    num_micro_batches: int
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    bubble_fraction: float
+    memory_bytes: dict[str, float]
+    hbm_bytes: float
+    fits: bool
+    comm_bytes: dict[str, float]
+    breakdown_s: dict[str, float]
+    stages_detail: list[dict[str, Any]] = field(default_factory=list)
+    comm: list[dict[str, Any]] = field(default_factory=list)
+    stages: tuple[tuple[int, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.plan.to_dict()
+        d.update({"model": self.model, "hardware": self.hardware, "gpus": self.gpus,
+                  "global_batch": self.global_batch, "seq": self.seq,
+                  "num_micro_batches": self.num_micro_batches, "step_time_s": self.step_time_s,
+                  "tokens_per_s": self.tokens_per_s, "tflops_per_gpu": self.tflops_per_gpu,
+                  "mfu": self.mfu, "bubble_fraction": self.bubble_fraction,
+                  "memory_bytes": dict(self.memory_bytes), "hbm_bytes": self.hbm_bytes,
+                  "fits": self.fits, "comm_bytes": dict(self.comm_bytes),
+                  "breakdown_s": dict(self.breakdown_s), "stages_detail": self.stages_detail,
+                  "comm": self.comm})
+        return d
+
+
+@dataclass(frozen=True)
+class ChunkCost:
+    """One virtual stage (chunk) for one micro-batch; seconds and bytes per GPU."""
+
+    fwd_s: float          # compute + memory traffic
+    bwd_s: float
+    recompute_s: float
+    tp_s: float           # TP collectives fwd + bwd + recompute (exposed)
+    pp_s: float           # p2p sends fwd + bwd (exposed)
+    zero_s: float         # ZeRO-3 gathers, exposed part
+    tp_bytes: float
+    pp_bytes: float
+    zero_bytes: float
+    params: float         # parameters of the chunk on this GPU (after tp)
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s + self.tp_s + self.pp_s + self.zero_s
+
+
+def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: int, end: int,
+               virtual_stage: int, tiers: dict[str, str] | None = None) -> ChunkCost:
+    """Cost of rows [start, end) as virtual stage ``virtual_stage`` of ``plan`` (pure function)."""
+    if tiers is None:
+        tiers = plan_tiers(plan, profile.gpus_per_node)
+    arr = table_arrays(table)
+    tp, b = plan.tp, plan.micro_batch_size
+    k = b / table.micro_batch
+    rt = row_times(table, profile, tp, plan.sequence_parallel, b, plan.recompute, plan.attention,
+                   tiers["tp"])
+    f = rt.range_sum("fwd_s", start, end)
+    bw = rt.range_sum("bwd_s", start, end)
+    rec = rt.range_sum("recompute_s", start, end)
+    tp_s = (rt.range_sum("tp_fwd_s", start, end) + rt.range_sum("tp_bwd_s", start, end)
+            + rt.range_sum("tp_recompute_s", start, end))
+    tp_b = (rt.range_sum("tp_bytes_fwd", start, end) + rt.range_sum("tp_bytes_bwd", start, end)
+            + rt.range_sum("tp_bytes_recompute", start, end))
+    pp_s = pp_b = 0.0
+    nvs = plan.pp * plan.vpp
+    if plan.pp > 1:
+        tier = profile.tier(tiers["pp"])
+        if virtual_stage < nvs - 1:       # send the output forward
+            bb, tt = collective_time("p2p", float(arr.boundary[end - 1]) * k / tp, 2, tier)
+            pp_s += tt
+            pp_b += bb
+        if virtual_stage > 0 and start > 0:  # send the input gradient backward
+            bb, tt = collective_time("p2p", float(arr.boundary[start - 1]) * k / tp, 2, tier)
+            pp_s += tt
+            pp_b += bb
+    params = float(arr.params[start:end].sum()) / tp
+    z_s = z_b = 0.0
+    if plan.zero == 3 and plan.dp > 1:
+        zb, zt = collective_time("all_gather", BYTES_PARAM * params, plan.dp, profile.tier(tiers["dp"]))
+        z_s = max(0.0, zt - f) + max(0.0, zt - bw - rec)
+        z_b = 2 * zb
+    return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
+                     tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params)
+
+
+def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str) -> tuple[str, float, float]:
+    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp."""
+    if plan.dp <= 1:
+        return "none", 0.0, 0.0
+    t = profile.tier(tier)
+    g = BYTES_GRAD * params_per_gpu
+    if plan.zero == 0:
+        b, s = collective_time("all_reduce", g, plan.dp, t)
+        return "all_reduce", b, s
+    b1, s1 = collective_time("reduce_scatter", g, plan.dp, t)
+    if plan.zero == 3:
+        return "reduce_scatter", b1, s1
+    b2, s2 = collective_time("all_gather", BYTES_PARAM * params_per_gpu, plan.dp, t)
+    return "reduce_scatter+all_gather", b1 + b2, s1 + s2
+
+
+def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,
+             global_batch: int) -> Estimate:
+    """Score ``plan`` for ``table`` on ``gpus`` GPUs of ``profile`` at ``global_batch`` sequences."""
+    profile = load_profile(profile)
+    if isinstance(plan, dict):
+        plan = Plan.from_dict(plan)
+    stages = check_plan(table, plan, gpus, global_batch)
+    m = plan.num_micro_batches(global_batch)
+    p, v = plan.pp, plan.vpp
+    tiers = plan_tiers(plan, profile.gpus_per_node)
+    arr = table_arrays(table)
+    chunks = [chunk_cost(table, profile, plan, s, e, c, tiers) for c, (s, e) in enumerate(stages)]
+    rank_chunks = [[c for c in range(len(stages)) if c % p == r] for r in range(p)]
+    T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
+    pipe_s, bubble_s = pipeline_time(T, m, v)
+
+    # data-parallel gradient sync, overlapped with the tail of the backward
+    bwd_r = [sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs) for cs in rank_chunks]
+    params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
+    dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"]) for r in range(p)]
+    dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) for r in range(p)]
+    dp_exposed = max(dp_exposed_r)
+    opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile) for r in range(p)]
+    opt_s = max(opt_r)
+    step = pipe_s + dp_exposed + opt_s
+
+    rs = int(np.argmax(T))
+    cs = [chunks[c] for c in rank_chunks[rs]]
+    breakdown = {
+        "compute": m * sum(c.fwd_s + c.bwd_s for c in cs) + opt_s,
+        "recompute": m * sum(c.recompute_s for c in cs),
+        "bubble": bubble_s,
+        "dp_exposed": dp_exposed,
+        "tp_exposed": m * sum(c.tp_s for c in cs),
+        "pp_exposed": m * sum(c.pp_s for c in cs),
+        "zero_exposed": m * sum(c.zero_s for c in cs),
+    }
+
+    # memory per pipeline rank
+    act_rows = activation_bytes(arr, plan.tp, plan.sequence_parallel, plan.micro_batch_size,
+                                plan.recompute, plan.attention)
+    mems = []
+    for r in range(p):
+        infl = in_flight(plan.schedule, p, v, m, r)
+        mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
+                                 zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
+                                 recompute=plan.recompute, attention=plan.attention, inflight=infl,
+                                 reserve=profile.memory_reserve_bytes, act_rows=act_rows))
+    rm = int(np.argmax([mm["total"] for mm in mems]))
+    memory = mems[rm]
+
+    model_flops = float(arr.fwd_flops.sum() + arr.bwd_flops.sum()) * global_batch / table.micro_batch
+    peak = profile.peak_flops_per_s(table.act_dtype_bytes)
+    tokens = global_batch * table.seq
+
+    comm_bytes = {"dp": dp_info[rs][1], "tp": m * sum(c.tp_bytes for c in cs),
+                  "pp": m * sum(c.pp_bytes for c in cs), "zero": m * sum(c.zero_bytes for c in cs)}
+    comm = []
+    if plan.tp > 1:
+        comm.append({"kind": "tp", "collective": "all_gather+reduce_scatter" if plan.sequence_parallel
+                     else "all_reduce", "group_size": plan.tp, "tier": tiers["tp"],
+                     "bytes_per_gpu": comm_bytes["tp"], "time_s": breakdown["tp_exposed"],
+                     "exposed_s": breakdown["tp_exposed"]})
+    if plan.pp > 1:
+        comm.append({"kind": "pp", "collective": "p2p", "group_size": 2, "tier": tiers["pp"],
+                     "bytes_per_gpu": comm_bytes["pp"], "time_s": breakdown["pp_exposed"],
+                     "exposed_s": breakdown["pp_exposed"]})
+    if plan.dp > 1:
+        comm.append({"kind": "dp", "collective": dp_info[rs][0], "group_size": plan.dp,
+                     "tier": tiers["dp"], "bytes_per_gpu": dp_info[rs][1], "time_s": dp_info[rs][2],
+                     "exposed_s": dp_exposed})
+        if plan.zero == 3:
+            zt = sum(2 * collective_time("all_gather", BYTES_PARAM * c.params, plan.dp,
+                                         profile.tier(tiers["dp"]))[1] for c in cs) * m
+            comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
+                         "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
+                         "exposed_s": breakdown["zero_exposed"]})
+
+    stages_detail = []
+    for r in range(p):
+        stages_detail.append({"stage": r, "rows": [list(stages[c]) for c in rank_chunks[r]],
+                              "fwd_s": [_fwd_total(chunks[c], plan) for c in rank_chunks[r]],
+                              "bwd_s": [_bwd_total(chunks[c], plan) for c in rank_chunks[r]],
+                              "memory_bytes": mems[r]})
+    return Estimate(
+        plan=plan, model=table.model, hardware=profile.name, gpus=gpus, global_batch=global_batch,
+        seq=table.seq, num_micro_batches=m, step_time_s=step, tokens_per_s=tokens / step,
+        tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus * peak * step),
+        bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profile.hbm_bytes,
+        fits=bool(memory["total"] <= profile.hbm_bytes), comm_bytes=comm_bytes, breakdown_s=breakdown,
+        stages_detail=stages_detail, comm=comm, stages=tuple(stages))
+
+
+def _fwd_total(c: ChunkCost, plan: Plan) -> float:
+    """Forward of one micro-batch through a chunk: compute + its share of TP / PP / ZeRO time."""
+    return c.fwd_s + c.tp_s * _fwd_share(plan) + c.pp_s / 2 + c.zero_s / 2
+
+
+def _bwd_total(c: ChunkCost, plan: Plan) -> float:
+    return c.total_s - _fwd_total(c, plan)
+
+
+def _fwd_share(plan: Plan) -> float:
+    # forward : backward : recompute TP collectives are 1 : 1 : (1 with full recompute)
+    return 1 / 3 if plan.recompute == "full" else 1 / 2
+

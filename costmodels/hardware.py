@@ -1,0 +1,252 @@
+"""Hardware profiles: what the cost model knows about a GPU, a node and the network.
+
+A profile is a TOML file in ``<repo>/hardware-profiles/`` (found relative to this package's
+parent directory) or anywhere on disk (``--hardware path/to/file.toml``). ``load_profile``
+takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped ones.
+
+Format (version 1). Units are in the field names. Every *figure* is an inline table
+``{ value = <number>, source = "<where it comes from>" }`` so that each number carries its
+citation; a figure without a ``source`` string is an error. ``autopar profile`` writes measured
+profiles in exactly this format (``source = "measured by autopar profile on <host>, <date>"``).
+
+```toml
+version = 1
+name = "a100-80g-sxm"                  # what --hardware and plans files call it
+description = "NVIDIA A100-SXM4-80GB in an 8-GPU HGX/DGX node, HDR InfiniBand"
+
+[gpu]
+model = "NVIDIA A100-SXM4-80GB"
+peak_bf16_flops_per_s = { value = 312e12, source = "..." }   # dense, not 2:4-sparse
+peak_fp16_flops_per_s = { value = 312e12, source = "..." }   # optional (default: bf16)
+peak_tf32_flops_per_s = { value = 156e12, source = "..." }   # optional
+peak_fp32_flops_per_s = { value = 19.5e12, source = "..." }
+hbm_bytes = { value = 80e9, source = "..." }
+hbm_bandwidth_bytes_per_s = { value = 2.039e12, source = "..." }
+memory_reserve_bytes = { value = 3e9, source = "..." }       # CUDA context, NCCL, fragmentation
+
+[gpu.matmul_efficiency]        # achievable fraction of peak for ONE matmul of `flops` FLOPs
+flops = [1e8, 1e10, 1e12]      # (2·m·n·k on one GPU), increasing; log-linear interpolation,
+efficiency = [0.1, 0.45, 0.7]  # clamped at both ends; each in (0, 1]
+source = "..."
+
+[node]
+gpus_per_node = { value = 8, source = "..." }
+
+[intra_node]                   # link tier inside a node (NVLink / NVSwitch)
+bandwidth_bytes_per_s = { value = 230e9, source = "..." }   # achievable per GPU, one direction
+latency_s = { value = 5e-6, source = "..." }                  # per collective step (alpha)
+
+[inter_node]                   # link tier between nodes (per-GPU NIC share)
+bandwidth_bytes_per_s = { value = 23e9, source = "..." }
+latency_s = { value = 1e-5, source = "..." }
+```
+
+Numbers are floats or integers (``80e9``, ``85_899_345_920``). A malformed profile raises
+``ProfileError`` naming the file and the field, e.g. ``gpu.hbm_bytes.value``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.errors import ProfileError
+
+PROFILE_VERSION = 1
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware-profiles"
+
+
+@dataclass(frozen=True)
+class LinkTier:
+    """One link tier: alpha-beta model of a collective step."""
+
+    name: str                       # "intra_node" | "inter_node"
+    bandwidth_bytes_per_s: float    # achievable per GPU, one direction (bus bandwidth)
+    latency_s: float                # alpha, per ring step
+
+
+@dataclass(frozen=True, eq=False)
+class HardwareProfile:
+    name: str
+    description: str
+    gpu_model: str
+    peak_flops: dict[str, float]    # dtype -> dense peak FLOP/s ("bf16", "fp16", "tf32", "fp32")
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    memory_reserve_bytes: float
+    eff_flops: tuple[float, ...]    # matmul-efficiency curve: sizes (FLOPs of one matmul)
+    eff_values: tuple[float, ...]   # and achievable fraction of peak at each size
+    gpus_per_node: int
+    intra_node: LinkTier
+    inter_node: LinkTier
+    path: str = ""
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def peak_flops_per_s(self, dtype_bytes: int = 2) -> float:
+        """Dense peak for the activation dtype: 2 bytes -> bf16, 4 -> fp32 (tf32 not assumed)."""
+        return self.peak_flops["bf16"] if dtype_bytes <= 2 else self.peak_flops["fp32"]
+
+    def matmul_efficiency(self, flops):
+        """Achievable fraction of peak for matmuls of ``flops`` FLOPs each (scalar or array):
+        linear interpolation in log10(flops), clamped to the curve's end values."""
+        x = np.log10(np.maximum(np.asarray(flops, dtype=float), 1.0))
+        return np.interp(x, self._logf, self._effv)
+
+    def tier(self, name: str) -> LinkTier:
+        return self.intra_node if name == "intra_node" else self.inter_node
+
+    def __post_init__(self):
+        object.__setattr__(self, "_logf", np.log10(np.asarray(self.eff_flops, dtype=float)))
+        object.__setattr__(self, "_effv", np.asarray(self.eff_values, dtype=float))
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu": self.gpu_model, "peak_bf16_flops_per_s": self.peak_flops["bf16"],
+                "hbm_bytes": self.hbm_bytes, "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
+                "gpus_per_node": self.gpus_per_node,
+                "intra_node_bandwidth_bytes_per_s": self.intra_node.bandwidth_bytes_per_s,
+                "inter_node_bandwidth_bytes_per_s": self.inter_node.bandwidth_bytes_per_s,
+                "memory_reserve_bytes": self.memory_reserve_bytes, "path": self.path,
+                "description": self.description}
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (files in ``<repo>/hardware-profiles/``), sorted."""
+    if not PROFILES_DIR.is_dir():
+        return []
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+
+
+_CACHE: dict[tuple[str, float], HardwareProfile] = {}
+
+
+def load_profile(name_or_path: str | os.PathLike | HardwareProfile) -> HardwareProfile:
+    """A profile by shipped name (``h100-80g-sxm``) or by path to a TOML file."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    s = str(name_or_path)
+    path = Path(s)
+    if not (s.endswith(".toml") or os.sep in s or path.is_file()):
+        path = PROFILES_DIR / f"{s}.toml"
+        if not path.is_file():
+            import difflib
+            names = list_profiles()
+            close = difflib.get_close_matches(s, names, n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ProfileError(f"unknown hardware profile '{s}'; {hint}shipped profiles: "
+                               f"{', '.join(names) or '(none)'}, or pass a path to a .toml file")
+    if not path.is_file():
+        raise ProfileError(f"hardware profile file '{s}' does not exist; pass a shipped name "
+                           f"({', '.join(list_profiles())}) or a path to a .toml file")
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"hardware profile '{path}' is not valid TOML ({e}); fix the file") from None
+    prof = parse_profile(data, str(path))
+    _CACHE[key] = prof
+    return prof
+
+
+def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwareProfile:
+    """Validate a parsed TOML document and build the profile (ProfileError names the field)."""
+    sources: dict[str, str] = {}
+
+    def err(fieldname: str, problem: str) -> ProfileError:
+        return ProfileError(f"hardware profile '{where}': field '{fieldname}' {problem}; "
+                            "see the format in costmodels/hardware.py (docs/hardware.md)")
+
+    def table(name: str) -> dict[str, Any]:
+        t = data.get(name)
+        if not isinstance(t, dict):
+            raise err(name, "is missing or not a table")
+        return t
+
+    def figure(sect: dict[str, Any], sect_name: str, key: str, *, positive=True, integer=False,
+               optional=False, maximum=None):
+        full = f"{sect_name}.{key}"
+        if key not in sect:
+            if optional:
+                return None
+            raise err(full, "is missing (give it as { value = ..., source = \"...\" })")
+        v = sect[key]
+        if not isinstance(v, dict):
+            raise err(full, f"must be an inline table {{ value = ..., source = \"...\" }}, got {v!r}")
+        if "value" not in v:
+            raise err(full + ".value", "is missing")
+        if not isinstance(v.get("source"), str) or not v["source"].strip():
+            raise err(full + ".source", "is missing or empty (every figure must cite where it comes from)")
+        x = v["value"]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise err(full + ".value", f"must be a finite number, got {x!r}")
+        if integer and (not float(x).is_integer()):
+            raise err(full + ".value", f"must be an integer, got {x!r}")
+        if positive and x <= 0:
+            raise err(full + ".value", f"must be positive, got {x!r}")
+        if not positive and x < 0:
+            raise err(full + ".value", f"must not be negative, got {x!r}")
+        if maximum is not None and x > maximum:
+            raise err(full + ".value", f"must be at most {maximum}, got {x!r}")
+        sources[full] = v["source"]
+        return int(x) if integer else float(x)
+
+    version = data.get("version", PROFILE_VERSION)
+    if version != PROFILE_VERSION:
+        raise err("version", f"is {version!r}; this autopar reads version {PROFILE_VERSION}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise err("name", "is missing or not a string")
+    desc = data.get("description", "")
+    if not isinstance(desc, str):
+        raise err("description", "must be a string")
+
+    gpu = table("gpu")
+    model = gpu.get("model", name)
+    if not isinstance(model, str):
+        raise err("gpu.model", "must be a string")
+    bf16 = figure(gpu, "gpu", "peak_bf16_flops_per_s")
+    fp16 = figure(gpu, "gpu", "peak_fp16_flops_per_s", optional=True) or bf16
+    fp32 = figure(gpu, "gpu", "peak_fp32_flops_per_s")
+    tf32 = figure(gpu, "gpu", "peak_tf32_flops_per_s", optional=True) or fp32
+    hbm = figure(gpu, "gpu", "hbm_bytes")
+    hbm_bw = figure(gpu, "gpu", "hbm_bandwidth_bytes_per_s")
+    reserve = figure(gpu, "gpu", "memory_reserve_bytes", positive=False)
+    if reserve >= hbm:
+        raise err("gpu.memory_reserve_bytes.value", f"({reserve:g}) must be smaller than gpu.hbm_bytes ({hbm:g})")
+
+    eff = gpu.get("matmul_efficiency")
+    if not isinstance(eff, dict):
+        raise err("gpu.matmul_efficiency", "is missing or not a table (flops = [...], efficiency = [...], source = \"...\")")
+    fl, ev = eff.get("flops"), eff.get("efficiency")
+    if not isinstance(fl, list) or not fl or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in fl):
+        raise err("gpu.matmul_efficiency.flops", "must be a non-empty list of positive numbers")
+    if any(b <= a for a, b in zip(fl, fl[1:])):
+        raise err("gpu.matmul_efficiency.flops", "must be strictly increasing")
+    if not isinstance(ev, list) or len(ev) != len(fl):
+        raise err("gpu.matmul_efficiency.efficiency", f"must be a list of {len(fl)} numbers (one per flops entry)")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in ev):
+        raise err("gpu.matmul_efficiency.efficiency", "entries must be numbers in (0, 1]")
+    if not isinstance(eff.get("source"), str) or not eff["source"].strip():
+        raise err("gpu.matmul_efficiency.source", "is missing or empty")
+    sources["gpu.matmul_efficiency"] = eff["source"]
+
+    node = table("node")
+    gpn = figure(node, "node", "gpus_per_node", integer=True)
+    tiers = []
+    for tname in ("intra_node", "inter_node"):
+        t = table(tname)
+        tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"),
+                              figure(t, tname, "latency_s", positive=False)))
+    return HardwareProfile(
+        name=name, description=desc, gpu_model=model,
+        peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
+        hbm_bytes=hbm, hbm_bandwidth_bytes_per_s=hbm_bw, memory_reserve_bytes=reserve,
+        eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
+        gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources)
