@@ -1,0 +1,257 @@
+"""The report's charts, drawn with matplotlib (object API, Agg-free SVG backend) as inline SVG.
+
+Each function returns an SVG string ready to paste into HTML: no XML prolog, element ids prefixed
+so several charts share one page, fonts drawn as paths (nothing to fetch), deterministic ids and
+no date metadata (the same inputs give the same bytes).
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import re
+
+from matplotlib import rcParams
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path
+
+from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, ScalingSeries, breakdown, comm_rows,
+                                     hbm, stage_memories)
+from autopar.report.load import BREAKDOWN_KEYS, MEMORY_KEYS, PlanRecord
+from autopar.report.timeline import Timeline
+
+TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756",
+               "dp_exposed": "#F58518", "tp_exposed": "#54A24B", "pp_exposed": "#B279A2",
+               "zero_exposed": "#EECA3B"}
+MEMORY_COLORS = {"params": "#4C78A8", "grads": "#72B7B2", "optimizer": "#F58518",
+                 "activations": "#E45756", "reserve": "#BAB0AC"}
+COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA3B"}
+HATCHES = ["", "///", "xx", "..", "\\\\", "++", "oo"]
+FWD = ["#4C78A8", "#9ECAE9", "#2E5A87", "#72B7B2"]
+BWD = ["#F58518", "#FFBF79", "#B5441B", "#E45756"]
+_counter = itertools.count()
+_NUM = re.compile(r"(-?\d+\.\d)\d+")
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig
+
+
+def to_svg(fig: Figure) -> str:
+    """The figure as an inline ``<svg>`` element with ids unique on the page."""
+    buf = io.StringIO()
+    with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    # path data to 0.1 pt (a tenth of a point is invisible; full precision doubles the size)
+    svg = re.sub(r'\bd="([^"]*)"', lambda m: 'd="' + _NUM.sub(lambda n: n.group(1), m.group(1)) + '"', svg)
+    prefix = f"c{next(_counter)}-"
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}{m.group(1)}"', svg)
+    svg = re.sub(r'(href="#|url\(#)([^")]+)', lambda m: m.group(1) + (prefix + m.group(2) if m.group(2) in ids
+                                                                    else m.group(2)), svg)
+    return svg
+
+
+class rcParams_context:
+    def __init__(self, values):
+        self.values, self.saved = values, {}
+
+    def __enter__(self):
+        self.saved = {k: rcParams[k] for k in self.values}
+        rcParams.update(self.values)
+
+    def __exit__(self, *exc):
+        rcParams.update(self.saved)
+
+
+def _style(ax) -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def _time_unit(t_max: float) -> tuple[float, str]:
+    if t_max >= 1:
+        return 1.0, "s"
+    if t_max >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+# ---- step time ------------------------------------------------------------------------------
+def step_time_chart(records: list[PlanRecord]) -> str:
+    n = len(records)
+    fig = _figure(9, 1.4 + 0.32 * n)
+    ax = fig.add_subplot()
+    scale, unit = _time_unit(max(float(r["step_time_s"]) for r in records))
+    labels = [f"#{r.id} {r.label()} · {r.gpus} GPUs" + ("" if r["fits"] else " (no fit)") for r in records]
+    ys = list(range(n))[::-1]
+    left = [0.0] * n
+    used = set()
+    for k in BREAKDOWN_KEYS:
+        vals = [breakdown(r)[k] * scale for r in records]
+        if not any(vals):
+            continue
+        used.add(k)
+        ax.barh(ys, vals, left=left, color=TERM_COLORS[k], label=TERM_NAMES[k], height=0.7)
+        left = [a + b for a, b in zip(left, vals)]
+    for y, r in zip(ys, records):
+        ax.text(float(r["step_time_s"]) * scale, y, f" {float(r['step_time_s']) * scale:.3g}",
+                va="center", fontsize=7)
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_xlabel(f"step time ({unit})")
+    ax.set_xlim(0, max(left) * 1.12 if max(left) > 0 else 1)
+    ax.set_title("Step time per plan, by term", fontsize=10, loc="left")
+    ax.legend(fontsize=7, ncols=min(4, len(used)), loc="lower center", bbox_to_anchor=(0.5, 1.06),
+              frameon=False)
+    _style(ax)
+    return to_svg(fig)
+
+
+# ---- memory per stage -------------------------------------------------------------------------
+def memory_chart(r: PlanRecord) -> str:
+    mems = stage_memories(r)
+    n = len(mems)
+    fig = _figure(min(8, 3.6 + 0.2 * n), 3.0)
+    ax = fig.add_subplot()
+    xs = list(range(n))
+    bottom = [0.0] * n
+    for k in MEMORY_KEYS:
+        vals = [m[1][k] / 2**30 for m in mems]
+        ax.bar(xs, vals, bottom=bottom, color=MEMORY_COLORS[k], label=k, width=0.75)
+        bottom = [a + b for a, b in zip(bottom, vals)]
+    totals = [m[2] / 2**30 for m in mems]
+    worst = max(range(n), key=totals.__getitem__)
+    ax.bar([worst], [totals[worst]], width=0.75, fill=False, edgecolor="black", linewidth=1.6)
+    ax.annotate("bottleneck", (worst, totals[worst]), xytext=(0, 8), textcoords="offset points",
+                ha="center", fontsize=7, arrowprops={"arrowstyle": "-|>", "lw": 0.8})
+    h = hbm(r)
+    top = max(totals)
+    if h:
+        ax.axhline(h / 2**30, color="#c00000", linestyle="--", linewidth=1.2)
+        ax.text(n - 0.5, h / 2**30, f"HBM {h / 2**30:.0f} GiB", color="#c00000", fontsize=7,
+                ha="right", va="bottom")
+        top = max(top, h / 2**30)
+    ax.set_ylim(0, top * 1.18)
+    ax.set_xticks(xs, [str(m[0]) for m in mems], fontsize=7 if n <= 32 else 5)
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("GiB per GPU")
+    ax.set_title(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, loc="left")
+    ax.legend(fontsize=7, ncols=5, loc="upper left", frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return to_svg(fig)
+
+
+# ---- pipeline timeline --------------------------------------------------------------------------
+def timeline_chart(r: PlanRecord, t: Timeline) -> str:
+    pp = t.pp
+    fig = _figure(9.5, 1.3 + 0.26 * pp if pp > 1 else 1.8)
+    ax = fig.add_subplot()
+    scale, unit = _time_unit(t.makespan)
+    label_blocks = len(t.ops) <= 256
+    for kind, palette in (("F", FWD), ("B", BWD)):
+        for c in range(t.vpp):
+            ops = [o for o in t.ops if o.kind == kind and o.chunk == c]
+            if not ops:
+                continue
+            # one compound path per colour: thousands of blocks stay one SVG element
+            verts, codes = [], []
+            for o in ops:
+                x0, x1 = o.start * scale, o.end * scale
+                y0 = pp - 1 - o.rank - 0.4
+                verts += [(x0, y0), (x1, y0), (x1, y0 + 0.8), (x0, y0 + 0.8), (x0, y0)]
+                codes += [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+            ax.add_patch(PathPatch(Path(verts, codes), facecolor=palette[c % len(palette)],
+                                   edgecolor="white", linewidth=0.3))
+            if label_blocks:
+                for o in ops:
+                    ax.text((o.start + o.end) / 2 * scale, pp - 1 - o.rank, str(o.micro_batch),
+                            ha="center", va="center", fontsize=5, color="white")
+    ax.set_ylim(-0.6, pp - 0.4)
+    ax.set_yticks(range(pp), [f"stage {pp - 1 - i}" for i in range(pp)], fontsize=6 if pp <= 32 else 4)
+    ax.set_xlim(0, t.makespan * scale)
+    ax.set_xlabel(f"time ({unit})")
+    shown = (f"first {t.micro_batches} of {t.total_micro_batches} micro-batches drawn"
+             if t.capped else f"{t.micro_batches} micro-batches")
+    ax.set_title(f"#{r.id} {r.label()} · {t.schedule}" + (f" (vpp={t.vpp})" if t.vpp > 1 else "")
+                 + f" · {shown} · idle {100 * t.idle_fraction:.0f}%", fontsize=9, loc="left")
+    handles = []
+    for c in range(t.vpp):
+        suffix = f" chunk {c}" if t.vpp > 1 else ""
+        handles.append(Patch(color=FWD[c % len(FWD)], label="forward" + suffix))
+        handles.append(Patch(color=BWD[c % len(BWD)], label="backward" + suffix))
+    ax.legend(handles=handles, fontsize=6, ncols=min(8, len(handles)), loc="lower right",
+              bbox_to_anchor=(1.0, 1.08), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return to_svg(fig)
+
+
+# ---- communication --------------------------------------------------------------------------------
+def comm_chart(records: list[PlanRecord]) -> str:
+    n = len(records)
+    fig = _figure(9, 1.6 + 0.32 * n)
+    ax = fig.add_subplot()
+    rows = {r.id: comm_rows(r) for r in records}
+    tiers = sorted({str(c.get("tier")) for rs in rows.values() for c in rs})
+    hatch = {t: HATCHES[i % len(HATCHES)] for i, t in enumerate(tiers)}
+    ys = list(range(n))[::-1]
+    kinds_used = set()
+    for y, r in zip(ys, records):
+        left = 0.0
+        for c in sorted(rows[r.id], key=lambda c: (list(COMM_COLORS).index(c["kind"])
+                                                  if c.get("kind") in COMM_COLORS else 9, str(c.get("tier")))):
+            v = float(c.get("bytes_per_gpu") or 0.0) / 2**30
+            if v <= 0:
+                continue
+            kinds_used.add(c.get("kind"))
+            ax.barh([y], [v], left=[left], color=COMM_COLORS.get(c.get("kind"), "#999999"),
+                    hatch=hatch[str(c.get("tier"))], edgecolor="white", linewidth=0.4, height=0.7)
+            left += v
+        ax.text(left, y, f" {left:.3g}", va="center", fontsize=7)
+    ax.set_yticks(ys, [f"#{r.id} {r.label()} · {r.gpus} GPUs" for r in records], fontsize=7)
+    ax.set_xlabel("GiB sent per GPU per step")
+    ax.set_title("Communication volume by kind (colour) and link tier (hatching)", fontsize=10, loc="left")
+    handles = [Patch(color=COMM_COLORS[k], label=COMM_NAMES[k]) for k in COMM_COLORS if k in kinds_used]
+    handles += [Patch(facecolor="white", edgecolor="#555555", hatch=hatch[t], label=f"tier: {t}")
+                for t in tiers]
+    ax.legend(handles=handles, fontsize=7, ncols=min(4, max(1, len(handles))), loc="lower center",
+              bbox_to_anchor=(0.5, 1.06), frameon=False)
+    xmax = ax.get_xlim()[1]
+    ax.set_xlim(0, xmax * 1.08 if xmax > 0 else 1)
+    _style(ax)
+    return to_svg(fig)
+
+
+# ---- scaling ------------------------------------------------------------------------------------
+def scaling_chart(series: list[ScalingSeries]) -> str:
+    fig = _figure(10, 3.3)
+    axes = fig.subplots(1, 3)
+    for s in series:
+        ns = [p.gpus for p in s.points]
+        axes[0].plot(ns, [p.tokens_per_s for p in s.points], marker="o", label=s.label)
+        axes[1].plot(ns, [p.speedup for p in s.points], marker="o", label=s.label)
+        axes[2].plot(ns, [100 * p.efficiency for p in s.points], marker="o", label=s.label)
+        p0 = s.points[0]
+        axes[0].plot(ns, [p0.tokens_per_s * n / p0.gpus for n in ns], color="#999999", linestyle=":",
+                     linewidth=1)
+        axes[1].plot(ns, ns, color="#999999", linestyle=":", linewidth=1)
+    axes[0].set_title("predicted throughput", fontsize=9)
+    axes[0].set_ylabel("tokens/s")
+    axes[1].set_title("speed-up T(1) / T(N)  (dotted: ideal)", fontsize=9)
+    axes[2].set_title("scaling efficiency = speed-up / N", fontsize=9)
+    axes[2].set_ylabel("%")
+    axes[2].set_ylim(0, 105)
+    for ax in axes:
+        ax.set_xlabel("GPUs")
+        ax.set_xscale("log", base=2)
+        ax.grid(color="#e5e5e5", linewidth=0.6)
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.tick_params(labelsize=7)
+    axes[0].set_yscale("log")
+    axes[1].set_yscale("log", base=2)
+    if len(series) > 1:
+        axes[0].legend(fontsize=6, frameon=False)
+    return to_svg(fig)

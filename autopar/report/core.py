@@ -1,0 +1,145 @@
+"""The report object: read the inputs, compute every section once, render in any format."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from costmodels.errors import PlanError
+from autopar.report import analysis
+from autopar.report.load import PlanRecord, parse, read_inputs
+from autopar.report.timeline import Timeline, timeline_for
+
+FORMATS = ("html", "md", "csv")
+
+
+@dataclass
+class Report:
+    records: list[PlanRecord]
+    groups: list[list[PlanRecord]]
+    why: list[dict]
+    scaling: list[analysis.ScalingSeries]
+    diff: tuple | None
+    timelines: dict[int, Timeline]
+    detail_records: list[PlanRecord]
+    detail_limit: int | None
+    scaling_notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        models = sorted({r.model for r in self.records})
+        hws = sorted({str(r.get("hardware")) for r in self.records})
+        gpus = sorted({r.gpus for r in self.records})
+        return f"{', '.join(models)} on {', '.join(hws)} · {', '.join(map(str, gpus))} GPUs"
+
+    @property
+    def subtitle(self) -> str:
+        files = sorted({r.source for r in self.records if not r.source.startswith("<")})
+        batches = sorted({r.get("global_batch") for r in self.records})
+        s = (f"{len(self.records)} plans from {len(self.groups)} search(es)"
+             + (f" ({', '.join(os.path.basename(f) for f in files)})" if files else "")
+             + f" · global batch {', '.join(map(str, batches))}")
+        return s
+
+    def timeline_caption(self, t: Timeline, r: PlanRecord | None = None) -> str:
+        s = (f"Forward (blues) and backward (oranges; one shade per virtual chunk) of each micro-batch "
+             f"on each pipeline stage under {t.schedule}; the gaps are the pipeline bubble (idle "
+             f"{100 * t.idle_fraction:.1f}% of the drawn span).")
+        if t.capped:
+            s += (f" The step has {t.total_micro_batches} micro-batches; only the first "
+                  f"{t.micro_batches} are simulated and drawn (warm-up, steady state and drain), so the "
+                  "idle share drawn is larger than the step's")
+            bf = r.get("bubble_fraction") if r is not None else None
+            s += f" ({100 * float(bf):.1f}% per the estimate)." if isinstance(bf, (int, float)) else "."
+        return s
+
+    def detail_note_html(self) -> str:
+        shown, total = len(self.detail_records), len(self.records)
+        if shown == total:
+            return ""
+        return (f"<p class='note'>Shown for the best {self.detail_limit} plan(s) of each search "
+                f"({shown} of {total}); pass --detail all for every plan.</p>")
+
+    def render(self, fmt: str = "html") -> str:
+        from autopar.report import render
+        if fmt == "html":
+            return render.to_html(self)
+        if fmt == "md":
+            return render.to_markdown(self)
+        if fmt == "csv":
+            return render.to_csv(self)
+        raise PlanError(f"unknown report format '{fmt}'; choose one of {', '.join(FORMATS)}")
+
+
+def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail: int | None = None,
+          one_gpu_time=analysis.one_gpu_time_from_cost_model, scaling_notes=()) -> Report:
+    """Compute every section. ``diff`` is a pair of row numbers of the ranked table (default: the
+    first search's best and runner-up); ``detail`` limits memory / timeline charts to the best
+    ``detail`` plans of each search (None: all)."""
+    groups = analysis.groups(records)
+    ordered = [r for g in groups for r in g]
+    for i, r in enumerate(ordered, 1):   # row numbers follow the ranked table
+        r.id = i
+    why = [analysis.why(g) for g in groups]
+    detail_records = [r for g in groups for r in (g if detail is None else g[:detail])]
+    timelines = {}
+    for r in detail_records:
+        t = timeline_for(r)
+        if t is not None:
+            timelines[r.id] = t
+    scaling = analysis.scaling(ordered, one_gpu_time)
+    notes = list(scaling_notes)
+    if len({p.gpus for s in scaling for p in s.points}) < 2:
+        notes.append("Only one GPU count in the inputs: give plans files for several counts, or "
+                     "--scale 64,128,... to search at each, for a real scaling curve.")
+    pair = None
+    if diff is not None:
+        by_id = {r.id: r for r in ordered}
+        bad = [i for i in diff if i not in by_id]
+        if bad:
+            raise PlanError(f"--diff {diff[0]},{diff[1]}: no plan #{bad[0]}; the ranked table has "
+                            f"plans #1 to #{len(ordered)}")
+        pair = (by_id[diff[0]], by_id[diff[1]])
+    else:
+        g = next((g for g in groups if len(g) > 1), None)
+        if g:
+            pair = (g[0], g[1])
+        elif len(ordered) > 1:
+            pair = (ordered[0], ordered[1])
+    d = (pair[0], pair[1], analysis.diff(*pair)) if pair else None
+    return Report(ordered, groups, why, scaling, d, timelines, detail_records, detail, notes)
+
+
+def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | None = None,
+                detail: int | None = 3, allow_mixed: bool = False, extra: list | None = None,
+                one_gpu_time=analysis.one_gpu_time_from_cost_model, notes=()) -> str:
+    """The report text for plans files ``paths`` (plus already-parsed ``extra`` plans-file dicts,
+    e.g. from a search run in-process)."""
+    records = read_inputs(paths, allow_mixed=allow_mixed) if paths else []
+    for i, data in enumerate(extra or []):
+        records.extend(parse(data, f"<search at {data.get('gpus')} GPUs>"))
+    if not records:
+        raise PlanError("no plans to report on; pass plans files or --scale with a model")
+    models = {r.model for r in records}
+    if len(models) > 1 and not allow_mixed:
+        raise PlanError(f"the inputs hold plans for different models ({', '.join(sorted(models))}); "
+                        "compare one model at a time or pass --allow-mixed")
+    return build(records, diff=diff, detail=detail, one_gpu_time=one_gpu_time,
+                 scaling_notes=notes).render(fmt)
+
+
+def write_atomic(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".report-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["Report", "build", "make_report", "write_atomic", "FORMATS"]

@@ -1,0 +1,288 @@
+"""Turning a ``Report`` into HTML (self-contained, charts as inline SVG), Markdown or CSV."""
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, breakdown, comm_rows, gib, pct, seconds,
+                                     stage_memories)
+from autopar.report.load import BREAKDOWN_KEYS, COMM_KINDS, MEMORY_KEYS, PlanRecord
+
+RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
+                "SP", "step time", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")
+
+
+def ranked_rows(report) -> list[list[str]]:
+    rows = []
+    for g in report.groups:
+        for r in g:
+            p = r.plan
+            mfu = r.get("mfu")
+            tf = r.get("tflops_per_gpu")
+            rows.append([str(r.id), str(r.gpus), str(p.dp), str(p.tp), str(p.pp), str(p.vpp), p.schedule,
+                         str(p.micro_batch_size), str(p.zero), p.recompute,
+                         "on" if p.sequence_parallel else "off",
+                         seconds(float(r["step_time_s"])), f"{float(r['tokens_per_s']):,.0f}",
+                         f"{float(tf):.1f}" if tf is not None else "–",
+                         pct(float(mfu)) if mfu is not None else "–",
+                         gib(float(r["memory_bytes"].get("total", 0))), "yes" if r["fits"] else "NO",
+                         f"{r.source} (rank {r.file_rank})"])
+    return rows
+
+
+def dataframe(records: list[PlanRecord]):
+    """One row per plan, every plan field and prediction flattened (``breakdown_s.bubble``, ...)."""
+    import pandas as pd
+    rows = []
+    for r in records:
+        d: dict[str, Any] = {"id": r.id, "source": r.source, "file_rank": r.file_rank}
+        for k in ("model", "hardware", "gpus", "global_batch", "seq"):
+            d[k] = r.get(k)
+        pd_ = r.plan.to_dict()
+        pd_["stages"] = (" ".join(f"{a}-{b}" for a, b in r.plan.stages) if r.plan.stages else "balanced")
+        pd_.pop("version", None)
+        d.update(pd_)
+        for k in ("num_micro_batches", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                  "bubble_fraction", "hbm_bytes", "fits"):
+            d[k] = r.get(k)
+        for k in (*MEMORY_KEYS, "total"):
+            d[f"memory_bytes.{k}"] = r["memory_bytes"].get(k)
+        b = breakdown(r)
+        for k in BREAKDOWN_KEYS:
+            d[f"breakdown_s.{k}"] = b[k]
+        cb = r.get("comm_bytes") or {}
+        for k in COMM_KINDS:
+            d[f"comm_bytes.{k}"] = cb.get(k)
+        rows.append(d)
+    return pd.DataFrame(rows)
+
+
+def to_csv(report) -> str:
+    buf = io.StringIO()
+    dataframe(report.records).to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+# ---- Markdown ---------------------------------------------------------------------------------
+def _md_table(header, rows) -> str:
+    esc = [[str(c).replace("|", "\\|") for c in row] for row in rows]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in esc]
+    return "\n".join(out)
+
+
+def to_markdown(report) -> str:
+    L = [f"# autopar report: {report.title}", "", report.subtitle, ""]
+    L += ["## Ranked plans", "", _md_table(RANK_COLUMNS, ranked_rows(report)), ""]
+    L += ["## Why this plan", ""]
+    for w in report.why:
+        b = w["best"]
+        L.append(f"**{b.gpus} GPUs — best #{b.id} {b.label()}** ({b.plan.schedule}, micro-batch "
+                 f"{b.plan.micro_batch_size}, ZeRO {b.plan.zero}, recompute {b.plan.recompute}): "
+                 f"{w['bottleneck_text']}. Memory: {w['memory_text']}.")
+        L.append("")
+        for r, text in w["runners_up"]:
+            L.append(f"- #{r.id} {r.label()}: {text}")
+        L.append("")
+    L += ["## Step time by term", ""]
+    keys = [k for k in BREAKDOWN_KEYS if any(breakdown(r)[k] for r in report.records)]
+    L.append(_md_table(["#", "plan", "step time"] + [TERM_NAMES[k] for k in keys],
+                       [[str(r.id), f"{r.label()} · {r.gpus} GPUs", seconds(float(r["step_time_s"]))]
+                        + [seconds(breakdown(r)[k]) for k in keys] for r in report.records]))
+    L += ["", "## Memory per pipeline stage", ""]
+    for r in report.detail_records:
+        mems = stage_memories(r)
+        worst = max(mems, key=lambda m: m[2])[0]
+        L.append(f"**#{r.id} {r.label()}** (HBM {gib(float(r.get('hbm_bytes') or 0))}, bottleneck "
+                 f"stage {worst})")
+        L.append("")
+        L.append(_md_table(["stage", *MEMORY_KEYS, "total"],
+                           [[f"{m[0]}{' ◀' if m[0] == worst else ''}", *(gib(m[1][k]) for k in MEMORY_KEYS),
+                             gib(m[2])] for m in mems]))
+        L.append("")
+    L += ["## Pipeline timelines", ""]
+    for r in report.detail_records:
+        t = report.timelines.get(r.id)
+        if t is None:
+            L += [f"#{r.id} {r.label()}: no stages_detail in the input, no timeline.", ""]
+            continue
+        L.append(f"**#{r.id} {r.label()} · {t.schedule}**: {report.timeline_caption(t, r)}")
+        L += ["", "```", ascii_timeline(t), "```", ""]
+    L += ["## Communication per step", ""]
+    crow = []
+    for r in report.records:
+        for c in comm_rows(r):
+            crow.append([str(r.id), r.label(), COMM_NAMES.get(c.get("kind"), str(c.get("kind"))),
+                         str(c.get("collective") or ""), str(c.get("group_size") or ""), str(c.get("tier")),
+                         gib(float(c.get("bytes_per_gpu") or 0)),
+                         seconds(float(c["time_s"])) if c.get("time_s") is not None else "–",
+                         seconds(float(c["exposed_s"])) if c.get("exposed_s") is not None else "–"])
+    L.append(_md_table(["#", "plan", "kind", "collective", "group", "tier", "bytes/GPU", "time", "exposed"], crow))
+    L += ["", "## Scaling", ""]
+    for s in report.scaling:
+        L.append(f"**{s.label}** — {s.one_gpu_note}")
+        L.append("")
+        L.append(_md_table(["GPUs", "best plan", "step time", "tokens/s", "speed-up", "efficiency"],
+                           [[str(p.gpus), f"#{p.record.id} {p.record.label()}", seconds(p.step_time_s),
+                             f"{p.tokens_per_s:,.0f}", f"{p.speedup:.1f}×", pct(p.efficiency)]
+                            for p in s.points]))
+        for n in s.notes:
+            L.append(f"\n_{n}_")
+        L.append("")
+    for note in report.scaling_notes:
+        L += [f"_{note}_", ""]
+    if report.diff:
+        a, b, rows = report.diff
+        L += [f"## Diff: #{a.id} vs #{b.id}", "", _md_table(["", f"#{a.id} {a.label()}", f"#{b.id} {b.label()}",
+                                                           "difference"], rows), ""]
+    return "\n".join(L).rstrip() + "\n"
+
+
+def ascii_timeline(t, width: int = 100) -> str:
+    """Stages as text rows: F/B blocks in time, '.' idle (forward upper-case digit of the
+    micro-batch mod 10 would be too busy for large counts, so only the kind is drawn)."""
+    scale = width / t.makespan if t.makespan > 0 else 1
+    lines = []
+    for rank in range(t.pp):
+        row = ["."] * width
+        for o in t.ops:
+            if o.rank != rank:
+                continue
+            a, b = int(o.start * scale), max(int(o.start * scale) + 1, int(o.end * scale))
+            for i in range(a, min(b, width)):
+                row[i] = "F" if o.kind == "F" else "B"
+        lines.append(f"stage {rank:>3} |{''.join(row)}|")
+    return "\n".join(lines)
+
+
+# ---- HTML ------------------------------------------------------------------------------------
+CSS = """
+body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f3b57;color:#fff;padding:18px 32px}
+header h1{margin:0;font-size:22px} header p{margin:4px 0 0;opacity:.85;font-size:13px}
+nav{padding:8px 32px;background:#e8eef4;font-size:13px} nav a{margin-right:14px;color:#1f3b57}
+main{padding:8px 32px 40px;max-width:1400px}
+section{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:12px 20px;margin:16px 0}
+h2{font-size:17px;margin:6px 0 10px;color:#1f3b57} h3{font-size:14px;margin:14px 0 6px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0}
+th,td{border-bottom:1px solid #e5e5e5;padding:3px 8px;text-align:right;white-space:nowrap}
+th{background:#f0f3f6;position:sticky;top:0} td.l,th.l{text-align:left}
+tr.best td{background:#eaf5ea;font-weight:600} tr.nofit td{color:#b00000}
+figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
+.grid figure.chart{flex:1 1 560px;max-width:680px}
+figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
+.why li{margin:3px 0;font-size:13px} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
+.scroll{overflow-x:auto}
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _table(header, rows, left=(), row_class=None) -> str:
+    h = "".join(f"<th class='l'>{_e(c)}</th>" if i in left else f"<th>{_e(c)}</th>" for i, c in enumerate(header))
+    body = []
+    for j, row in enumerate(rows):
+        cls = f" class='{row_class[j]}'" if row_class and row_class[j] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td class='l'>{_e(c)}</td>" if i in left else f"<td>{_e(c)}</td>"
+                                           for i, c in enumerate(row)) + "</tr>")
+    return f"<div class='scroll'><table><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _figure(kind: str, svg: str, caption: str = "", key: str = "") -> str:
+    cap = f"<figcaption>{_e(caption)}</figcaption>" if caption else ""
+    return (f"<figure class='chart' data-chart='{_e(kind)}'" + (f" data-plan='{_e(key)}'" if key else "")
+            + f">{svg}{cap}</figure>")
+
+
+def to_html(report) -> str:
+    from autopar.report import charts
+    best_ids = {g[0].id for g in report.groups}
+    nofit = {r.id for r in report.records if not r["fits"]}
+    classes = []
+    for g in report.groups:
+        for r in g:
+            classes.append("best" if r.id in best_ids else "nofit" if r.id in nofit else "")
+    S = []
+    S.append(("ranked", "Ranked plans",
+              "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
+              "Green: the best of its search.</p>"
+              + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
+    why = []
+    for w in report.why:
+        b = w["best"]
+        items = "".join(f"<li><b>#{r.id} {_e(r.label())}</b>: {_e(text)}</li>" for r, text in w["runners_up"])
+        why.append(f"<h3>{b.gpus} GPUs · {_e(b.get('hardware'))}: best is #{b.id} {_e(b.label())} "
+                   f"({_e(b.plan.schedule)}, micro-batch {b.plan.micro_batch_size}, ZeRO {b.plan.zero}, "
+                   f"recompute {_e(b.plan.recompute)}{', SP' if b.plan.sequence_parallel else ''})</h3>"
+                   f"<ul class='why'><li>Bottleneck: {_e(w['bottleneck_text'])}.</li>"
+                   f"<li>Memory: {_e(w['memory_text'])}.</li>"
+                   + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "") + "</ul>")
+    S.append(("why", "Why this plan", "".join(why)))
+    S.append(("step-time", "Step time by term",
+              _figure("step-time", charts.step_time_chart(report.records),
+                      "Compute, recompute, pipeline bubble and the exposed (not overlapped) DP / TP / PP "
+                      "communication and ZeRO gathers; the bar ends at the predicted step time.")))
+    mem = []
+    for r in report.detail_records:
+        mems = stage_memories(r)
+        worst = max(mems, key=lambda m: m[2])[0]
+        mem.append(_figure("memory", charts.memory_chart(r),
+                           f"#{r.id}: per pipeline stage (most loaded GPU of each stage); bottleneck stage "
+                           f"{worst}; dashed line: HBM.", key=str(r.id)))
+    S.append(("memory", "Memory per pipeline stage",
+              report.detail_note_html() + "<div class='grid'>" + "".join(mem) + "</div>"))
+    tl = []
+    for r in report.detail_records:
+        t = report.timelines.get(r.id)
+        if t is None:
+            tl.append(f"<p class='note'>#{r.id} {_e(r.label())}: the input has no stages_detail, so no "
+                      "timeline.</p>")
+            continue
+        tl.append(_figure("timeline", charts.timeline_chart(r, t), report.timeline_caption(t, r), key=str(r.id)))
+    S.append(("timeline", "Pipeline timelines", report.detail_note_html() + "".join(tl)))
+    crow = []
+    for r in report.records:
+        for c in comm_rows(r):
+            crow.append([f"#{r.id}", r.label(), COMM_NAMES.get(c.get("kind"), c.get("kind")),
+                         c.get("collective") or "", c.get("group_size") or "", c.get("tier"),
+                         gib(float(c.get("bytes_per_gpu") or 0)),
+                         seconds(float(c["time_s"])) if c.get("time_s") is not None else "–",
+                         seconds(float(c["exposed_s"])) if c.get("exposed_s") is not None else "–"])
+    S.append(("comm", "Communication per step",
+              _figure("comm", charts.comm_chart(report.records),
+                      "Bytes each GPU sends per training step, by kind; hatching marks the link tier "
+                      "the group crosses.")
+              + "<details><summary class='note'>every collective</summary>"
+              + _table(["plan", "", "kind", "collective", "group", "tier", "bytes/GPU", "time", "exposed"],
+                       crow, left=(0, 1, 2, 3, 5)) + "</details>"))
+    sc = []
+    if report.scaling:
+        sc.append(_figure("scaling", charts.scaling_chart(report.scaling),
+                          "Best plan at each GPU count. Speed-up = one-GPU time / N-GPU time; "
+                          "efficiency = speed-up / N."))
+        for s in report.scaling:
+            sc.append(f"<h3>{_e(s.label)}</h3><p class='note'>{_e(s.one_gpu_note)}</p>")
+            sc.append(_table(["GPUs", "best plan", "step time", "tokens/s", "speed-up", "efficiency"],
+                             [[p.gpus, f"#{p.record.id} {p.record.label()}", seconds(p.step_time_s),
+                               f"{p.tokens_per_s:,.0f}", f"{p.speedup:.1f}×", pct(p.efficiency)]
+                              for p in s.points], left=(1,)))
+            sc.extend(f"<p class='note'>{_e(n)}</p>" for n in s.notes)
+    sc.extend(f"<p class='note'>{_e(n)}</p>" for n in report.scaling_notes)
+    S.append(("scaling", "Scaling", "".join(sc)))
+    if report.diff:
+        a, b, rows = report.diff
+        S.append(("diff", f"Diff: #{a.id} vs #{b.id}",
+                  f"<p class='note'>Plan fields that differ, then every prediction (difference = "
+                  f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
+                  + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
+                            "difference"], rows, left=(0,))))
+    nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
+    body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>autopar report: {_e(report.title)}</title><style>{CSS}</style></head><body>"
+            f"<header><h1>autopar report: {_e(report.title)}</h1><p>{_e(report.subtitle)}</p></header>"
+            f"<nav>{nav}</nav><main>{body}</main></body></html>\n")

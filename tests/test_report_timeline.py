@@ -1,0 +1,89 @@
+"""Pipeline timelines: per-stage order of forwards and backwards for each schedule, placed in time."""
+import itertools
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from autopar.report.timeline import drawn_micro_batches, simulate, stage_order
+
+
+def uniform(pp, vpp, f=1.0, b=2.0):
+    return [[f] * vpp for _ in range(pp)], [[b] * vpp for _ in range(pp)]
+
+
+def check_valid(t, fwd, bwd):
+    pp, vpp, m = t.pp, t.vpp, t.micro_batches
+    ops = {(o.kind, o.chunk * pp + o.rank, o.micro_batch): o for o in t.ops}
+    # every forward and backward of every micro-batch on every virtual stage, exactly once
+    assert len(t.ops) == len(ops) == 2 * pp * vpp * m
+    for (kind, v, mb), o in ops.items():
+        r, c = v % pp, v // pp
+        assert o.end - o.start == pytest.approx(fwd[r][c] if kind == "F" else bwd[r][c])
+        if kind == "F" and v > 0:
+            assert o.start >= ops[("F", v - 1, mb)].end - 1e-12
+        if kind == "B":
+            assert o.start >= ops[("F", v, mb)].end - 1e-12
+            if v < pp * vpp - 1:
+                assert o.start >= ops[("B", v + 1, mb)].end - 1e-12
+    for r in range(pp):  # one operation at a time per rank
+        mine = sorted((o for o in t.ops if o.rank == r), key=lambda o: o.start)
+        assert all(a.end <= b.start + 1e-12 for a, b in zip(mine, mine[1:]))
+
+
+@pytest.mark.parametrize("schedule, pp, vpp, m", [
+    ("gpipe", 4, 1, 8), ("gpipe", 1, 1, 3), ("1f1b", 4, 1, 8), ("1f1b", 8, 1, 8), ("1f1b", 4, 1, 2),
+    ("interleaved-1f1b", 4, 2, 8), ("interleaved-1f1b", 4, 3, 12), ("interleaved-1f1b", 2, 4, 6),
+])
+def test_uniform_bubble_matches_the_textbook(schedule, pp, vpp, m):
+    """With equal stages the idle time is (pp-1)/(vpp·m) of the work: Narayanan et al. 2021."""
+    f, b = uniform(pp, vpp)
+    t = simulate(schedule, pp, vpp, m, f, b)
+    check_valid(t, f, b)
+    work = m * vpp * 3.0
+    assert (t.makespan - work) / work == pytest.approx((pp - 1) / (vpp * m))
+
+
+@pytest.mark.parametrize("pp, m", [(4, 8), (8, 16), (3, 2)])
+def test_in_flight_micro_batches_per_schedule(pp, m):
+    """1F1B keeps at most pp - r micro-batches in flight on rank r; GPipe keeps all m."""
+    for schedule, limit in (("1f1b", lambda r: min(pp - r, m)), ("gpipe", lambda r: m)):
+        for r in range(pp):
+            live = peak = 0
+            for kind, _, _ in stage_order(schedule, pp, 1, m, r):
+                live += 1 if kind == "F" else -1
+                peak = max(peak, live)
+            assert peak == limit(r)
+
+
+def test_interleaved_order_matches_megatron():
+    # pp=2, vpp=2, m=4 on rank 0: warm-up 2·(pp-1) + (vpp-1)·pp = 4 forwards
+    order = stage_order("interleaved-1f1b", 2, 2, 4, 0)
+    assert order[:4] == [("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("F", 1, 1)]
+    assert order[4:6] == [("F", 0, 2), ("B", 1, 0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(schedule=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b"]), pp=st.integers(1, 6),
+       vpp=st.integers(1, 3), m=st.integers(1, 14), data=st.data())
+def test_any_stage_times_give_a_valid_timeline(schedule, pp, vpp, m, data):
+    if schedule != "interleaved-1f1b":
+        vpp = 1
+    elif pp < 2:
+        pp = 2
+    times = st.floats(0.01, 5.0)
+    f = [[data.draw(times) for _ in range(vpp)] for _ in range(pp)]
+    b = [[data.draw(times) for _ in range(vpp)] for _ in range(pp)]
+    t = simulate(schedule, pp, vpp, m, f, b)
+    check_valid(t, f, b)
+    # the slowest rank's own work is a lower bound, the serial sum an upper one
+    own = max(m * sum(f[r][c] + b[r][c] for c in range(vpp)) for r in range(pp))
+    assert own - 1e-9 <= t.makespan <= m * sum(map(sum, f)) + m * sum(map(sum, b)) + 1e-9
+
+
+def test_large_counts_are_capped():
+    assert drawn_micro_batches("1f1b", 8, 1, 6) == 6
+    assert drawn_micro_batches("1f1b", 8, 1, 768) == 16
+    assert drawn_micro_batches("interleaved-1f1b", 8, 3, 384) % 8 == 0
+    for pp, vpp in itertools.product((16, 32, 64, 128), (1, 2, 4)):
+        n = drawn_micro_batches("interleaved-1f1b" if vpp > 1 else "1f1b", pp, vpp, 10**5)
+        assert n >= pp and 2 * pp * vpp * n <= max(4000, 2 * pp * vpp * pp)
