@@ -51,6 +51,7 @@ from costmodels.layer_table import LayerTable
 
 C_FWD = 1.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
 C_BWD = 2.0   # ... in the backward
+OPTIMIZER_BYTES_PER_PARAM = 40.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,6 +216,8 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
 
 
 def optimizer_step_s(params_per_gpu: float, profile: HardwareProfile) -> float:
-    """Adam update, memory-bound: reads fp32 master, m, v and the bf16 grad, writes fp32 master,
-    m, v and the bf16 weight: 28 bytes per parameter this GPU updates."""
-    return 28.0 * params_per_gpu / profile.hbm_bandwidth_bytes_per_s
+    """Mixed-precision Adam step, memory-bound (Megatron-LM's optimizer): gradient-norm pass
+    (read the grad, 4 B), Adam (read fp32 master, m, v, grad: 16 B; write master, m, v: 12 B),
+    copy master to the bf16 weight (read 4, write 2), zero the grad (2): OPTIMIZER_BYTES_PER_PARAM
+    = 40 bytes per parameter this GPU updates, at HBM bandwidth."""
+    return OPTIMIZER_BYTES_PER_PARAM * params_per_gpu / profile.hbm_bandwidth_bytes_per_s

@@ -1,0 +1,79 @@
+"""``autopar estimate MODEL --hardware H --gpus N --global-batch B --plan PLAN [--seq S] [--json]``:
+score one plan or several (PLAN is JSON text or a file: a plan object, an array, or a plans
+file). A table for people; with --json one object per plan (an array for an array)."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from autopar.cli.common import add_model_args
+    p = sub.add_parser("estimate", help="predict step time, memory and communication of a plan")
+    add_model_args(p)
+    p.add_argument("--hardware", required=True, metavar="H",
+                   help="hardware profile name (autopar hardware) or path to a .toml profile")
+    p.add_argument("--gpus", type=int, required=True, metavar="N", help="number of GPUs (= dp·tp·pp)")
+    p.add_argument("--global-batch", type=int, required=True, metavar="B",
+                   help="sequences per optimizer step")
+    p.add_argument("--plan", required=True, metavar="PLAN",
+                   help="plan JSON text or file: one object, an array, or a plans file "
+                        "(fields: dp, tp, pp, vpp, micro_batch_size, zero, recompute, "
+                        "sequence_parallel, schedule, attention, stages, placement)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from autopar.cli.common import print_json
+    from autopar.estimate import as_plans, estimate_plans
+    plans, was_list = as_plans(args.plan)
+    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, plans, seq=args.seq)
+    if args.json:
+        print_json(results if was_list else results[0])
+        return 0
+    render(results)
+    return 0
+
+
+def _plan_label(d) -> str:
+    s = f"dp{d['dp']} tp{d['tp']} pp{d['pp']}"
+    if d["vpp"] > 1:
+        s += f" vpp{d['vpp']}"
+    s += f" mb{d['micro_batch_size']}"
+    if d["zero"]:
+        s += f" z{d['zero']}"
+    if d["recompute"] != "none":
+        s += f" rc:{d['recompute']}"
+    if d["sequence_parallel"]:
+        s += " sp"
+    return s + f" {d['schedule']} {d['attention']}"
+
+
+def render(results) -> None:
+    from rich.table import Table
+    from autopar.cli.common import console, human
+    first = results[0]
+    t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
+                    f"{first['global_batch']}, seq {first['seq']}")
+    t.add_column("")
+    for i, d in enumerate(results):
+        t.add_column(f"plan {i + 1}\n{_plan_label(d)}", justify="right")
+
+    def row(label, fn):
+        t.add_row(label, *[fn(d) for d in results])
+
+    gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
+    row("micro-batches", lambda d: str(d["num_micro_batches"]))
+    row("step time", lambda d: f"{d['step_time_s']:.4g} s")
+    row("tokens/s", lambda d: human(d["tokens_per_s"]))
+    row("TFLOP/s per GPU", lambda d: f"{d['tflops_per_gpu']:.1f}")
+    row("MFU", lambda d: f"{100 * d['mfu']:.1f} %")
+    row("bubble", lambda d: f"{100 * d['bubble_fraction']:.1f} %")
+    for k in ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed", "zero_exposed"):
+        row(f"  {k}", lambda d, k=k: f"{d['breakdown_s'][k]:.4g} s")
+    row("memory (most loaded GPU)", lambda d: gb(d["memory_bytes"]["total"]))
+    for k in ("params", "grads", "optimizer", "activations", "reserve"):
+        row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"][k]))
+    row("HBM", lambda d: gb(d["hbm_bytes"]))
+    row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
+    for k in ("dp", "tp", "pp", "zero"):
+        row(f"sent per GPU: {k}", lambda d, k=k: gb(d["comm_bytes"][k]))
+    console().print(t)

@@ -1,0 +1,59 @@
+"""``autopar.estimate``: score plans for a model spec on a hardware profile (traces, then
+``costmodels.estimate.estimate``). The Python face of ``autopar estimate``.
+
+    from autopar.estimate import estimate_plans
+    [result] = estimate_plans("gpt3-175b", "a100-80g-sxm", gpus=1024, global_batch=1536,
+                              plans={"dp": 16, "tp": 8, "pp": 8, "vpp": 3,
+                                     "schedule": "interleaved-1f1b", "recompute": "selective",
+                                     "sequence_parallel": True})
+    result["step_time_s"], result["memory_bytes"]["total"], result["fits"]
+
+Each result is the "Estimate result" dict of docs/CONTRACTS.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from costmodels.errors import PlanError
+from costmodels.plan import Plan, load_plans
+
+
+def as_plans(plans: Any) -> tuple[list[Plan], bool]:
+    """(plans, was_a_list) from a Plan, a dict, a list of either, or JSON text / a file path."""
+    if isinstance(plans, Plan):
+        return [plans], False
+    if isinstance(plans, dict):
+        if "plans" in plans and isinstance(plans["plans"], list):
+            return [Plan.from_dict(p) for p in plans["plans"]], True
+        return [Plan.from_dict(plans)], False
+    if isinstance(plans, str):
+        from costmodels.plan import read_json
+        data = read_json(plans, what="plan")
+        return as_plans(data)
+    if isinstance(plans, Iterable):
+        out = [p if isinstance(p, Plan) else Plan.from_dict(p) for p in plans]
+        if not out:
+            raise PlanError("no plans given; pass one plan object or a non-empty array")
+        return out, True
+    raise PlanError(f"cannot read plans from {type(plans).__name__}; pass JSON text, a file, a dict or a Plan")
+
+
+def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int, plans: Any,
+                   seq: int | None = None, table=None) -> list[dict[str, Any]]:
+    """Estimate dicts, one per plan. ``table`` skips the trace (a LayerTable for the spec)."""
+    from costmodels.estimate import estimate
+    from costmodels.hardware import load_profile
+    profile = load_profile(hardware)
+    plan_list, _ = as_plans(plans)
+    if table is None:
+        from autopar.trace import table_for
+        table = table_for(model_spec, micro_batch=1, seq=seq)
+    out = []
+    for plan in plan_list:
+        d = estimate(table, profile, plan, gpus, global_batch).to_dict()
+        d["model"] = model_spec
+        out.append(d)
+    return out
+
+
+__all__ = ["estimate_plans", "as_plans", "load_plans"]
