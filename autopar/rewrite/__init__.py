@@ -1,1 +1,12 @@
-"""autopar.rewrite (see the README's tour)."""
+"""autopar.rewrite: tensor / sequence parallel and recompute as torch.fx passes over one row.
+
+``rewrite_row(module, kind=..., tp_rank=..., tp_size=..., tp_group=..., sequence_parallel=...,
+recompute=...)`` returns this rank's shard of a layer-table row as a GraphModule; see
+docs/CONTRACTS.md ("Rewrite API") for the exact conventions. ``autopar apply --emit`` writes the
+code of every rank's rows (``autopar.rewrite.emit``).
+"""
+from autopar.rewrite.collectives import FakeGroup
+from autopar.rewrite.state import gather_row_state_dict, collectives_of
+from autopar.rewrite.tp import ShardSpec, rewrite_row
+
+__all__ = ["rewrite_row", "FakeGroup", "ShardSpec", "gather_row_state_dict", "collectives_of"]

@@ -1,0 +1,149 @@
+"""Activation recompute as fx passes on a (rewritten) row.
+
+* ``"full"``: the whole row runs inside one non-reentrant ``torch.utils.checkpoint``; the row
+  becomes submodule ``row`` of a two-line wrapper graph (local parameter names gain ``row.``).
+* ``"selective"`` (Korthikanti et al. 2022): only the attention core — from the scores matmul
+  ``q @ kᵀ`` through scaling, masking, softmax and attention dropout to ``att @ v`` — is moved into
+  a parameter-free submodule ``attention_core`` called under non-reentrant checkpoint, so its s²
+  activations are recomputed in backward instead of stored. Fused attention
+  (``F.scaled_dot_product_attention``) is checkpointed as one call. Rows without attention are
+  left as they are. Dropout masks are reproduced (checkpoint restores the RNG state).
+* ``"none"``: unchanged.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+_MATMUL = (operator.matmul, torch.matmul, torch.bmm)
+
+
+def apply_recompute(gm: fx.GraphModule, recompute: str) -> fx.GraphModule:
+    if recompute == "selective":
+        selective(gm)
+    elif recompute == "full":
+        gm = full(gm)
+    return gm
+
+
+def _is_matmul(n):
+    return ((n.op == "call_function" and n.target in _MATMUL)
+            or (n.op == "call_method" and n.target in ("matmul", "bmm")))
+
+
+def _is_softmax(n):
+    return ((n.op == "call_function" and n.target in (F.softmax, torch.softmax))
+            or (n.op == "call_method" and n.target == "softmax"))
+
+
+def _is_sdpa(n):
+    return n.op == "call_function" and n.target is F.scaled_dot_product_attention
+
+
+def _nearest(start, step, pred, limit=64):
+    frontier, seen = list(step(start)), set()
+    for _ in range(limit):
+        nxt = []
+        for x in frontier:
+            if x in seen:
+                continue
+            seen.add(x)
+            if pred(x):
+                return x
+            nxt.extend(step(x))
+        if not nxt:
+            return None
+        frontier = nxt
+    return None
+
+
+def _closure(start, step):
+    out, stack = set(), [start]
+    while stack:
+        x = stack.pop()
+        if x in out:
+            continue
+        out.add(x)
+        stack.extend(step(x))
+    return out
+
+
+def selective(gm: fx.GraphModule) -> int:
+    """Checkpoint each attention core in place; returns how many were found."""
+    g = gm.graph
+    order = {n: i for i, n in enumerate(g.nodes)}
+    cores = []
+    for n in list(g.nodes):
+        if _is_sdpa(n):
+            cores.append(([n], n))
+        elif _is_softmax(n):
+            m1 = _nearest(n, lambda x: x.all_input_nodes, _is_matmul)
+            m2 = _nearest(n, lambda x: list(x.users), _is_matmul)
+            if m1 is None or m2 is None:
+                continue
+            desc = _closure(m1, lambda x: [u for u in x.users if order[u] <= order[m2]])
+            anc = _closure(m2, lambda x: [a for a in x.all_input_nodes if order[a] >= order[m1]])
+            core = sorted(desc & anc, key=order.get)
+            inner = set(core) - {m2}
+            if any(u not in core for c in inner for u in c.users):
+                continue  # an intermediate of the core is used elsewhere: leave it alone
+            cores.append((core, m2))
+    for i, (core, out) in enumerate(cores):
+        core_set = set(core)
+        externals = []
+        for c in core:
+            for a in c.all_input_nodes:
+                if a not in core_set and a not in externals:
+                    externals.append(a)
+        sub = fx.Graph()
+        env = {e: sub.placeholder(e.name) for e in externals}
+        root = {}
+        for c in core:
+            env[c] = sub.node_copy(c, lambda a: env[a])
+            if c.op == "call_module":
+                root[c.target] = gm.get_submodule(c.target)
+        sub.output(env[out])
+        core_gm = fx.GraphModule(root, sub, class_name="AttentionCore")
+        name = "attention_core" if i == 0 else f"attention_core_{i}"
+        while hasattr(gm, name):
+            name += "_"
+        gm.add_submodule(name, core_gm)
+        with g.inserting_before(out):
+            mod = g.get_attr(name)
+            ck = g.call_function(torch.utils.checkpoint.checkpoint, (mod, *externals),
+                                 {"use_reentrant": False})
+        out.replace_all_uses_with(ck)
+        for c in reversed(core):
+            g.erase_node(c)
+    if cores:
+        g.lint()
+        still = {n.target for n in g.nodes if n.op == "call_module"}
+        for core, _ in cores:
+            for c in core:
+                if c.op == "call_module" and c.target not in still:
+                    gm.delete_submodule(c.target)
+                    still.add(c.target)
+        gm.recompile()
+    return len(cores)
+
+
+def full(gm: fx.GraphModule) -> fx.GraphModule:
+    """Wrap the whole row in one non-reentrant checkpoint."""
+    outer = fx.Graph()
+    phs = []
+    for p in gm.graph.nodes:
+        if p.op == "placeholder":
+            ph = outer.placeholder(p.target, default_value=p.args[0] if p.args else
+                                   __import__("inspect").Signature.empty)
+            phs.append(ph)
+    row = outer.get_attr("row")
+    ck = outer.call_function(torch.utils.checkpoint.checkpoint, (row, *phs), {"use_reentrant": False})
+    outer.output(ck)
+    new = fx.GraphModule({"row": gm}, outer, class_name=type(gm).__name__.replace("Shard", "") + "Recompute")
+    new.autopar_shards = {f"row.{k}": v for k, v in getattr(gm, "autopar_shards", {}).items()}
+    new.autopar_info = getattr(gm, "autopar_info", {})
+    return new
