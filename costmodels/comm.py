@@ -28,9 +28,10 @@ GPU after tp/pp sharding, 2-byte grads and weights):
   ZeRO 1/2: reduce-scatter of the grads + all-gather of the updated bf16 weights (same bytes as
   the all-reduce); ZeRO 3: reduce-scatter of the grads only. Overlapped with the backward of
   the last micro-batch: exposed = max(0, t_dp − bwd time of one micro-batch on this stage).
-* ZeRO-3 parameter gathers: every micro-batch, all-gather of each virtual stage's weights
-  (2·P_chunk bytes) before its forward and again before its backward; prefetched, so each is
-  exposed only by max(0, t_gather − compute time of that pass).
+* ZeRO-3 parameter gathers: every micro-batch, each row's (layer's) weights are all-gathered
+  before its forward and again before its backward (2·P_row bytes each, one collective per
+  row, so the latency term counts once per row); prefetched behind compute, so per virtual stage
+  and pass only max(0, Σ_rows t_gather − compute time of that pass) is exposed.
 """
 from __future__ import annotations
 

@@ -16,9 +16,14 @@ separate kernels, so their times add)::
     bwd_i      = k·bwd_flops_i / (t · P · eff_i)  +  C_BWD · A_i / W
 
 ``A_i`` is the row's saved-activation bytes per GPU without recompute (memory.activation_bytes
-with recompute "none": TP regions / t, the rest / t with sp, attention core dropped for flash):
-each saved byte is written once in the forward (``C_FWD = 1``) and read back plus its gradient
-written in the backward (``C_BWD = 2``). All FLOPs are divided by t (Megatron shards every
+with recompute "none": TP regions / t, the rest / t with sp, attention core dropped for flash),
+a proxy for the traffic of the element-wise kernels (layer norm, GeLU, softmax, dropout,
+residual adds): ``C_FWD = 3`` bytes moved per saved byte in the forward and ``C_BWD = 2·C_FWD``
+in the backward. C_FWD is FITTED (with the A100 efficiency-curve scale) on two rows of
+Korthikanti et al. Table 5 (costmodels.validation: 22B and 1T, selective + SP); it absorbs
+unfused kernels and below-peak achieved HBM bandwidth. Counting bytes kernel by kernel gives
+about 1.4 per saved byte at full bandwidth, so the fit says the element-wise part runs at
+roughly half the datasheet bandwidth in Megatron-LM. All FLOPs are divided by t (Megatron shards every
 matmul, the vocab-parallel head included; layer norms are negligible).
 
 Recompute (per micro-batch, block rows only):
@@ -49,8 +54,8 @@ from costmodels.comm import collective_time
 from costmodels.hardware import HardwareProfile
 from costmodels.layer_table import LayerTable
 
-C_FWD = 1.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
-C_BWD = 2.0   # ... in the backward
+C_FWD = 3.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
+C_BWD = 6.0   # ... in the backward (= 2·C_FWD)
 OPTIMIZER_BYTES_PER_PARAM = 40.0
 
 

@@ -173,7 +173,9 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     params = float(arr.params[start:end].sum()) / tp
     z_s = z_b = 0.0
     if plan.zero == 3 and plan.dp > 1:
-        zb, zt = collective_time("all_gather", BYTES_PARAM * params, plan.dp, profile.tier(tiers["dp"]))
+        zb, zt = collective_time("all_gather", BYTES_PARAM * arr.params[start:end] / tp, plan.dp,
+                                 profile.tier(tiers["dp"]))
+        zb, zt = float(np.sum(zb)), float(np.sum(zt))
         z_s = max(0.0, zt - f) + max(0.0, zt - bw - rec)
         z_b = 2 * zb
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
@@ -268,8 +270,9 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "tier": tiers["dp"], "bytes_per_gpu": dp_info[rs][1], "time_s": dp_info[rs][2],
                      "exposed_s": dp_exposed})
         if plan.zero == 3:
-            zt = sum(2 * collective_time("all_gather", BYTES_PARAM * c.params, plan.dp,
-                                         profile.tier(tiers["dp"]))[1] for c in cs) * m
+            zt = m * sum(2 * float(np.sum(collective_time(
+                "all_gather", BYTES_PARAM * arr.params[s:e] / plan.tp, plan.dp,
+                profile.tier(tiers["dp"]))[1])) for (s, e) in (stages[c] for c in rank_chunks[rs]))
             comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
                          "exposed_s": breakdown["zero_exposed"]})

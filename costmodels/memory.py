@@ -10,8 +10,9 @@ parallel degree ``d``::
     ZeRO 2:  params 2Ψ      grads 2Ψ/d    optimizer 12Ψ/d
     ZeRO 3:  params 2Ψ/d    grads 2Ψ/d    optimizer 12Ψ/d   (+ gather buffer, below)
 
-ZeRO-3 also holds the gathered bf16 weights of the virtual stage being computed and of the one
-being prefetched: ``2·(largest two chunk params)/t`` more under ``params`` in ``estimate``
+ZeRO-3 also holds the gathered bf16 weights of the row (layer) being computed and of the one
+being prefetched (FSDP-style per-layer gathers): ``2·(largest two rows' params)/t`` more under
+``params`` in ``estimate``
 (not in ``model_state_bytes``, which is exactly ZeRO's Table 1).
 
 Activations saved per micro-batch, per row, per GPU (Korthikanti et al. 2022, Table 2, with
@@ -121,8 +122,8 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
     params = sum(float(arr.params[s:e].sum()) for s, e in chunks) / tp
     p, g, o = model_state_bytes(params, dp, zero)
     if zero >= 3:
-        sizes = sorted((float(arr.params[s:e].sum()) / tp for s, e in chunks), reverse=True)
-        p += BYTES_PARAM * sum(sizes[:2])
+        sizes = np.sort(np.concatenate([arr.params[s:e] for s, e in chunks]))[::-1]
+        p += BYTES_PARAM * float(sizes[:2].sum()) / tp
     if act_rows is None:
         act_rows = activation_bytes(arr, tp, sp, b, recompute, attention)
     act = sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))

@@ -1,0 +1,127 @@
+"""Hardware profiles: the shipped ones load and cite sources; malformed ones name the field."""
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from costmodels.errors import ProfileError
+from costmodels.hardware import PROFILES_DIR, list_profiles, load_profile, parse_profile
+
+REQUIRED = ("a100-40g-sxm", "a100-80g-sxm", "h100-80g-sxm", "h200-141g-sxm", "b200-180g-sxm", "cpu-2core")
+SPECS = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "gpu_specs.csv"
+
+
+def test_required_profiles_ship():
+    names = list_profiles()
+    for n in REQUIRED:
+        assert n in names
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_profile_loads_and_every_figure_has_a_source(name):
+    p = load_profile(name)
+    assert p.name == name
+    assert p.peak_flops_per_s(2) > 0 and p.hbm_bytes > p.memory_reserve_bytes > 0
+    assert p.gpus_per_node >= 1
+    with open(PROFILES_DIR / f"{name}.toml", "rb") as f:
+        raw = tomllib.load(f)
+    # every { value = ... } figure in the file carries a non-empty source
+    def walk(d, path=""):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                if "value" in v:
+                    assert isinstance(v.get("source"), str) and v["source"].strip(), f"{path}{k}"
+                else:
+                    walk(v, f"{path}{k}.")
+    walk(raw)
+    assert raw["gpu"]["matmul_efficiency"]["source"].strip()
+    # efficiency curve is monotone in (0, 1]
+    eff = p.matmul_efficiency([1e6, 1e9, 1e12, 1e15])
+    assert all(0 < e <= 1 for e in eff)
+
+
+def _gpu_specs():
+    candidates = [SPECS, Path("/work/shared/validation/gpu_specs.csv")]
+    for c in candidates:
+        if c.exists():
+            with open(c) as f:
+                return {r["gpu"]: r for r in csv.DictReader(f)}
+    pytest.skip("shared/validation/gpu_specs.csv not available")
+
+
+@pytest.mark.parametrize("name,gpu", [("a100-40g-sxm", "A100-SXM4-40GB"), ("a100-80g-sxm", "A100-SXM4-80GB"),
+                                      ("h100-80g-sxm", "H100-SXM5-80GB"), ("h200-141g-sxm", "H200-SXM-141GB"),
+                                      ("b200-180g-sxm", "B200-SXM-180GB")])
+def test_dense_peaks_match_vendor_figures(name, gpu):
+    spec = _gpu_specs()[gpu]
+    p = load_profile(name)
+    assert p.peak_flops["bf16"] == pytest.approx(float(spec["bf16_dense_tflops"]) * 1e12)  # dense, not sparse
+    assert p.hbm_bytes == pytest.approx(float(spec["hbm_gb"]) * 1e9)
+    assert p.hbm_bandwidth_bytes_per_s == pytest.approx(float(spec["hbm_tb_per_s"]) * 1e12)
+
+
+def test_load_by_path_and_name_are_the_same(tmp_path):
+    src = PROFILES_DIR / "h100-80g-sxm.toml"
+    dst = tmp_path / "mine.toml"
+    dst.write_text(src.read_text())
+    assert load_profile(str(dst)).peak_flops == load_profile("h100-80g-sxm").peak_flops
+
+
+def test_unknown_name_suggests():
+    with pytest.raises(ProfileError, match="did you mean a100-80g-sxm"):
+        load_profile("a100-80g")
+    with pytest.raises(ProfileError, match="does not exist"):
+        load_profile("/nonexistent/profile.toml")
+
+
+def _raw():
+    with open(PROFILES_DIR / "a100-80g-sxm.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["gpu"].pop("hbm_bytes"), "gpu.hbm_bytes"),
+    (lambda d: d["gpu"]["hbm_bytes"].pop("source"), "gpu.hbm_bytes.source"),
+    (lambda d: d["gpu"]["hbm_bytes"].__setitem__("value", -1), "gpu.hbm_bytes.value"),
+    (lambda d: d["gpu"]["peak_bf16_flops_per_s"].__setitem__("value", "fast"), "gpu.peak_bf16_flops_per_s.value"),
+    (lambda d: d["gpu"].__setitem__("hbm_bandwidth_bytes_per_s", 2e12), "gpu.hbm_bandwidth_bytes_per_s"),
+    (lambda d: d["node"]["gpus_per_node"].__setitem__("value", 2.5), "node.gpus_per_node.value"),
+    (lambda d: d.pop("inter_node"), "inter_node"),
+    (lambda d: d["intra_node"].pop("latency_s"), "intra_node.latency_s"),
+    (lambda d: d["gpu"]["matmul_efficiency"].__setitem__("efficiency", [0.1, 0.2]), "gpu.matmul_efficiency.efficiency"),
+    (lambda d: d["gpu"]["matmul_efficiency"].__setitem__("flops", [1e9, 1e8, 1e10, 1e11]), "gpu.matmul_efficiency.flops"),
+    (lambda d: d["gpu"]["matmul_efficiency"].__setitem__("efficiency", [0.1, 0.2, 0.3, 1.5]), "gpu.matmul_efficiency.efficiency"),
+    (lambda d: d["gpu"]["memory_reserve_bytes"].__setitem__("value", 1e12), "gpu.memory_reserve_bytes.value"),
+    (lambda d: d.pop("name"), "name"),
+])
+def test_malformed_profile_names_the_field(mutate, field):
+    d = _raw()
+    mutate(d)
+    with pytest.raises(ProfileError) as e:
+        parse_profile(d, "bad.toml")
+    assert f"'{field}'" in str(e.value)
+    assert "bad.toml" in str(e.value)
+
+
+def test_invalid_toml_is_a_profile_error(tmp_path):
+    p = tmp_path / "broken.toml"
+    p.write_text("[gpu\npeak = 1\n")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_profile(str(p))
+
+
+def test_cli_hardware_lists_and_shows(capsys):
+    from autopar.cli.main import main
+    assert main(["hardware", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {p["name"] for p in out["profiles"]} >= set(REQUIRED)
+    assert main(["hardware", "a100-80g-sxm", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert "Korthikanti" in one["sources"]["gpu.matmul_efficiency"]
+    assert main(["hardware", "no-such-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autopar: error: unknown hardware profile") and "Traceback" not in err
