@@ -99,6 +99,10 @@ class LayerTable:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LayerTable":
         try:
+            if "rows" not in d and isinstance(d.get("layers"), list):
+                # the JSON of 'autopar inspect --json': rows under "layers", count in "num_layers"
+                d = {**d, "rows": d["layers"],
+                     "layers": d.get("num_layers", sum(1 for r in d["layers"] if r.get("kind") == "block"))}
             rows = []
             for r in d["rows"]:
                 r = dict(r)

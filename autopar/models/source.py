@@ -6,6 +6,7 @@ the loss. The runtime relies on ``build(device, seed)`` giving the same weights 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ class ModelSource:
         on ``seed``. ``attention`` selects materialised ("math") or fused ("flash") attention."""
         if seed is not None:
             torch.manual_seed(seed)
-        with torch.device(device):
+        skip = _skip_init() if torch.device(device).type == "meta" else contextlib.nullcontext()
+        with torch.device(device), skip:
             model = self._build(attention)
         if dtype is not None:
             model = model.to(dtype)
@@ -50,6 +52,24 @@ class ModelSource:
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:
         return self.loss_fn(output, targets)
+
+
+_INIT_FUNCS = ("normal_", "uniform_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
+               "xavier_uniform_", "xavier_normal_", "orthogonal_", "constant_", "zeros_", "ones_")
+
+
+@contextlib.contextmanager
+def _skip_init():
+    """On ``meta`` there are no values to initialise: make torch.nn.init's functions no-ops.
+    (Running them on meta tensors costs ~1 ms each and imports torch._dynamo.)"""
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCS if hasattr(nn.init, name)}
+    for name in saved:
+        setattr(nn.init, name, lambda tensor, *a, **k: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
 
 
 def token_loss(output: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:

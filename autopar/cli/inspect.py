@@ -1,0 +1,92 @@
+"""``autopar inspect MODEL``: trace a model and print its layer table (or JSON for scripts)."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("inspect", help="trace a model into its layer table (FLOPs, params, activations)",
+                       description="Trace MODEL on meta tensors (no weight memory) and print one row per "
+                                   "pipeline-cuttable layer: embedding, each block, head. FLOPs and bytes "
+                                   "are for one micro-batch, bf16 activations, materialised attention.")
+    from autopar.cli.common import add_model_args
+    add_model_args(p)
+    p.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per micro-batch (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="treat submodules of this class as one opaque step (repeatable); "
+                        "the fix for code torch.fx cannot trace")
+    p.set_defaults(run=run)
+
+
+def table_json(table) -> dict:
+    """The inspect JSON: model, total_params, layers (one dict per row) and the table fields.
+    ``costmodels.layer_table.LayerTable.from_dict`` reads it back."""
+    d = table.to_dict()
+    rows = d.pop("rows")
+    num_layers = d.pop("layers")
+    out = {"model": d.pop("model"), "total_params": d.pop("total_params")}
+    out.update(d)
+    out["num_layers"] = num_layers
+    out["total_fwd_flops"] = sum(r["fwd_flops"] for r in rows)
+    out["total_bwd_flops"] = sum(r["bwd_flops"] for r in rows)
+    out["layers"] = rows
+    return out
+
+
+def run(args) -> int:
+    from autopar.cli.common import console, human, print_json
+    from autopar.models import load_model
+    from autopar.trace import trace_model
+    from costmodels.errors import SpecError
+
+    if args.micro_batch < 1:
+        raise SpecError(f"--micro-batch must be at least 1 (got {args.micro_batch})")
+    if args.seq is not None and args.seq < 1:
+        raise SpecError(f"--seq must be at least 1 (got {args.seq})")
+    source = load_model(args.model, seq=args.seq)
+    table = trace_model(source, micro_batch=args.micro_batch, leaf_modules=tuple(args.leaf))
+    if args.json:
+        print_json(table_json(table))
+        return 0
+
+    from rich.table import Table
+    t = Table(title=f"{table.model}: {human(table.total_params)} parameters, micro-batch {table.micro_batch} "
+                    f"x seq {table.seq} (bf16, math attention)")
+    for col in ("row", "name", "kind", "params", "fwd FLOPs", "bwd FLOPs", "saved act.", "in TP",
+                "attn core", "boundary", "TP pairs"):
+        t.add_column(col, justify="left" if col in ("name", "kind", "TP pairs") else "right")
+
+    def pairs_text(r):
+        out = []
+        for p in r.tp_pairs:
+            h = f" h={p.heads}" + (f"/kv={p.kv_heads}" if p.kv_heads not in (None, p.heads) else "") if p.heads else ""
+            out.append(f"{'+'.join(p.column)}→{p.row}{h}")
+        return "; ".join(out)
+
+    def key(r):
+        return (r.kind, r.params, r.fwd_flops, r.bwd_flops, r.saved_activation_bytes, r.act_tp_bytes,
+                r.act_attention_core_bytes, r.boundary_bytes, r.tp_pairs)
+
+    rows = list(table.rows)
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1].kind == "block" and key(rows[j + 1]) == key(rows[i]):
+            j += 1
+        r = rows[i]
+        name = r.name if j == i else f"{r.name} … {rows[j].name} (x{j - i + 1}, each)"
+        idx = str(i) if j == i else f"{i}-{j}"
+        t.add_row(idx, name, r.kind, human(r.params), human(r.fwd_flops), human(r.bwd_flops),
+                  human(r.saved_activation_bytes, "B"), human(r.act_tp_bytes, "B"),
+                  human(r.act_attention_core_bytes, "B"), human(r.boundary_bytes, "B"), pairs_text(r))
+        i = j + 1
+    c = console()
+    c.print(t)
+    fwd = sum(r.fwd_flops for r in rows)
+    bwd = sum(r.bwd_flops for r in rows)
+    shape = ", ".join(f"{k}={v}" for k, v in (("layers", table.layers), ("hidden", table.hidden),
+                                                 ("heads", table.heads), ("kv_heads", table.kv_heads),
+                                                 ("vocab", table.vocab)) if v is not None)
+    c.print(f"{shape}; per micro-batch: {human(fwd)}FLOP forward, {human(bwd)}FLOP backward, "
+            f"{human(sum(r.saved_activation_bytes for r in rows), 'B')} saved for backward. "
+            f"'in TP': split by tensor parallelism; 'attn core': dropped by selective recompute.")
+    return 0

@@ -1,0 +1,211 @@
+"""Find Megatron tensor-parallel pairs and the attention core in a traced block.
+
+A linear R is the *row-parallel* half of a pair when every path back from its input reaches a
+linear (the *column-parallel* halves) before it reaches the block's residual-stream input —
+e.g. ``attn.c_proj`` ← softmax attention ← ``attn.c_attn``, or ``mlp.w2`` ← silu·mul ←
+``mlp.w1``, ``mlp.w3``. Between the columns and R lies the *TP region*: activations there are
+split over tp ranks. When the region holds a softmax between two activation matmuls it is an
+attention pair; its head count is the score tensor's head dimension, and the kv head count
+follows from the columns' output features (q, k, v or one fused qkv).
+
+The *attention core* (what selective recompute drops, Korthikanti §4.2) is the score matmul's
+output and everything between it and the matmul with V, exclusive.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+_MATMUL_FUNCS = {operator.matmul, torch.matmul, torch.bmm, torch.einsum}
+_MATMUL_METHODS = {"matmul", "bmm", "__matmul__"}
+_SOFTMAX_FUNCS = {F.softmax, torch.softmax, torch.nn.functional.softmax, F.log_softmax}
+_SOFTMAX_METHODS = {"softmax"}
+
+
+@dataclass
+class FoundPair:
+    columns: tuple[str, ...]     # module targets of the column-parallel linears
+    row: str                     # module target of the row-parallel linear
+    row_node: str                # fx node name of the row linear
+    column_nodes: tuple[str, ...]
+    heads: int | None = None
+    kv_heads: int | None = None
+
+
+def _is_linear(gm: fx.GraphModule, n: fx.Node) -> bool:
+    if n.op != "call_module":
+        return False
+    try:
+        return isinstance(gm.get_submodule(n.target), nn.Linear)
+    except AttributeError:
+        return False
+
+
+def _is_softmax(gm, n: fx.Node) -> bool:
+    if n.op == "call_function" and n.target in _SOFTMAX_FUNCS:
+        return True
+    if n.op == "call_method" and n.target in _SOFTMAX_METHODS:
+        return True
+    if n.op == "call_module":
+        try:
+            return isinstance(gm.get_submodule(n.target), (nn.Softmax, nn.LogSoftmax))
+        except AttributeError:
+            return False
+    return False
+
+
+def _is_act_matmul(n: fx.Node) -> bool:
+    """A matmul between two activations (no parameter operand)."""
+    if not ((n.op == "call_function" and n.target in _MATMUL_FUNCS)
+            or (n.op == "call_method" and n.target in _MATMUL_METHODS)):
+        return False
+    ins = [a for a in n.all_input_nodes]
+    return len(ins) >= 2 and not any(a.op == "get_attr" for a in ins)
+
+
+def _primary_inputs(gm: fx.GraphModule) -> set:
+    """Placeholders carrying the residual stream: same shape as the block's output."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    vals = [a.meta.get("val") for a in out.all_input_nodes]
+    shapes = {tuple(v.shape) for v in vals if isinstance(v, torch.Tensor)}
+    prim = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and tuple(v.shape) in shapes:
+                prim.add(n)
+    if not prim:
+        prim = {n for n in gm.graph.nodes if n.op == "placeholder"}
+    return prim
+
+
+def _ancestors(n: fx.Node) -> set:
+    seen, stack = set(), list(n.all_input_nodes)
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.extend(u.all_input_nodes)
+    return seen
+
+
+def _descendants(nodes) -> set:
+    seen, stack = set(), [u for n in nodes for u in n.users]
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.extend(u.users)
+    return seen
+
+
+def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
+    prim = _primary_inputs(gm)
+    pairs: list[FoundPair] = []
+    for r in gm.graph.nodes:
+        if not _is_linear(gm, r) or not r.args or not isinstance(r.args[0], fx.Node):
+            continue
+        cols, ok = [], True
+        seen, stack = set(), [r.args[0]]
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if _is_linear(gm, u):
+                cols.append(u)
+                continue
+            if u.op == "placeholder":
+                if u in prim:
+                    ok = False
+                    break
+                continue
+            if u.op == "get_attr":
+                continue
+            stack.extend(u.all_input_nodes)
+        if not ok or not cols:
+            continue
+        cols.sort(key=lambda c: list(gm.graph.nodes).index(c))
+        pair = FoundPair(columns=tuple(c.target for c in cols), row=r.target, row_node=r.name,
+                         column_nodes=tuple(c.name for c in cols))
+        _heads(gm, pair, cols, r)
+        pairs.append(pair)
+    return pairs
+
+
+def _heads(gm, pair: FoundPair, cols, r) -> None:
+    region = _descendants(cols) & (_ancestors(r))
+    for s in region:
+        if not _is_act_matmul(s):
+            continue
+        if not any(_is_softmax(gm, d) for d in _descendants([s]) & region):
+            continue
+        q = s.all_input_nodes[0].meta.get("val")
+        out = s.meta.get("val")
+        if not isinstance(q, torch.Tensor) or not isinstance(out, torch.Tensor) or out.dim() < 3:
+            continue
+        d = int(q.shape[-1])
+        heads = int(out.shape[-3]) if out.dim() >= 4 else None
+        if heads is None:
+            return
+        total = sum(gm.get_submodule(c.target).out_features for c in cols)
+        kv = heads
+        if d > 0 and total % d == 0:
+            rest = total // d - heads
+            if rest > 0 and rest % 2 == 0:
+                kv = rest // 2
+        pair.heads, pair.kv_heads = heads, kv
+        return
+
+
+def region_nodes(gm: fx.GraphModule, pairs: list[FoundPair]) -> set[str]:
+    """Names of nodes whose outputs are split over tp ranks (columns up to the row input)."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    names: set[str] = set()
+    for p in pairs:
+        cols = [by_name[c] for c in p.column_nodes]
+        r = by_name[p.row_node]
+        names |= {n.name for n in (_descendants(cols) & _ancestors(r))}
+        names |= set(p.column_nodes)
+    return names
+
+
+def attention_core_nodes(gm: fx.GraphModule, pairs: list[FoundPair]) -> tuple[set[str], set[str]]:
+    """(core node names, score-matmul node names). Storages created *inside* a score matmul
+    (its copies of q and k) are not core; its output is."""
+    core: set[str] = set()
+    scores: set[str] = set()
+    for sm in gm.graph.nodes:
+        if not _is_softmax(gm, sm):
+            continue
+        s = _nearest(sm, back=True)
+        av = _nearest(sm, back=False)
+        if s is None or av is None:
+            continue
+        between = (_descendants([s]) & _ancestors(av)) - {av}
+        core |= {n.name for n in between} | {s.name}
+        scores.add(s.name)
+    return core, scores
+
+
+def _nearest(n: fx.Node, back: bool):
+    seen, frontier = set(), [n]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in (u.all_input_nodes if back else u.users):
+                if v in seen:
+                    continue
+                seen.add(v)
+                if _is_act_matmul(v):
+                    return v
+                nxt.append(v)
+        frontier = nxt
+    return None
