@@ -95,6 +95,8 @@ class Block(nn.Module):
 GPT = "gpt:layers=1,hidden=32,heads=4,vocab=64,seq=8"
 LLAMA = "llama:layers=1,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8"
 GPT_ODD_VOCAB = "gpt:layers=1,hidden=32,heads=4,vocab=63,seq=8"
+BERT = "bert:layers=1,hidden=32,heads=4,vocab=64,seq=8"
+MLPF = "mlp:layers=1,hidden=32,classes=10,seq=8"
 
 
 def _randomize(module: nn.Module, seed: int):
@@ -118,6 +120,12 @@ def build_case(name: str):
     if name == "user_block_math":
         torch.manual_seed(0)
         return _randomize(Block(flash=False), 4), "block"
+    if name == "gpt_flash_block":
+        return _randomize(load_model(GPT).build("cpu", attention="flash").blocks[0], 11), "block"
+    if name == "bert_block":   # post-norm: the attention input is also the residual
+        return _randomize(load_model(BERT).build("cpu").blocks[0], 12), "block"
+    if name == "mlp_block":
+        return _randomize(load_model(MLPF).build("cpu").blocks[0], 13), "block"
     if name == "gpt_embedding":
         return _randomize(load_model(GPT).build("cpu").embedding, 5), "embedding"
     if name == "gpt_head":
@@ -133,7 +141,7 @@ def build_case(name: str):
     raise KeyError(name)
 
 
-CASES = ["gpt_block", "llama_block", "user_block_flash", "user_block_math", "gpt_embedding",
+CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "user_block_flash", "user_block_math", "gpt_embedding",
          "gpt_head", "llama_embedding", "llama_head", "odd_vocab_embedding", "odd_vocab_head"]
 SETTINGS = [(sp, rc) for sp in (False, True) for rc in ("none", "selective", "full")]
 

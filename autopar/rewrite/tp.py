@@ -198,6 +198,7 @@ class _Rewriter:
         self.needs_grad: dict[fx.Node, bool] = {}   # new node -> replicated and requires grad
         self.entries: dict[fx.Node, fx.Node] = {}
         self.names: set[str] = set()
+        self.coll_log: list[dict] = []
 
     # -- analysis on the full (serial) graph ---------------------------------------------------------
     def propagate_full(self):
@@ -404,6 +405,11 @@ class _Rewriter:
         name = self._name(base)
         self.root[name] = cls(self.group, *cargs, **ckw)
         node = self._add("call_module", name, (x,), name=name.replace(".", "_"))
+        a, b = self.local.get(x), self.local.get(node)
+        if _is_tensor(a) and _is_tensor(b):
+            self.coll_log.append({"name": name, "module": cls.__name__, "in_shape": tuple(a.shape),
+                                  "out_shape": tuple(b.shape),
+                                  "bytes": max(a.numel(), b.numel()) * a.element_size()})
         return node
 
     def _module(self, name, mod, spec_for=None):
@@ -493,7 +499,8 @@ class _Rewriter:
         if i == 0 and self.sp and self.kind in ("block", "head") and _is_tensor(val):
             if val.dim() < 2 or val.shape[SEQ_DIM] % self.tp:
                 raise PlanError(f"plan field 'sequence_parallel' needs the sequence length "
-                                f"({val.shape[SEQ_DIM] if val.dim() > 1 else 'none'}) divisible by tp={self.tp}")
+                                f"({val.shape[SEQ_DIM] if val.dim() > 1 else 'none'}) divisible by "
+                                f"tp={self.tp}; set sequence_parallel false or change tp")
             self.local[node] = val.chunk(self.tp, dim=SEQ_DIM)[self.rank]
             if self.kind == "head":   # gather the sequence before anything of the head runs
                 node = self._collective(GatherSeq, node, "sp_gather_input", grad="split")
@@ -510,8 +517,9 @@ class _Rewriter:
         if self.sp and self.kind == "embedding" and self.tp > 1:
             full = self.full[n.args[0]]
             if full.dim() < 2 or full.shape[SEQ_DIM] % self.tp:
-                raise PlanError(f"plan field 'sequence_parallel' needs the sequence length divisible "
-                                f"by tp={self.tp}")
+                raise PlanError(f"plan field 'sequence_parallel' needs the sequence length "
+                                f"({full.shape[SEQ_DIM] if full.dim() > 1 else 'none'}) divisible by "
+                                f"tp={self.tp}; set sequence_parallel false or change tp")
             out = self._collective(ScatterSeq, out, "sp_scatter_output")
         want = SEQ_DIM if (self.sp and self.kind in ("embedding", "block") and self.tp > 1) else None
         got = self._shard(self.full[n.args[0]], self.local[out], n)
@@ -862,6 +870,7 @@ def rewrite_row(module: nn.Module, *, kind: str, tp_rank: int, tp_size: int, tp_
                        "pairs": {r.target: {"columns": [c.target for c in cols], "kind": rw.pair_kind[r],
                                             "segments": {c.target: list(rw.segments[c]) for c in cols}}
                                  for r, cols in rw.rows.items()},
+                       "collectives": rw.coll_log,
                        "vocab_parallel": (rw.vocab_embedding or rw.vocab_head).target
                        if (rw.vocab_embedding or rw.vocab_head) is not None else None}
     from autopar.rewrite.recompute import apply_recompute

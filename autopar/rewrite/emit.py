@@ -1,0 +1,320 @@
+"""``autopar apply MODEL --plan P --emit DIR``: every rank's rewritten rows as readable Python.
+
+The model is built on ``meta`` (no weight memory, so the largest presets emit in seconds), cut
+into rows and pipeline stages exactly as the runtime cuts them (``autopar.runtime.rows`` and the
+plan's ``stages`` or the balanced split), and each row is rewritten with ``rewrite_row`` for each
+tp rank against a :class:`FakeGroup` (no process group; collectives only reshape locally).
+
+Output:
+* ``DIR/stage{v}_tp{r}.py`` — one file per (virtual pipeline stage v, tp rank r): the fx code of
+  each row of that stage as a class with a ``forward`` (rows with the same code as an earlier row
+  of the file become a one-line subclass), its parameters with local shapes and how each is split,
+  and the collective modules it calls.
+* ``DIR/SUMMARY.md`` — the plan, the stage cut, and which collectives run where (per row: module,
+  forward/backward operation, local tensor shapes, bytes per micro-batch), plus the communication
+  the runtime adds outside the rows (dp gradient reduction / ZeRO, pipeline send/recv, tied
+  embedding).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from autopar.rewrite.collectives import FakeGroup, _Collective
+from autopar.rewrite.state import collectives_of
+from autopar.rewrite.tp import rewrite_row
+from costmodels.errors import PlanError
+from costmodels.split import partition
+
+
+@dataclass
+class EmitResult:
+    out_dir: str
+    files: list[str] = field(default_factory=list)
+    stages: tuple = ()
+    summary_path: str = ""
+
+
+def _rows_of(model: nn.Module):
+    try:
+        from autopar.runtime.rows import model_rows
+        return model_rows(model)
+    except ImportError:  # pragma: no cover - the runtime ships with autopar
+        from types import SimpleNamespace
+        blocks = list(model.blocks)
+        names = ["embedding"] + [f"blocks.{i}" for i in range(len(blocks))] + ["head"]
+        return SimpleNamespace(modules=[model.embedding, *blocks, model.head],
+                               kinds=["embedding"] + ["block"] * len(blocks) + ["head"], names=names)
+
+
+def _stages(plan, rows, spec, seq):
+    n, v = len(rows.modules), plan.virtual_stages
+    if v > n:
+        raise PlanError(f"plan fields 'pp'·'vpp' = {plan.pp}·{plan.vpp} = {v} pipeline stages but the "
+                        f"model has only {n} rows; lower pp or vpp")
+    if plan.stages is not None:
+        if plan.stages[-1][1] != n:
+            raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model has "
+                            f"{n} rows; the last range must end at {n}")
+        return tuple(plan.stages)
+    try:
+        from autopar.trace import table_for
+        table = table_for(spec, micro_batch=plan.micro_batch_size, seq=seq)
+        if len(table.rows) == n:
+            from costmodels.split import balanced_stages
+            return balanced_stages(table, v)
+    except Exception:  # noqa: BLE001 - the trace is optional here; fall back to equal rows
+        pass
+    return partition([1.0] * n, v)
+
+
+def _row_inputs(rows, source, micro_batch, upto):
+    """Each row's serial input for one micro-batch, on meta (shapes only)."""
+    out = {}
+    x = source.example_inputs(micro_batch, "meta")
+    with torch.no_grad():
+        for i in range(upto):
+            first = x[0] if isinstance(x, tuple) else x
+            out[i] = first
+            x = rows.modules[i](*x) if isinstance(x, tuple) else rows.modules[i](x)
+    return out
+
+
+def _py_name(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+_WRAP = re.compile(r'^torch\.fx\._symbolic_trace\.wrap\("(\w+)"\)\s*$', re.M)
+
+
+def _class_code(cls_name: str, gm: nn.Module, doc: list[str]) -> tuple[str, set]:
+    code = gm.code
+    wrapped = set(_WRAP.findall(code))
+    code = _WRAP.sub("", code).strip("\n")
+    body = "\n".join("    " + ln if ln.strip() else "" for ln in code.splitlines())
+    doc_text = "\n".join("    " + d for d in doc)
+    return f'class {cls_name}(torch.nn.Module):\n    """\n{doc_text}\n    """\n\n{body}\n', wrapped
+
+
+def _shape(t) -> str:
+    return str(tuple(int(s) for s in t.shape))
+
+
+def _param_doc(gm: nn.Module) -> list[str]:
+    specs = getattr(gm, "autopar_shards", {}) or {}
+    lines = []
+    for name, p in list(gm.named_parameters()) + list(gm.named_buffers()):
+        spec = specs.get(name)
+        kind = "param " if isinstance(p, nn.Parameter) else "buffer"
+        if spec is None or spec.dim is None:
+            how = "replicated"
+        elif spec.segments:
+            how = f"split on dim {spec.dim}, per segment {tuple(spec.segments)}"
+        else:
+            how = f"split on dim {spec.dim}"
+        orig = "" if spec is None or spec.name == name else f" (serial name {spec.name})"
+        lines.append(f"  {kind} {name}: {_shape(p)} {str(p.dtype).replace('torch.', '')}, {how}{orig}")
+    return lines
+
+
+def _submodule_graphs(gm: nn.Module, prefix=""):
+    """(path, GraphModule) of nested graph modules (attention cores, the row under full
+    recompute), outermost first."""
+    for name, sub in gm.named_children():
+        if hasattr(sub, "graph") and hasattr(sub, "code"):
+            yield prefix + name, sub
+            yield from _submodule_graphs(sub, prefix + name + ".")
+        elif isinstance(sub, nn.Module):
+            yield from _submodule_graphs(sub, prefix + name + ".")
+
+
+def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
+    from autopar.models import load_model
+    source = load_model(spec, seq=seq)
+    attention = getattr(plan, "attention", "math")
+    model = source.build("meta", seed=None, attention=attention)
+    rows = _rows_of(model)
+    stages = _stages(plan, rows, spec, seq)
+    inputs = _row_inputs(rows, source, plan.micro_batch_size, len(rows.modules))
+    os.makedirs(out_dir, exist_ok=True)
+    result = EmitResult(out_dir=out_dir, stages=stages)
+    tp = plan.tp
+    cache: dict[tuple, nn.Module] = {}
+    row_coll: dict[int, list[dict]] = {}
+    row_io: dict[int, tuple] = {}
+
+    def rewritten(i, r):
+        mod, kind = rows.modules[i], rows.kinds[i]
+        x = inputs[i]
+        key = (kind, repr(mod), tuple(x.shape), str(x.dtype), r)
+        if key not in cache:
+            cache[key] = rewrite_row(mod, kind=kind, tp_rank=r, tp_size=tp, tp_group=FakeGroup(r, tp),
+                                     sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
+                                     example_input=x)
+        return cache[key]
+
+    for v, (a, b) in enumerate(stages):
+        for r in range(tp):
+            fname = f"stage{v}_tp{r}.py"
+            parts, wrapped, seen_code = [], set(), {}
+            for i in range(a, b):
+                gm = rewritten(i, r)
+                name, kind = rows.names[i], rows.kinds[i]
+                cls = _py_name(name)
+                if r == 0:
+                    row_coll[i] = _collective_rows(gm)
+                    row_io[i] = tuple(inputs[i].shape)
+                code_key = (gm.code, tuple(_param_doc(gm)))
+                if code_key in seen_code:
+                    parts.append(f"class {cls}({seen_code[code_key]}):\n    \"\"\"{name} ({kind}): "
+                                 f"same code and shapes as {seen_code[code_key]}, its own weights.\"\"\"\n")
+                    continue
+                seen_code[code_key] = cls
+                doc = [f"{name} ({kind}) for tensor-parallel rank {r} of {tp}; "
+                       f"serial input {tuple(inputs[i].shape)}.",
+                       f"rewritten: sequence_parallel={plan.sequence_parallel}, recompute={plan.recompute!r}",
+                       "parameters and buffers (local shape, how split from the serial row):",
+                       *(_param_doc(gm) or ["  (none)"])]
+                colls = collectives_of(gm)
+                if colls:
+                    doc.append("collectives (tp group):")
+                    doc += [f"  self.{c['name']}: {c['module']} (forward {c['fwd']}, backward {c['bwd']})"
+                            for c in colls]
+                text, w = _class_code(cls, gm, doc)
+                wrapped |= w
+                parts.append(text)
+                for sub_path, sub in _submodule_graphs(gm):
+                    sub_doc = [f"{name}: submodule self.{sub_path} ({type(sub).__name__}), run under "
+                               "torch.utils.checkpoint(use_reentrant=False)"]
+                    if sub_path == "row":
+                        sub_doc.append("parameters: see the outer class (names without 'row.')")
+                    t2, w2 = _class_code(f"{cls}__{_py_name(sub_path)}", sub, sub_doc)
+                    wrapped |= w2
+                    parts.append(t2)
+            header = [
+                f"# autopar apply --emit: {spec}",
+                f"# plan: {plan.to_json()}",
+                f"# virtual pipeline stage {v} of {len(stages)} (pipeline rank {v % plan.pp} of {plan.pp}), "
+                f"tensor-parallel rank {r} of {tp}",
+                f"# rows [{a}, {b}): {', '.join(rows.names[a:b])}",
+                "# Generated from the torch.fx graphs the runtime executes (GraphModule.code); readable,",
+                "# not meant to be imported. Collectives are the leaf modules listed in each docstring.",
+                "import math",
+                "import torch",
+                "from torch import device  # noqa: F401  (fx prints devices as device(...))",
+                "inf = float('inf')",
+                "nan = float('nan')",
+            ]
+            for w in sorted(wrapped):
+                mod, _, fn = w.partition("_")
+                header.append(f"{w} = {mod}.{fn}  # torch.fx auto-wrapped call")
+            path = os.path.join(out_dir, fname)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(header) + "\n\n\n" + "\n\n".join(parts))
+            result.files.append(path)
+
+    result.summary_path = os.path.join(out_dir, "SUMMARY.md")
+    with open(result.summary_path, "w", encoding="utf-8") as f:
+        f.write(_summary(spec, plan, rows, stages, row_coll, row_io, result.files))
+    return result
+
+
+def _collective_rows(gm: nn.Module) -> list[dict]:
+    log = {c["name"]: c for c in (getattr(gm, "autopar_info", {}) or {}).get("collectives", [])}
+    out = []
+    for c in collectives_of(gm):
+        bare = c["name"][4:] if c["name"].startswith("row.") else c["name"]
+        info = log.get(bare, {})
+        out.append({**c, "in_shape": info.get("in_shape"), "out_shape": info.get("out_shape"),
+                    "bytes": info.get("bytes")})
+    return out
+
+
+def _human_bytes(n) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _summary(spec, plan, rows, stages, row_coll, row_io, files) -> str:
+    tp, L = plan.tp, []
+    L.append(f"# autopar apply --emit: `{spec}`\n")
+    L.append(f"Plan: dp={plan.dp}, tp={tp}, pp={plan.pp}, vpp={plan.vpp}, micro_batch_size="
+             f"{plan.micro_batch_size}, zero={plan.zero}, recompute={plan.recompute}, sequence_parallel="
+             f"{str(plan.sequence_parallel).lower()}, schedule={plan.schedule}, attention={plan.attention}, "
+             f"placement={plan.placement} — world size {plan.world_size}.\n")
+    L.append("Each file `stage{v}_tp{r}.py` holds the fx code of virtual pipeline stage v's rows for "
+             "tensor-parallel rank r; the same stage is replicated on every data-parallel rank.\n")
+    L.append("## Stages\n")
+    L.append("| virtual stage | pipeline rank | rows | files |")
+    L.append("| --- | --- | --- | --- |")
+    for v, (a, b) in enumerate(stages):
+        names = rows.names[a:b]
+        shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} … {names[-1]} ({len(names)} rows)"
+        fl = ", ".join(f"`stage{v}_tp{r}.py`" for r in range(min(tp, 4))) + (" …" if tp > 4 else "")
+        L.append(f"| {v} | {v % plan.pp} | [{a}, {b}): {shown} | {fl} |")
+    L.append("")
+    L.append("## Tensor-parallel collectives inside the rows\n")
+    if tp == 1:
+        L.append("tp = 1: the rows run no collectives.\n")
+    else:
+        L.append(f"All run on the tensor-parallel group ({tp} ranks; placement `{plan.placement}`), once "
+                 "per micro-batch, in forward and/or backward as listed. Shapes are local to one rank "
+                 f"for one micro-batch of {plan.micro_batch_size}; bytes = the larger of input and "
+                 "output (fp32 as emitted; halve for bf16).\n")
+    groups: list[tuple[list[int], list[dict]]] = []
+    for i in sorted(row_coll):
+        sig = [(c["name"], c["module"], c["in_shape"]) for c in row_coll[i]]
+        if groups and [(c["name"], c["module"], c["in_shape"]) for c in groups[-1][1]] == sig:
+            groups[-1][0].append(i)
+        else:
+            groups.append(([i], row_coll[i]))
+    totals = {"fwd": 0, "bwd": 0}
+    for idx, colls in groups:
+        label = rows.names[idx[0]] if len(idx) == 1 else f"{rows.names[idx[0]]} … {rows.names[idx[-1]]} (each)"
+        L.append(f"### {label}\n")
+        if not colls:
+            L.append("No collectives (replicated).\n")
+            continue
+        L.append("| collective (`self.…`) | kind | forward | backward | local input → output | bytes |")
+        L.append("| --- | --- | --- | --- | --- | --- |")
+        for c in colls:
+            shape = (f"{tuple(c['in_shape'])} → {tuple(c['out_shape'])}" if c.get("in_shape") is not None else "?")
+            L.append(f"| `{c['name']}` | {c['module']} | {c['fwd']} | {c['bwd']} | {shape} | "
+                     f"{_human_bytes(c.get('bytes'))} |")
+            for phase in ("fwd", "bwd"):
+                if c[phase] not in ("identity",):
+                    totals[phase] += len(idx)
+        L.append("")
+    if tp > 1:
+        L.append(f"Per micro-batch over the whole model: {totals['fwd']} forward and {totals['bwd']} "
+                 "backward tensor-parallel collectives (recompute repeats the forward ones of "
+                 "checkpointed code in backward).\n")
+    L.append("## Communication the runtime adds outside the rows\n")
+    if plan.dp > 1:
+        z = {0: "bucketed gradient all-reduce overlapped with backward (DDP)",
+             1: "gradient all-reduce; optimizer state sharded (ZeRO-1), updated parameters all-gathered",
+             2: "gradient reduce-scatter (ZeRO-2, FSDP2 without resharding), parameters all-gathered",
+             3: "parameters all-gathered per row in forward and backward, gradients reduce-scattered (ZeRO-3, FSDP2)"}
+        L.append(f"- data parallel ({plan.dp} ranks): {z[plan.zero]}.")
+    if plan.pp > 1:
+        L.append(f"- pipeline ({plan.pp} ranks, schedule {plan.schedule}): send/recv of each stage's "
+                 f"boundary activation per micro-batch, forward and backward"
+                 + (" — shape (B, T/tp, C) under sequence parallel." if plan.sequence_parallel else "."))
+        L.append("- tied embedding / head weights (if any): gradient all-reduce between the first and "
+                 "last pipeline stage after backward (Megatron).")
+    if plan.dp == 1 and plan.pp == 1:
+        L.append("- none (dp = pp = 1).")
+    L.append("")
+    L.append("## Files\n")
+    L += [f"- `{os.path.basename(p)}`" for p in files]
+    return "\n".join(L) + "\n"
