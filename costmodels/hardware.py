@@ -161,7 +161,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
 
     def err(fieldname: str, problem: str) -> ProfileError:
         return ProfileError(f"hardware profile '{where}': field '{fieldname}' {problem}; "
-                            "see the format in costmodels/hardware.py (docs/hardware.md)")
+                            "see the profile format in the costmodels/hardware.py docstring")
 
     def table(name: str) -> dict[str, Any]:
         t = data.get(name)
