@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(
            ".ci/run installs them)")
 
 
-@pytest.fixture(scope="module")
-def browser():
+def start_browser():
+    """Headless Chromium driven by Debian's chromedriver; nothing is looked up or downloaded."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
     os.environ["SE_OFFLINE"] = "true"          # Selenium Manager: never fetch anything
@@ -33,7 +33,12 @@ def browser():
     for f in FLAGS:
         opts.add_argument(f)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+    return webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = start_browser()
     yield driver
     driver.quit()
 

@@ -23,10 +23,13 @@ COMM_NAMES = {"dp": "DP gradients", "tp": "TP activations", "pp": "PP sends", "z
 
 # ---- small helpers ------------------------------------------------------------------------
 def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    """Bytes in GB (10⁹, as hardware profiles give HBM)."""
+    return f"{n / 1e9:.1f} GB"
 
 
 def seconds(t: float) -> str:
+    if t >= 1000:
+        return f"{t:,.0f} s"
     if t >= 1:
         return f"{t:.3g} s"
     if t >= 1e-3:
@@ -268,17 +271,23 @@ def scaling(records: list[PlanRecord], one_gpu_time=None) -> list[ScalingSeries]
     return out
 
 
-def one_gpu_time_from_cost_model(model, hardware, global_batch, seq):
+def one_gpu_time_from_cost_model(model, hardware, global_batch, seq, table=None):
     """T(1): the cost model's step time for dp = tp = pp = 1 on the whole global batch (memory
-    ignored), the best over micro-batch sizes 1, 2, 4, 8 that divide the batch."""
+    ignored), the best over micro-batch sizes 1, 2, 4, 8 that divide the batch. ``table``: the
+    model's LayerTable (traced with ``autopar.trace.table_for`` when not given)."""
     try:
-        from autopar.estimate import estimate_plans
+        from costmodels.estimate import estimate
+        from costmodels.hardware import load_profile
         from costmodels.plan import Plan
-        plans = [Plan(micro_batch_size=b) for b in (1, 2, 4, 8) if int(global_batch) % b == 0]
-        res = estimate_plans(model, hardware, 1, int(global_batch), plans, seq=seq)
-        best = min(res, key=lambda d: float(d["step_time_s"]))
-        return float(best["step_time_s"]), (f"T(1) = {seconds(float(best['step_time_s']))}: the cost "
-                                            f"model's one-GPU step (micro-batch {best.get('micro_batch_size')}, "
-                                            "memory ignored)")
-    except Exception as e:  # cost model missing or refusing: fall back, and say why
+        if table is None:
+            from autopar.trace import table_for
+            table = table_for(model, micro_batch=1, seq=seq)
+        profile = load_profile(hardware)
+        best = min((estimate(table, profile, Plan(micro_batch_size=b), 1, int(global_batch))
+                    for b in (1, 2, 4, 8) if int(global_batch) % b == 0),
+                   key=lambda e: float(e.step_time_s))
+        t = float(best.step_time_s)
+        return t, (f"T(1) = {seconds(t)}: the cost model's step time on one GPU (dp = tp = pp = 1, "
+                   f"micro-batch {best.to_dict().get('micro_batch_size')}, memory ignored)")
+    except Exception as e:  # no cost model / trace for this model: fall back, and say why
         return None, f"{type(e).__name__}: {e}"

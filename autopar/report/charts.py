@@ -14,6 +14,7 @@ from matplotlib import rcParams
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path
+from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, ScalingSeries, breakdown, comm_rows,
                                      hbm, stage_memories)
@@ -26,7 +27,7 @@ TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756"
 MEMORY_COLORS = {"params": "#4C78A8", "grads": "#72B7B2", "optimizer": "#F58518",
                  "activations": "#E45756", "reserve": "#BAB0AC"}
 COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA3B"}
-HATCHES = ["", "///", "xx", "..", "\\\\", "++", "oo"]
+TIER_COLORS = ["#4C78A8", "#E45756", "#54A24B", "#B279A2", "#F58518"]
 FWD = ["#4C78A8", "#9ECAE9", "#2E5A87", "#72B7B2"]
 BWD = ["#F58518", "#FFBF79", "#B5441B", "#E45756"]
 _counter = itertools.count()
@@ -115,15 +116,15 @@ def step_time_chart(records: list[PlanRecord]) -> str:
 def memory_chart(r: PlanRecord) -> str:
     mems = stage_memories(r)
     n = len(mems)
-    fig = _figure(min(8, 3.6 + 0.2 * n), 3.0)
+    fig = _figure(6.4, 3.0)
     ax = fig.add_subplot()
     xs = list(range(n))
     bottom = [0.0] * n
     for k in MEMORY_KEYS:
-        vals = [m[1][k] / 2**30 for m in mems]
+        vals = [m[1][k] / 1e9 for m in mems]
         ax.bar(xs, vals, bottom=bottom, color=MEMORY_COLORS[k], label=k, width=0.75)
         bottom = [a + b for a, b in zip(bottom, vals)]
-    totals = [m[2] / 2**30 for m in mems]
+    totals = [m[2] / 1e9 for m in mems]
     worst = max(range(n), key=totals.__getitem__)
     ax.bar([worst], [totals[worst]], width=0.75, fill=False, edgecolor="black", linewidth=1.6)
     ax.annotate("bottleneck", (worst, totals[worst]), xytext=(0, 8), textcoords="offset points",
@@ -131,16 +132,16 @@ def memory_chart(r: PlanRecord) -> str:
     h = hbm(r)
     top = max(totals)
     if h:
-        ax.axhline(h / 2**30, color="#c00000", linestyle="--", linewidth=1.2)
-        ax.text(n - 0.5, h / 2**30, f"HBM {h / 2**30:.0f} GiB", color="#c00000", fontsize=7,
-                ha="right", va="bottom")
-        top = max(top, h / 2**30)
-    ax.set_ylim(0, top * 1.18)
+        ax.axhline(h / 1e9, color="#c00000", linestyle="--", linewidth=1.2)
+        ax.text(n - 0.5, h / 1e9, f"HBM {h / 1e9:.0f} GB ", color="#c00000", fontsize=7,
+                ha="right", va="top")
+        top = max(top, h / 1e9)
+    ax.set_ylim(0, top * 1.22)
     ax.set_xticks(xs, [str(m[0]) for m in mems], fontsize=7 if n <= 32 else 5)
     ax.set_xlabel("pipeline stage")
-    ax.set_ylabel("GiB per GPU")
+    ax.set_ylabel("GB per GPU")
     ax.set_title(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, loc="left")
-    ax.legend(fontsize=7, ncols=5, loc="upper left", frameon=False)
+    ax.legend(fontsize=6.5, ncols=5, loc="upper left", frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
 
@@ -191,38 +192,46 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
 
 # ---- communication --------------------------------------------------------------------------------
 def comm_chart(records: list[PlanRecord]) -> str:
+    """One panel per kind (its own scale: TP volume would otherwise hide DP and PP), a bar per
+    plan, coloured by the link tier the collective crosses."""
     n = len(records)
-    fig = _figure(9, 1.6 + 0.32 * n)
-    ax = fig.add_subplot()
     rows = {r.id: comm_rows(r) for r in records}
+    kinds = [k for k in COMM_COLORS if any(float(c.get("bytes_per_gpu") or 0) > 0 and c.get("kind") == k
+                                           for rs in rows.values() for c in rs)]
+    kinds += sorted({str(c.get("kind")) for rs in rows.values() for c in rs
+                     if c.get("kind") not in COMM_COLORS and float(c.get("bytes_per_gpu") or 0) > 0})
     tiers = sorted({str(c.get("tier")) for rs in rows.values() for c in rs})
-    hatch = {t: HATCHES[i % len(HATCHES)] for i, t in enumerate(tiers)}
+    colour = {t: TIER_COLORS[i % len(TIER_COLORS)] for i, t in enumerate(tiers)}
+    fig = _figure(10, 1.5 + 0.3 * n)
+    axes = fig.subplots(1, max(1, len(kinds)), sharey=True, squeeze=False)[0]
     ys = list(range(n))[::-1]
-    kinds_used = set()
-    for y, r in zip(ys, records):
-        left = 0.0
-        for c in sorted(rows[r.id], key=lambda c: (list(COMM_COLORS).index(c["kind"])
-                                                  if c.get("kind") in COMM_COLORS else 9, str(c.get("tier")))):
-            v = float(c.get("bytes_per_gpu") or 0.0) / 2**30
-            if v <= 0:
-                continue
-            kinds_used.add(c.get("kind"))
-            ax.barh([y], [v], left=[left], color=COMM_COLORS.get(c.get("kind"), "#999999"),
-                    hatch=hatch[str(c.get("tier"))], edgecolor="white", linewidth=0.4, height=0.7)
-            left += v
-        ax.text(left, y, f" {left:.3g}", va="center", fontsize=7)
-    ax.set_yticks(ys, [f"#{r.id} {r.label()} · {r.gpus} GPUs" for r in records], fontsize=7)
-    ax.set_xlabel("GiB sent per GPU per step")
-    ax.set_title("Communication volume by kind (colour) and link tier (hatching)", fontsize=10, loc="left")
-    handles = [Patch(color=COMM_COLORS[k], label=COMM_NAMES[k]) for k in COMM_COLORS if k in kinds_used]
-    handles += [Patch(facecolor="white", edgecolor="#555555", hatch=hatch[t], label=f"tier: {t}")
-                for t in tiers]
-    ax.legend(handles=handles, fontsize=7, ncols=min(4, max(1, len(handles))), loc="lower center",
-              bbox_to_anchor=(0.5, 1.06), frameon=False)
-    xmax = ax.get_xlim()[1]
-    ax.set_xlim(0, xmax * 1.08 if xmax > 0 else 1)
-    _style(ax)
+    for ax, kind in zip(axes, kinds or ["none"]):
+        top = 0.0
+        for y, r in zip(ys, records):
+            left = 0.0
+            for c in sorted((c for c in rows[r.id] if c.get("kind") == kind), key=lambda c: str(c.get("tier"))):
+                v = float(c.get("bytes_per_gpu") or 0.0) / 1e9
+                if v <= 0:
+                    continue
+                ax.barh([y], [v], left=[left], color=colour[str(c.get("tier"))], height=0.7)
+                left += v
+            top = max(top, left)
+            if left > 0:
+                ax.text(left, y, " " + _num(left), va="center", fontsize=6)
+        ax.set_xlim(0, top * 1.35 if top > 0 else 1)
+        ax.set_title(COMM_NAMES.get(kind, kind), fontsize=9)
+        ax.set_xlabel("GB per GPU per step", fontsize=7)
+        ax.tick_params(labelsize=6)
+        _style(ax)
+    axes[0].set_yticks(ys, [f"#{r.id} {r.label()} · {r.gpus} GPUs" for r in records], fontsize=7)
+    handles = [Patch(color=colour[t], label=f"link tier: {t}") for t in tiers]
+    fig.legend(handles=handles, fontsize=7, ncols=max(1, len(handles)), loc="outside upper center",
+               frameon=False)
     return to_svg(fig)
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 # ---- scaling ------------------------------------------------------------------------------------
@@ -250,8 +259,13 @@ def scaling_chart(series: list[ScalingSeries]) -> str:
         ax.grid(color="#e5e5e5", linewidth=0.6)
         ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(labelsize=7)
-    axes[0].set_yscale("log")
     axes[1].set_yscale("log", base=2)
+    axes[0].set_ylim(bottom=0)
+    for ax in axes:
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    axes[1].yaxis.set_major_formatter(ScalarFormatter())
+    axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     if len(series) > 1:
         axes[0].legend(fontsize=6, frameon=False)
     return to_svg(fig)

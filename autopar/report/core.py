@@ -36,7 +36,7 @@ class Report:
     def subtitle(self) -> str:
         files = sorted({r.source for r in self.records if not r.source.startswith("<")})
         batches = sorted({r.get("global_batch") for r in self.records})
-        s = (f"{len(self.records)} plans from {len(self.groups)} search(es)"
+        s = (f"{len(self.records)} plans in {len(self.groups)} setting(s)"
              + (f" ({', '.join(os.path.basename(f) for f in files)})" if files else "")
              + f" · global batch {', '.join(map(str, batches))}")
         return s

@@ -253,8 +253,8 @@ def to_html(report) -> str:
                          seconds(float(c["exposed_s"])) if c.get("exposed_s") is not None else "–"])
     S.append(("comm", "Communication per step",
               _figure("comm", charts.comm_chart(report.records),
-                      "Bytes each GPU sends per training step, by kind; hatching marks the link tier "
-                      "the group crosses.")
+                      "Bytes each GPU sends per training step, one panel per kind (each with its own "
+                      "scale); the colour is the link tier the group crosses.")
               + "<details><summary class='note'>every collective</summary>"
               + _table(["plan", "", "kind", "collective", "group", "tier", "bytes/GPU", "time", "exposed"],
                        crow, left=(0, 1, 2, 3, 5)) + "</details>"))
