@@ -125,3 +125,12 @@ def test_cli_hardware_lists_and_shows(capsys):
     assert main(["hardware", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("autopar: error: unknown hardware profile") and "Traceback" not in err
+
+
+def test_costmodels_never_imports_torch():
+    import subprocess
+    import sys
+    code = ("import sys, costmodels, costmodels.estimate, costmodels.validation, costmodels.split, "
+            "autopar.cli.estimate, autopar.cli.hardware, autopar.estimate; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
