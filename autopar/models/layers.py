@@ -32,8 +32,7 @@ class SelfAttention(nn.Module):
         self.causal = causal
         self.attention = attention
         if causal and attention == "math":
-            self.register_buffer("bias", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq),
-                                 persistent=False)
+            self.register_buffer("bias", causal_mask(seq), persistent=False)
 
     def forward(self, x):
         B, T, C = x.size()
@@ -44,6 +43,15 @@ class SelfAttention(nn.Module):
         y = attend(self, q, k, v, T)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+
+def causal_mask(seq: int) -> torch.Tensor:
+    """(1, 1, seq, seq) lower-triangular ones on the default device. On ``meta`` there are no
+    values to compute (and ``torch.tril`` there costs milliseconds per module), so only the
+    shape is made."""
+    if torch.get_default_device().type == "meta":
+        return torch.empty(1, 1, seq, seq)
+    return torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq)
 
 
 def attend(mod: nn.Module, q, k, v, T):

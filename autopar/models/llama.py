@@ -6,13 +6,15 @@ pipeline stage carries what it needs.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.models.config import ModelConfig
 from autopar.models.gpt import LMHead
-from autopar.models.layers import attend, init_weights
+from autopar.models.layers import attend, causal_mask, init_weights
 
 
 class RMSNorm(nn.Module):
@@ -25,11 +27,22 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_tables(seq: int, head_dim: int, theta: float):
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    freqs = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+@functools.lru_cache(maxsize=8)
+def _rope_tables_cpu(seq: int, head_dim: int, theta: float):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))
+    freqs = torch.outer(torch.arange(seq, dtype=torch.float32, device="cpu"), inv)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
+
+
+def rope_tables(seq: int, head_dim: int, theta: float):
+    """cos and sin tables (seq, head_dim) on the default device (computed once on CPU: on
+    ``meta`` the same arithmetic would cost milliseconds per module for no values)."""
+    cos, sin = _rope_tables_cpu(seq, head_dim, theta)
+    device = torch.get_default_device()
+    if device.type == "cpu":
+        return cos.clone(), sin.clone()
+    return cos.to(device), sin.to(device)
 
 
 def apply_rope(x, cos, sin):
@@ -54,8 +67,7 @@ class GQAttention(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         if attention == "math":
-            self.register_buffer("bias", torch.tril(torch.ones(cfg.seq, cfg.seq)).view(
-                1, 1, cfg.seq, cfg.seq), persistent=False)
+            self.register_buffer("bias", causal_mask(cfg.seq), persistent=False)
 
     def forward(self, x):
         B, T, C = x.size()

@@ -1,0 +1,50 @@
+"""Model specs: presets, overrides, families, and the messages for bad ones."""
+import pytest
+
+from autopar.models import FAMILIES, PRESETS, load_model, parse_config
+from costmodels.errors import SpecError
+
+
+def test_presets_listed():
+    assert set(PRESETS) == {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama3-8b",
+                            "llama3-70b", "llama3-405b", "bert-large", "vit-huge"}
+    assert set(FAMILIES) == {"gpt", "llama", "bert", "vit", "mlp"}
+
+
+def test_gpt3_shape():
+    c = PRESETS["gpt3-175b"]
+    assert (c.layers, c.hidden, c.heads, c.vocab, c.seq, c.tied) == (96, 12288, 96, 51200, 2048, True)
+
+
+def test_override_and_seq():
+    assert parse_config("gpt3-175b", "seq=4096").seq == 4096
+    assert load_model("gpt3-175b", seq=1024).seq == 1024
+    assert load_model("gpt:layers=2,hidden=64,heads=4,vocab=100,seq=16").config.ffn_dim == 256
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("gpt-3", "did you mean"),
+    ("gpt:layers=2,hidden=64,heads=4,vocab=100,seq=16,bogus=1", "unknown setting 'bogus' for family gpt; allowed:"),
+    ("gpt:layers=2,hidden=64", "needs"),
+    ("gpt:layers=2,hidden=64,heads=5,vocab=100,seq=16", "not divisible"),
+    ("llama:layers=x,hidden=64,heads=4,ffn=8,vocab=10,seq=8", "must be an integer"),
+    ("hf:does/not/exist.json", "does not exist"),
+    ("does_not_exist.py:fn", "does not exist"),
+])
+def test_bad_specs(spec, match):
+    with pytest.raises(SpecError, match=match):
+        load_model(spec)
+
+
+def test_meta_build_is_cheap_and_real_build_is_seeded():
+    import torch
+    src = load_model("gpt:layers=1,hidden=32,heads=2,vocab=50,seq=8")
+    a = src.build("cpu", seed=3)
+    b = src.build("cpu", seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert a.embedding.wte.weight.std() > 0.01          # initialised on real devices
+    m = src.build("meta", seed=None)
+    assert m.embedding.wte.weight.is_meta
+    # nn.init works normally again after a meta build
+    t = torch.nn.init.normal_(torch.zeros(100))
+    assert t.std() > 0.5
