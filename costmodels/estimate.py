@@ -26,6 +26,7 @@ bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the m
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +50,9 @@ BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", 
 def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> tuple[tuple[int, int], ...]:
     """Raise PlanError naming the violated constraint; return the plan's stages (balanced when
     the plan gives none)."""
-    if not isinstance(gpus, int) or gpus < 1:
+    if not isinstance(gpus, numbers.Integral) or isinstance(gpus, bool) or gpus < 1:
         raise PlanError(f"gpus={gpus!r} must be a positive integer")
-    if not isinstance(global_batch, int) or global_batch < 1:
+    if not isinstance(global_batch, numbers.Integral) or isinstance(global_batch, bool) or global_batch < 1:
         raise PlanError(f"global batch={global_batch!r} must be a positive integer")
     if plan.world_size != gpus:
         raise PlanError(f"dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = {plan.world_size} but --gpus is "
@@ -205,6 +206,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
     stages = check_plan(table, plan, gpus, global_batch)
+    gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)
     p, v = plan.pp, plan.vpp
     tiers = plan_tiers(plan, profile.gpus_per_node)
@@ -223,6 +225,9 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed + opt_s
+    if step <= 0.0:   # a table with no FLOPs and no bytes (nothing to run): avoid dividing by 0
+        raise PlanError(f"the layer table of '{table.model}' has no FLOPs or activation bytes to "
+                        "cost; check the model (autopar inspect MODEL)")
 
     rs = int(np.argmax(T))
     cs = [chunks[c] for c in rank_chunks[rs]]
@@ -284,7 +289,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                               "bwd_s": [_bwd_total(chunks[c], plan) for c in rank_chunks[r]],
                               "memory_bytes": mems[r]})
     return Estimate(
-        plan=plan, model=table.model, hardware=profile.name, gpus=gpus, global_batch=global_batch,
+        plan=plan, model=table.model, hardware=profile.name, gpus=int(gpus), global_batch=int(global_batch),
         seq=table.seq, num_micro_batches=m, step_time_s=step, tokens_per_s=tokens / step,
         tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus * peak * step),
         bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profile.hbm_bytes,
