@@ -49,17 +49,23 @@ def run(args) -> int:
         return 0
 
     from rich.table import Table
-    t = Table(title=f"{table.model}: {human(table.total_params)} parameters, micro-batch {table.micro_batch} "
-                    f"x seq {table.seq} (bf16, math attention)")
-    for col in ("row", "name", "kind", "params", "fwd FLOPs", "bwd FLOPs", "saved act.", "in TP",
-                "attn core", "boundary", "TP pairs"):
-        t.add_column(col, justify="left" if col in ("name", "kind", "TP pairs") else "right")
+    t = Table(title=f"{table.model}: {human(table.total_params)} parameters; per micro-batch of "
+                    f"{table.micro_batch} x {table.seq} tokens (bf16, math attention, training)")
+    for col in ("#", "row", "params", "fwd FLOP", "bwd FLOP", "saved act.", "in TP", "attn core",
+                "boundary", "tensor-parallel pairs"):
+        t.add_column(col, justify="left" if col in ("row", "tensor-parallel pairs") else "right",
+                     no_wrap=col != "tensor-parallel pairs")
+
+    def short(name):
+        return name.rsplit(".", 1)[-1]
 
     def pairs_text(r):
         out = []
         for p in r.tp_pairs:
-            h = f" h={p.heads}" + (f"/kv={p.kv_heads}" if p.kv_heads not in (None, p.heads) else "") if p.heads else ""
-            out.append(f"{'+'.join(p.column)}→{p.row}{h}")
+            heads = ""
+            if p.heads:
+                heads = f" ({p.heads} heads" + (f", {p.kv_heads} kv" if p.kv_heads not in (None, p.heads) else "") + ")"
+            out.append(f"{'+'.join(short(c) for c in p.column)}→{short(p.row)}{heads}")
         return "; ".join(out)
 
     def key(r):
@@ -73,20 +79,24 @@ def run(args) -> int:
         while j + 1 < len(rows) and rows[j + 1].kind == "block" and key(rows[j + 1]) == key(rows[i]):
             j += 1
         r = rows[i]
-        name = r.name if j == i else f"{r.name} … {rows[j].name} (x{j - i + 1}, each)"
+        name = r.name if j == i else f"{r.name} … {rows[j].name.rsplit('.', 1)[-1]} (x{j - i + 1})"
         idx = str(i) if j == i else f"{i}-{j}"
-        t.add_row(idx, name, r.kind, human(r.params), human(r.fwd_flops), human(r.bwd_flops),
+        t.add_row(idx, name, human(r.params), human(r.fwd_flops), human(r.bwd_flops),
                   human(r.saved_activation_bytes, "B"), human(r.act_tp_bytes, "B"),
                   human(r.act_attention_core_bytes, "B"), human(r.boundary_bytes, "B"), pairs_text(r))
         i = j + 1
     c = console()
+    if not c.is_terminal:
+        c.width = max(c.width, 150)
     c.print(t)
     fwd = sum(r.fwd_flops for r in rows)
     bwd = sum(r.bwd_flops for r in rows)
     shape = ", ".join(f"{k}={v}" for k, v in (("layers", table.layers), ("hidden", table.hidden),
                                                  ("heads", table.heads), ("kv_heads", table.kv_heads),
                                                  ("vocab", table.vocab)) if v is not None)
-    c.print(f"{shape}; per micro-batch: {human(fwd)}FLOP forward, {human(bwd)}FLOP backward, "
-            f"{human(sum(r.saved_activation_bytes for r in rows), 'B')} saved for backward. "
-            f"'in TP': split by tensor parallelism; 'attn core': dropped by selective recompute.")
+    c.print(f"{shape}. Per micro-batch: {human(fwd)}FLOP forward, {human(bwd)}FLOP backward, "
+            f"{human(sum(r.saved_activation_bytes for r in rows), 'B')} saved for backward. Rows marked (xN) "
+            "are identical blocks; figures are per block. 'in TP': saved bytes that tensor parallelism "
+            "splits; 'attn core': what selective recompute drops; boundary: bytes a pipeline cut after "
+            "the row sends.")
     return 0

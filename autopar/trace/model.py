@@ -75,10 +75,11 @@ class TraceResult:
 # --- finding the repeated blocks ---------------------------------------------------------------
 
 def find_block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
-    """The largest ModuleList (by parameters, then length) whose children share one class."""
+    """The largest ModuleList or Sequential (by parameters, then length) whose children share
+    one class."""
     best, best_key = None, None
     for name, m in model.named_modules():
-        if not isinstance(m, nn.ModuleList) or len(m) == 0:
+        if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0 or m is model:
             continue
         classes = _Count(type(c) for c in m)
         if len(classes) != 1:
