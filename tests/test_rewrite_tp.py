@@ -90,6 +90,39 @@ class Block(nn.Module):
         return x
 
 
+# ---- a timm-style ViT block: fused qkv reshaped to (B, N, 3, H, D), then unbind ------------------
+
+class TimmAttention(nn.Module):
+    def __init__(self, dim=32, num_heads=4):
+        super().__init__()
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q @ k.transpose(-2, -1)) * self.scale
+        attn = attn.softmax(dim=-1)
+        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class TimmBlock(nn.Module):
+    def __init__(self, dim=32):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = TimmAttention(dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
 # ---- cases --------------------------------------------------------------------------------------
 
 GPT = "gpt:layers=1,hidden=32,heads=4,vocab=64,seq=8"
@@ -126,6 +159,9 @@ def build_case(name: str):
         return _randomize(load_model(BERT).build("cpu").blocks[0], 12), "block"
     if name == "mlp_block":
         return _randomize(load_model(MLPF).build("cpu").blocks[0], 13), "block"
+    if name == "timm_block":
+        torch.manual_seed(0)
+        return _randomize(TimmBlock(), 14), "block"
     if name == "gpt_embedding":
         return _randomize(load_model(GPT).build("cpu").embedding, 5), "embedding"
     if name == "gpt_head":
@@ -141,9 +177,12 @@ def build_case(name: str):
     raise KeyError(name)
 
 
-CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "user_block_flash", "user_block_math", "gpt_embedding",
+CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "timm_block", "user_block_flash", "user_block_math", "gpt_embedding",
          "gpt_head", "llama_embedding", "llama_head", "odd_vocab_embedding", "odd_vocab_head"]
 SETTINGS = [(sp, rc) for sp in (False, True) for rc in ("none", "selective", "full")]
+# the rows the brief names get every setting; the extra coverage rows a lighter subset
+FULL_MATRIX = {"gpt_block", "llama_block", "user_block_flash", "user_block_math", "gpt_embedding", "gpt_head"}
+LIGHT = [(False, "none"), (True, "selective"), (True, "full")]
 
 
 def _rel(a, b):
@@ -209,7 +248,7 @@ def _worker(rank, port, out_dir):
     failures = []
     try:
         for name in CASES:
-            for sp, rc in SETTINGS:
+            for sp, rc in (SETTINGS if name in FULL_MATRIX else LIGHT):
                 try:
                     errs = check_case(name, sp, rc, rank, group)
                 except Exception:  # noqa: BLE001

@@ -324,7 +324,24 @@ class _Rewriter:
                     sizes = tuple(int(t.shape[-1]) for t in self.full[u])
                     if sum(sizes) == out:
                         return sizes
+            k = self._fused_view_parts(u)
+            if k:
+                return (out // k,) * k
         return (out,)
+
+    def _fused_view_parts(self, u):
+        """k when ``u`` reshapes a fused column output (..., k·H·D) into (..., k, H, D), k in 2, 3
+        (timm / many user codes: ``qkv.reshape(B, N, 3, H, D)``); else 0."""
+        if not (u.op == "call_method" and u.target in ("view", "reshape")) and not (
+                u.op == "call_function" and u.target is torch.reshape):
+            return 0
+        a = u.args[0]
+        if not isinstance(a, fx.Node) or not _is_tensor(self.full.get(a)) or not _is_tensor(self.full.get(u)):
+            return 0
+        src, out = tuple(self.full[a].shape), tuple(self.full[u].shape)
+        if len(out) == len(src) + 2 and out[:len(src) - 1] == src[:-1] and out[len(src) - 1] in (2, 3):
+            return out[len(src) - 1]
+        return 0
 
     def _check_divisible(self, r, cols, region, attention):
         tp, where = self.tp, type(self.module).__name__
@@ -342,6 +359,8 @@ class _Rewriter:
                 src, out = self.full[a.args[0]].shape, self.full[a].shape
                 if len(out) == len(src) + 1 and tuple(out[:len(src) - 1]) == tuple(src[:-1]):
                     heads.append(int(out[len(src) - 1]))
+                elif self._fused_view_parts(a):
+                    heads.append(int(out[len(src)]))
         if not heads:
             return
         hq, hkv = max(heads), min(heads)
@@ -713,7 +732,12 @@ class _Rewriter:
             sizes, packed = (args[1], True) if len(args) == 2 and isinstance(args[1], (tuple, list)) else (args[1:], False)
             out_full = tuple(self.full[n].shape)
             expected = list(out_full)
-            if sd is not None:
+            if sd is not None and a0 in self.segments and len(self.segments[a0]) > 1 and self._fused_view_parts(n):
+                j = full_in.dim()   # (..., k, H, D): the heads of each fused part are split
+                if out_full[j] % self.tp:
+                    raise PlanError(f"plan field 'tp'={self.tp} does not divide heads={out_full[j]}{_where(n)}")
+                expected[j] //= self.tp
+            elif sd is not None:
                 j = self._view_dim(full_in.shape, sd, out_full, n)
                 if out_full[j] % self.tp:
                     raise PlanError(f"plan field 'tp'={self.tp} does not divide the size {out_full[j]} "
