@@ -122,3 +122,28 @@ def test_scale_with_the_real_search(monkeypatch):
     text = make_report([], fmt="md", extra=data,
                        one_gpu_time=lambda *k: one_gpu_time_from_cost_model(*k, table=table))
     assert "## Scaling" in text and "| 4 |" in text
+
+
+def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
+    """The must-show run through the Python API: search gpt3-175b on 256, 512, 1024 × A100-80G
+    (global batch 1536), write the plans files, report them."""
+    search_mod = pytest.importorskip("autopar.search")
+    table = gpt3_175b()
+    paths = []
+    try:
+        for n in (256, 512, 1024):
+            res = search_mod.search("gpt3-175b", "a100-80g-sxm", n, 1536, top=3, table=table)
+            p = tmp_path / f"g{n}.json"
+            search_mod.write_plans_file(str(p), res.plans_file())
+            paths.append(str(p))
+    except ImportError as e:
+        pytest.skip(f"search not available: {e}")
+    t1 = lambda *k: one_gpu_time_from_cost_model(*k, table=table)
+    html = make_report(paths, one_gpu_time=t1)
+    for s in ("ranked", "why", "step-time", "memory", "timeline", "comm", "scaling", "diff"):
+        assert f"<section id='{s}'>" in html
+    for c in ("step-time", "memory", "timeline", "comm", "scaling"):
+        assert f"data-chart='{c}'" in html
+    md = make_report(paths, fmt="md", one_gpu_time=t1)
+    scaling = md[md.index("## Scaling"):]
+    assert all(f"| {n} |" in scaling for n in (256, 512, 1024))

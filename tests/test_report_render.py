@@ -117,3 +117,16 @@ def test_cli_formats_and_default_output(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["report", G[0], "--format", "csv"]) == 0
     assert capsys.readouterr().out.startswith("id,source")
+
+
+def test_minimal_estimates_still_render(tmp_path):
+    """Only the required predictions (no breakdown, stages_detail, comm): every format renders,
+    sections say what is missing instead of failing."""
+    base = {"model": "gpt2-small", "hardware": "cpu-2core", "gpus": 2, "global_batch": 8,
+            "step_time_s": 1.5, "tokens_per_s": 1000.0, "memory_bytes": {"total": 3e9}, "fits": True}
+    p = tmp_path / "min.json"
+    p.write_text(__import__("json").dumps([dict(base, dp=2), dict(base, pp=2, step_time_s=2.0, fits=False)]))
+    html = make_report([str(p)], one_gpu_time=no_t1)
+    assert "no stages_detail" in html and "data-chart='step-time'" in html
+    assert "## Ranked plans" in make_report([str(p)], fmt="md", one_gpu_time=no_t1)
+    assert len(pd.read_csv(io.StringIO(make_report([str(p)], fmt="csv", one_gpu_time=no_t1)))) == 2

@@ -183,9 +183,12 @@ def diff(a: PlanRecord, b: PlanRecord) -> list[tuple[str, str, str, str]]:
         if a.get(k) != b.get(k):
             rows.append((k, _fmt(a.get(k)), _fmt(b.get(k)), ""))
 
-    def num(name, va, vb, fmt, rel=True):
+    def num(name, va, vb, fmt, rel=True, dfmt=None):
         d = vb - va
-        ds = ("+" if d >= 0 else "−") + fmt(abs(d))
+        if abs(d) <= 1e-9 * max(abs(va), abs(vb), 1e-30):
+            rows.append((name, fmt(va), fmt(vb), "same"))
+            return
+        ds = ("+" if d >= 0 else "−") + (dfmt or fmt)(abs(d))
         if rel and va:
             ds += f" ({'+' if d >= 0 else '−'}{pct(abs(d) / va)})"
         rows.append((name, fmt(va), fmt(vb), ds))
@@ -195,9 +198,9 @@ def diff(a: PlanRecord, b: PlanRecord) -> list[tuple[str, str, str, str]]:
     if "tflops_per_gpu" in a.data and "tflops_per_gpu" in b.data:
         num("TFLOP/s per GPU", float(a["tflops_per_gpu"]), float(b["tflops_per_gpu"]), lambda x: f"{x:.1f}")
     if "mfu" in a.data and "mfu" in b.data:
-        num("MFU", float(a["mfu"]), float(b["mfu"]), pct, rel=False)
+        num("MFU", float(a["mfu"]), float(b["mfu"]), pct, rel=False, dfmt=lambda x: f"{100 * x:.1f} points")
     num("memory per GPU", float(a["memory_bytes"].get("total", 0)), float(b["memory_bytes"].get("total", 0)), gib)
-    rows.append(("fits", _fmt(bool(a["fits"])), _fmt(bool(b["fits"])), ""))
+    rows.append(("fits", "yes" if a["fits"] else "no", "yes" if b["fits"] else "no", ""))
     ba, bb = breakdown(a), breakdown(b)
     for k in BREAKDOWN_KEYS:
         if ba[k] or bb[k]:

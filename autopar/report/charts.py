@@ -165,8 +165,12 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
                 y0 = pp - 1 - o.rank - 0.4
                 verts += [(x0, y0), (x1, y0), (x1, y0 + 0.8), (x0, y0 + 0.8), (x0, y0)]
                 codes += [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
-            ax.add_patch(PathPatch(Path(verts, codes), facecolor=palette[c % len(palette)],
-                                   edgecolor="white", linewidth=0.3))
+            # add_artist, not add_patch: limits are set below, and walking thousands of
+            # segments to update them is the slowest part of the chart
+            patch = PathPatch(Path(verts, codes), facecolor=palette[c % len(palette)],
+                              edgecolor="white", linewidth=0.3, transform=ax.transData)
+            patch.set_clip_path(ax.patch)
+            ax.add_artist(patch)
             if label_blocks:
                 for o in ops:
                     ax.text((o.start + o.end) / 2 * scale, pp - 1 - o.rank, str(o.micro_batch),

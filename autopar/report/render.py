@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import io
+import os
 from typing import Any
 
 from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, breakdown, comm_rows, gib, pct, seconds,
@@ -27,7 +28,7 @@ def ranked_rows(report) -> list[list[str]]:
                          f"{float(tf):.1f}" if tf is not None else "–",
                          pct(float(mfu)) if mfu is not None else "–",
                          gib(float(r["memory_bytes"].get("total", 0))), "yes" if r["fits"] else "NO",
-                         f"{r.source} (rank {r.file_rank})"])
+                         f"{os.path.basename(r.source)} (rank {r.file_rank})"])
     return rows
 
 
