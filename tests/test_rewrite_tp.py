@@ -130,6 +130,7 @@ LLAMA = "llama:layers=1,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8"
 GPT_ODD_VOCAB = "gpt:layers=1,hidden=32,heads=4,vocab=63,seq=8"
 BERT = "bert:layers=1,hidden=32,heads=4,vocab=64,seq=8"
 MLPF = "mlp:layers=1,hidden=32,classes=10,seq=8"
+GPT_DROPOUT = "gpt:layers=1,hidden=32,heads=4,vocab=64,seq=8,dropout=0.2"
 
 
 def _randomize(module: nn.Module, seed: int):
@@ -159,6 +160,10 @@ def build_case(name: str):
         return _randomize(load_model(BERT).build("cpu").blocks[0], 12), "block"
     if name == "mlp_block":
         return _randomize(load_model(MLPF).build("cpu").blocks[0], 13), "block"
+    if name == "dropout_block":     # dropout > 0: the shards use the serial model's masks
+        return _randomize(load_model(GPT_DROPOUT).build("cpu").blocks[0], 15), "block"
+    if name == "dropout_embedding":
+        return _randomize(load_model(GPT_DROPOUT).build("cpu").embedding, 16), "embedding"
     if name == "timm_block":
         torch.manual_seed(0)
         return _randomize(TimmBlock(), 14), "block"
@@ -177,7 +182,7 @@ def build_case(name: str):
     raise KeyError(name)
 
 
-CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "timm_block", "user_block_flash", "user_block_math", "gpt_embedding",
+CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "timm_block", "dropout_block", "dropout_embedding", "user_block_flash", "user_block_math", "gpt_embedding",
          "gpt_head", "llama_embedding", "llama_head", "odd_vocab_embedding", "odd_vocab_head"]
 SETTINGS = [(sp, rc) for sp in (False, True) for rc in ("none", "selective", "full")]
 # the rows the brief names get every setting; the extra coverage rows a lighter subset
@@ -202,12 +207,14 @@ def check_case(name, sp, rc, rank, group):
                      sequence_parallel=sp, recompute=rc, example_input=x)
     # serial
     xs = x.clone().requires_grad_(x.is_floating_point())
+    torch.manual_seed(777)   # same RNG state for the serial and the sharded forward (dropout)
     ys = serial(xs)
     G = torch.randn(ys.shape, generator=g)
     (ys * G).sum().backward()
     # local: SP blocks / heads take the sequence shard; SP blocks / embeddings return one
     xin = x.chunk(TP, dim=1)[rank] if (sp and kind in ("block", "head")) else x
     xl = xin.clone().requires_grad_(x.is_floating_point())
+    torch.manual_seed(777)
     yl = gm(xl)
     split_out = sp and kind in ("block", "embedding")
     want = ys.chunk(TP, dim=1)[rank] if split_out else ys

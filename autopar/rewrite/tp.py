@@ -88,6 +88,35 @@ class VocabParallelEmbedding(nn.Embedding):
         return f"{super().extra_repr()}, vocab=[{self.vocab_start}, {self.vocab_end})"
 
 
+def sharded_dropout(x, p: float, training: bool, dim: int, tp: int, rank: int):
+    """Dropout of this rank's shard (split on ``dim``) with the serial model's mask: the mask is
+    drawn for the full tensor (every tp rank draws the same numbers from the same RNG state, as
+    ``F.dropout`` would on the serial tensor on CPU) and this rank's slice is applied."""
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    shape = list(x.shape)
+    shape[dim] *= tp
+    noise = torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(1 - p)
+    noise = noise.narrow(dim, rank * x.shape[dim], x.shape[dim]).div_(1 - p)
+    return x * noise
+
+
+class ShardedDropout(nn.Dropout):
+    """nn.Dropout on a tensor split on ``dim`` over tp ranks; masks equal the serial model's."""
+
+    def __init__(self, p, dim, tp, rank, inplace=False):
+        super().__init__(p, inplace)
+        self.dim, self.tp, self.rank = dim, tp, rank
+
+    def forward(self, x):
+        return sharded_dropout(x, self.p, self.training, self.dim, self.tp, self.rank)
+
+    def extra_repr(self):
+        return f"p={self.p}, split dim={self.dim}, tp rank {self.rank} of {self.tp} (serial mask)"
+
+
 # ---- helpers --------------------------------------------------------------------------------------
 
 def trace_row(module: nn.Module) -> fx.GraphModule:
@@ -675,7 +704,22 @@ class _Rewriter:
                 self.env[n] = node
                 self._check(n)
                 return
-            self._module(n.target, copy.deepcopy(mod))
+            if isinstance(mod, nn.Dropout) and sharded:
+                self._module(n.target, ShardedDropout(mod.p, self.shard_of(sharded[0]), self.tp, self.rank,
+                                                      inplace=mod.inplace))
+            else:
+                self._module(n.target, copy.deepcopy(mod))
+        elif n.op == "call_function" and n.target is F.dropout and sharded:
+            kwargs = dict(kwargs)
+            p_ = kwargs.pop("p", args[1] if len(args) > 1 else 0.5)
+            tr = kwargs.pop("training", args[2] if len(args) > 2 else True)
+            args = [args[0], p_, tr, self.shard_of(sharded[0]), self.tp, self.rank]
+            kwargs = {}
+            node = self._add("call_function", sharded_dropout, args, src=n, name=n.name)
+            self.env[n] = node
+            self.needs_grad[node] = False
+            self._check(n)
+            return
         if _tensor_like(self.full[n]) and sharded:
             # a replicated tensor that needs a gradient meets a sharded one: all-reduce its grad
             def wrap(a):
