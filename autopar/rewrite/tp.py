@@ -119,7 +119,24 @@ class ShardedDropout(nn.Dropout):
 
 # ---- helpers --------------------------------------------------------------------------------------
 
+def drop_stale_fx_wraps() -> None:
+    """torch.fx keeps a global table of ``torch.fx.wrap``-ed names per module globals. Code that
+    fx generated for a graph holding a qualified wrapped call (e.g. ``_assert_is_none`` from
+    ``concrete_args``) registers a dotted name its globals do not hold, and every later
+    ``symbolic_trace`` in the process then fails with a KeyError. Drop such entries."""
+    try:
+        import builtins
+        from torch.fx import _symbolic_trace as st
+        table = st._wrapped_fns_to_patch
+        for key, frame in list(table.items()):
+            if key[1] not in frame and not hasattr(builtins, key[1]):
+                del table[key]
+    except Exception:  # noqa: BLE001 - private torch state; tracing reports its own errors
+        pass
+
+
 def trace_row(module: nn.Module) -> fx.GraphModule:
+    drop_stale_fx_wraps()
     tracer = fx.Tracer()
     tracer.proxy_buffer_attributes = True
     tracer.record_stack_traces = True
