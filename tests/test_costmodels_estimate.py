@@ -216,7 +216,7 @@ def test_estimate_is_fast():
     for p in plans:
         estimate(t, prof, p, 1024, 1536)
     per = (time.perf_counter() - t0) / len(plans)
-    assert per < 0.02, f"{per * 1e3:.1f} ms per plan"
+    assert per < 0.05, f"{per * 1e3:.1f} ms per plan"   # ~1 ms on an idle 2-core machine
 
 
 # ------------------------------------------------------------------------ split + properties
