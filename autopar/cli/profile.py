@@ -1,0 +1,52 @@
+"""``autopar profile``: measure this machine (matmul, memory bandwidth, collectives) and write a
+hardware profile; the work is in ``autopar.profile``."""
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile", help="measure this machine and write a hardware profile",
+        description="Measure matmul throughput by dtype and size, memory bandwidth, and all-reduce / "
+                    "all-gather / reduce-scatter / p2p time across N local ranks (gloo on CPU, NCCL on "
+                    "GPU); fit alpha-beta; write a hardware profile (costmodels format).")
+    p.add_argument("-o", "--output", metavar="PATH", default=None,
+                   help="profile file to write (default hardware-profiles/<name>.toml)")
+    p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="local ranks (default: GPUs, or CPU cores)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds, not minutes)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from autopar.cli.common import console, human, print_json
+    from autopar.profile import build_profile, default_name, profile_machine, write_profile
+    from costmodels.hardware import PROFILES_DIR
+    raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress)
+    raw["quick"] = args.quick
+    if args.output:
+        out = Path(args.output)
+        name = args.name or out.stem
+    else:
+        name = args.name or default_name(raw["nproc"])
+        out = PROFILES_DIR / f"{name}.toml"
+    text, summary = build_profile(raw, name)
+    write_profile(out, text)
+    summary["path"] = str(out)
+    if args.json:
+        print_json(summary)
+        return 0
+    c = console()
+    pk = summary["peak_flops_per_s"]
+    c.print(f"wrote [bold]{out}[/bold] (profile '{name}')")
+    c.print("peak matmul per rank: " + ", ".join(f"{d} {human(v, 'FLOP/s')}" for d, v in pk.items()))
+    c.print(f"memory bandwidth per rank: {human(summary['hbm_bandwidth_bytes_per_s'], 'B/s')}; "
+            f"rank footprint {human(summary['memory_reserve_bytes'], 'B')}")
+    for k, f in summary["collectives"].items():
+        c.print(f"{k:>15}: alpha {f['alpha_s'] * 1e6:8.1f} us  beta {human(f['beta_bytes_per_s'], 'B/s'):>10}  "
+                f"fit error median {f['median_rel_error']:.0%} max {f['max_rel_error']:.0%}")
+    return 0

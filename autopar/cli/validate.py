@@ -1,0 +1,76 @@
+"""``autopar validate``: run plans for real and compare with the cost model's predictions; the
+work is in ``autopar.validate``."""
+from __future__ import annotations
+
+from autopar.cli.common import add_model_args
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="run plans for real; predicted vs measured step time and memory",
+        description="Run each plan with autopar.apply on N local ranks (warm-up, then timed steps), "
+                    "measure step time and peak memory per rank, and set them beside the cost "
+                    "model's predictions; MAPE and Spearman rank correlation over the plans.")
+    add_model_args(p)
+    p.add_argument("--hardware", required=True, help="hardware profile name or path (autopar profile)")
+    p.add_argument("--nproc", type=int, required=True, help="local ranks (= dp·tp·pp of every plan)")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    p.add_argument("--plans", default=None, metavar="plans.json",
+                   help="plans to run (autopar search -o); default: a spread of the search's plans")
+    p.add_argument("--count", type=int, default=8, help="how many plans without --plans (default 8)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per plan (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--fp32", action="store_true", help="run in fp32 instead of bf16 autocast")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("-o", "--output", default=None, metavar="out.json", help="write the result here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import json
+    import os
+    import tempfile
+
+    from autopar.cli.common import console, human, print_json
+    from autopar.validate import validate
+    res = validate(args.model, args.hardware, args.nproc, args.global_batch, args.plans,
+                   steps=args.steps, warmup=args.warmup, seq=args.seq,
+                   progress=not args.no_progress, count=args.count, amp=not args.fp32)
+    if args.output:
+        d = os.path.dirname(os.path.abspath(args.output))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".validate.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(res, f, indent=1)
+        os.replace(tmp, args.output)
+    if args.json:
+        print_json(res)
+        return 0
+    from rich.table import Table
+    t = Table(title=f"{args.model} on {res['hardware']}, {args.nproc} ranks, global batch {args.global_batch}")
+    for h in ("#", "dp", "tp", "pp", "vpp", "mb", "zero", "recompute", "sp", "pred step", "meas step",
+              "err", "pred mem", "meas mem", "err"):
+        t.add_column(h, justify="right")
+    for p in res["plans"]:
+        if p.get("measured_step_s") is None:
+            t.add_row(str(p["rank"]), str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
+                      str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
+                      "y" if p["sequence_parallel"] else "n", f"{p['predicted_step_s']:.3f}s",
+                      "failed", p.get("error", "")[:40], "", "", "")
+            continue
+        t.add_row(str(p["rank"]), str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
+                  str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
+                  "y" if p["sequence_parallel"] else "n",
+                  f"{p['predicted_step_s']:.3f}s", f"{p['measured_step_s']:.3f}s",
+                  f"{p['step_time_error']:+.0%}", human(p["predicted_memory_bytes"], "B"),
+                  human(p["measured_memory_bytes"], "B"), f"{p['memory_error']:+.0%}")
+    c = console()
+    c.print(t)
+    s = res["validate"]["summary"]
+    c.print(f"step time: MAPE {s['step_time_mape']:.1%}, Spearman {s['step_time_spearman']:.3f}, "
+            f"worst {s['step_time_max_error']:.0%}; memory: MAPE {s['memory_mape']:.1%}, worst "
+            f"{s['memory_max_error']:.0%} ({s['plans_measured']}/{s['plans']} plans ran)")
+    c.print(f"memory measured as: {res['validate']['method']['memory']}")
+    if args.output:
+        c.print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,225 @@
+"""What each rank of ``autopar profile`` measures (runs inside the spawned ranks; torch here).
+
+All ranks measure at the same time, the way they train: on a CPU host each rank is one process
+with one thread (the runtime's launcher sets ``torch.set_num_threads(1)``), so matmul and copy
+rates are what one rank gets while the others are busy too. On a GPU each rank owns one GPU.
+
+* matmul: square ``n×n @ n×n`` per dtype, ``2·n³`` FLOPs, repeated until ``min_time_s``;
+  achieved FLOP/s = FLOPs · reps / elapsed; the figure is the mean over ranks.
+* memory bandwidth: ``dst.copy_(src)`` of a large fp32 buffer; bytes = 2 · size (read + write).
+* collectives (fp32 buffers; ``S`` = whole buffer, nccl-tests' convention): all-reduce of S,
+  all-gather of S/n per rank into S, reduce-scatter of S into S/n, p2p send/recv of S between
+  ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then repeats
+  until ``min_time_s``; time per op = elapsed / reps, the slowest rank's.
+* process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
+  process group, before any model exists (CPU) / CUDA memory in use but not allocated by
+  tensors (GPU: context, NCCL).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def rss_bytes(field: str = "VmRSS") -> int:
+    """This process's VmRSS / VmHWM from /proc/self/status (0 where there is no /proc)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class _Bar:
+    """A rich progress bar on stderr, drawn by rank 0 only."""
+
+    def __init__(self, enabled: bool, total: int, description: str):
+        self.p = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+            self.p = Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.p.start()
+            self.task = self.p.add_task(description, total=total)
+
+    def step(self, description: str | None = None):
+        if self.p is not None:
+            self.p.update(self.task, advance=1, **({"description": description} if description else {}))
+
+    def close(self):
+        if self.p is not None:
+            self.p.stop()
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device, min_time_s: float, min_reps: int = 3, max_reps: int = 100000) -> float:
+    """Seconds per call of fn (after one warm-up call), repeating until min_time_s."""
+    fn()
+    _sync(device)
+    reps, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        reps += 1
+        if reps >= min_reps:
+            _sync(device)
+            el = time.perf_counter() - t0
+            if el >= min_time_s or reps >= max_reps:
+                return el / reps
+
+
+def plan_sizes(device_type: str, quick: bool) -> dict:
+    if device_type == "cuda":
+        mm = [256, 512, 1024, 2048, 4096, 8192] if quick else [128, 256, 512, 768, 1024, 1536, 2048,
+                                                                 3072, 4096, 6144, 8192, 12288]
+        coll = [2 ** k for k in range(3, 29, 5 if quick else 2)]      # 8 B .. 256 MiB
+        return dict(mm=mm, coll=coll, copy_bytes=(256 << 20) if quick else (1 << 30),
+                    min_time_s=0.05 if quick else 0.2, dtypes=("bf16", "fp16", "fp32"))
+    mm = [32, 64, 128, 256, 512, 1024] if quick else [32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                                                       1024, 1536]
+    coll = ([8, 64, 512, 4096, 32768, 262144, 2097152] if quick
+            else [2 ** k for k in range(3, 27, 2)])                   # 8 B .. 32 MiB
+    return dict(mm=mm, coll=coll, copy_bytes=(32 << 20) if quick else (256 << 20),
+                min_time_s=0.02 if quick else 0.15, dtypes=("bf16", "fp32"))
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _all_gather_single(out, inp):
+    f = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    f(out, inp)
+
+
+def _reduce_scatter_single(out, inp):
+    f = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    f(out, inp)
+
+
+def profile_rank(quick: bool, progress: bool) -> dict:
+    """Everything one rank measures (see the module docstring); the result is a plain dict."""
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    cuda = torch.cuda.is_available()
+    if not dist.is_initialized():
+        import os
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    sz = plan_sizes(device.type, quick)
+    colls = ["all_reduce", "all_gather", "reduce_scatter"] + (["p2p"] if n > 1 else [])
+    total = len(sz["dtypes"]) * len(sz["mm"]) + 1 + len(colls) * len(sz["coll"])
+    bar = _Bar(progress and rank == 0, total, "matmul")
+    out: dict = {"rank": rank, "world_size": n, "device": device.type,
+                 "threads": torch.get_num_threads(), "torch": torch.__version__,
+                 "backend": dist.get_backend(), "min_time_s": sz["min_time_s"]}
+    if cuda:
+        out["device_name"] = torch.cuda.get_device_name(device)
+        out["device_total_bytes"] = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.synchronize()
+        free, tot = torch.cuda.mem_get_info(device)
+        out["footprint_bytes"] = tot - free - torch.cuda.memory_allocated(device)
+    else:
+        out["footprint_bytes"] = rss_bytes()
+    try:
+        # ---- matmul -------------------------------------------------------------------
+        mm: dict[str, list] = {}
+        for dname in sz["dtypes"]:
+            rows = []
+            for nn in sz["mm"]:
+                bar.step(f"matmul {dname} n={nn}")
+                a = torch.randn(nn, nn, device=device).to(DTYPES[dname])
+                b = torch.randn(nn, nn, device=device).to(DTYPES[dname])
+                c = torch.empty(nn, nn, device=device, dtype=DTYPES[dname])
+                dist.barrier()
+                t = _timed(lambda: torch.matmul(a, b, out=c), device, sz["min_time_s"])
+                rows.append([nn, 2.0 * nn ** 3, 2.0 * nn ** 3 / t])
+                del a, b, c
+            mm[dname] = rows
+        out["matmul"] = mm
+        # ---- memory bandwidth -----------------------------------------------------------
+        bar.step("memory bandwidth")
+        numel = sz["copy_bytes"] // 4
+        src = torch.ones(numel, device=device)
+        dst = torch.empty_like(src)
+        dist.barrier()
+        t = _timed(lambda: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
+        out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
+        del src, dst
+        # ---- collectives ------------------------------------------------------------------
+        coll: dict[str, list] = {}
+        for kind in colls:
+            rows = []
+            for S in sz["coll"]:
+                bar.step(f"{kind} {S} B")
+                S = max(S - S % (4 * n), 4 * n)  # whole fp32 elements, divisible by n
+                numel = S // 4
+                if kind == "all_reduce":
+                    x = torch.ones(numel, device=device)
+                    fn = lambda: dist.all_reduce(x)  # noqa: E731
+                elif kind == "all_gather":
+                    x = torch.ones(numel // n, device=device)
+                    y = torch.empty(numel, device=device)
+                    fn = lambda: _all_gather_single(y, x)  # noqa: E731
+                elif kind == "reduce_scatter":
+                    x = torch.ones(numel, device=device)
+                    y = torch.empty(numel // n, device=device)
+                    fn = lambda: _reduce_scatter_single(y, x)  # noqa: E731
+                else:
+                    x = torch.ones(numel, device=device)
+
+                    def fn():
+                        if rank == 0:
+                            dist.send(x, 1)
+                            dist.recv(x, 1)
+                        elif rank == 1:
+                            dist.recv(x, 0)
+                            dist.send(x, 0)
+                dist.barrier()
+                t = _agreed_time(fn, device, sz["min_time_s"], rank, n, p2p=kind == "p2p")
+                if kind == "p2p":
+                    t /= 2.0  # round trip -> one way
+                rows.append([S, t])
+            coll[kind] = rows
+        out["collectives"] = coll
+    finally:
+        bar.close()
+    return out
+
+
+def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool) -> float:
+    """Seconds per call, with the repeat count agreed by all ranks (a collective must be called
+    the same number of times everywhere): a probe of 3 calls decides, on rank 0, how many."""
+    if p2p and rank > 1:
+        fn = lambda: None  # noqa: E731  ranks beyond 0 and 1 sit the ping-pong out
+    fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    _sync(device)
+    probe = (time.perf_counter() - t0) / 3
+    reps = torch.tensor([max(3, min(20000, int(min_time_s / max(probe, 1e-7))))], dtype=torch.int64,
+                        device=device)
+    dist.broadcast(reps, 0)
+    reps = int(reps.item())
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    _sync(device)
+    el = torch.tensor([(time.perf_counter() - t0) / reps], dtype=torch.float64, device=device)
+    dist.all_reduce(el, op=dist.ReduceOp.MAX)
+    return float(el.item())

@@ -1,0 +1,386 @@
+"""``autopar validate``: run plans for real and set the measurements beside the predictions.
+
+``validate(spec, hardware, nproc, global_batch, plans=None, steps=5, warmup=2) -> dict``
+
+* **Predictions**: ``autopar.estimate.estimate_plans`` (trace + ``costmodels.estimate``) on the
+  given profile; ``predicted_step_s`` = its ``step_time_s``, ``predicted_memory_bytes`` = its
+  ``memory_bytes.total − memory_bytes.reserve`` (what the plan itself puts in memory; the
+  reserve is a constant per process and is reported apart).
+* **Plans**: ``plans`` (a plans file, a list of plan dicts, …: ``costmodels.plan.load_plans``) or,
+  without, ``default_plans``: a spread picked from ``autopar search``'s ranked plans covering every
+  (dp, tp, pp) shape, several micro-batch sizes and every recompute policy.
+* **Measurement**: ``nproc`` local ranks are spawned once (gloo on CPU, NCCL on GPU) and run every
+  plan in turn in the same processes (start-up shared). Per plan each rank builds the model from
+  the same seed, ``autopar.apply``s the plan, makes an AdamW optimizer over ``runner.parameters()``
+  and runs ``warmup`` untimed then ``steps`` timed optimizer steps on the same global batch, under
+  ``torch.autocast(bfloat16)`` (bf16 matmuls and activations, fp32 master weights, grads and Adam
+  state: the mixed precision the cost model assumes: 16 bytes of model state per parameter).
+  A step = ``train_step`` + ``opt.step()`` + ``opt.zero_grad()``, timed from a barrier; the
+  step's time is the slowest rank's; ``measured_step_s`` is the median over the timed steps.
+* **Memory** per rank — CPU: *peak RSS growth*: ``VmHWM`` after the timed steps (the high-water
+  mark reset with ``/proc/self/clear_refs`` once the runner and optimizer exist) minus ``VmRSS``
+  before the model was built (after ``gc.collect`` and ``malloc_trim``); GPU: torch's allocator
+  ``max_memory_allocated`` minus ``memory_allocated`` before the model. ``measured_memory_bytes``
+  is the largest over ranks (the estimate is that of the most loaded GPU).
+* **Summary**: step-time MAPE and Spearman rank correlation, memory MAPE / worst error / Spearman.
+
+The result (``--json`` / ``-o``) is a plans file (docs/CONTRACTS.md) whose plans are the estimate
+results plus the measured fields, with ``"validate": {summary and method}`` at the top, so
+``autopar report`` reads it as it reads any plans file, and adds the predicted-vs-measured chart
+(``autopar.validate.chart``).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from typing import Any
+
+from costmodels.errors import PlanError
+
+from autopar.validate.stats import mape, spearman
+
+__all__ = ["validate", "default_plans", "summarize", "mape", "spearman", "is_validate_output"]
+
+PLAN_KEYS = ("dp", "tp", "pp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
+             "schedule", "attention", "stages", "placement")
+
+
+def is_validate_output(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("validate"), dict) and isinstance(data.get("plans"), list)
+
+
+def _plan_key(d: dict) -> tuple:
+    return tuple(json.dumps(d.get(k), sort_keys=True) for k in PLAN_KEYS)
+
+
+def default_plans(spec: str, hardware, nproc: int, global_batch: int, seq: int | None = None,
+                  count: int = 8) -> list[dict]:
+    """A spread of ``count`` distinct plans from the search's ranked list: the best plan of every
+    (dp, tp, pp) shape, then the best unseen (shape, micro-batch), then every recompute policy
+    and ZeRO stage not yet covered, then the next best."""
+    from autopar.search import search
+    res = search(spec, hardware if isinstance(hardware, str) else hardware.path, nproc, global_batch,
+                 seq=seq, top=400)
+    cands = [c.prediction for c in res.plans]
+    chosen: list[dict] = []
+    seen: set = set()
+
+    def take(pred):
+        if len(chosen) < count and _plan_key(pred) not in seen:
+            seen.add(_plan_key(pred))
+            chosen.append(pred)
+
+    def best_by(key):
+        got = {}
+        for p in cands:
+            got.setdefault(key(p), p)
+        return list(got.values())
+
+    shape = lambda p: (p["dp"], p["tp"], p["pp"])  # noqa: E731
+    for p in best_by(shape):
+        take(p)
+    for p in best_by(lambda p: p["recompute"]):
+        take(p)
+    for p in best_by(lambda p: (shape(p), p["micro_batch_size"])):
+        take(p)
+    for p in best_by(lambda p: (shape(p), p["recompute"])):
+        take(p)
+    for p in best_by(lambda p: p["zero"]):
+        take(p)
+    for p in cands:
+        take(p)
+    return [{k: p[k] for k in PLAN_KEYS if k in p} for p in chosen]
+
+
+# ---- the ranks ----------------------------------------------------------------------------
+def _plans_source(plans):
+    """``plans`` for ``load_plans``, with what validate adds to each plan dropped (so a validate
+    output can be validated again)."""
+    data = plans
+    if isinstance(plans, (str, os.PathLike)):
+        path = str(plans)
+        if os.path.isfile(path):
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise PlanError(f"--plans {path}: cannot read it as JSON ({e}); pass a file written by "
+                                "'autopar search -o' or 'autopar validate -o'") from None
+        else:
+            return plans
+    if isinstance(data, dict) and isinstance(data.get("plans"), list):
+        data = data["plans"]
+    if isinstance(data, list):
+        data = [{k: v for k, v in d.items() if k in PLAN_KEYS or k == "version"}
+                if isinstance(d, dict) else d for d in data]
+    return json.dumps(data)
+
+
+def _malloc_trim():
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, progress, amp):
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    from autopar.models import load_model
+    from autopar.profile.measure import _Bar, rss_bytes
+    from autopar.runtime import dist as adist
+    from autopar.runtime.apply import apply
+    from costmodels.plan import Plan
+    warnings.filterwarnings("ignore")
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    adist.ensure_initialized(int(os.environ["WORLD_SIZE"]))
+    rank = dist.get_rank()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    src = load_model(spec, seq=seq)
+    inputs, targets = src.make_batch(global_batch, seed=seed)
+    # import now what the plans import lazily, so no plan's memory growth includes module code
+    import importlib
+    for mod in ("torch.distributed.pipelining", "torch.distributed.fsdp", "torch.nn.parallel",
+                "torch.fx", "torch.utils.checkpoint", "autopar.rewrite", "autopar.trace"):
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+    bar = _Bar(progress and rank == 0, len(plan_dicts) * (warmup + steps), "validate")
+    out = []
+    for i, pd in enumerate(plan_dicts):
+        plan = Plan.from_dict(pd)
+        rec: dict[str, Any] = {"index": i}
+        runner = opt = None
+        try:
+            gc.collect()
+            _malloc_trim()
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            else:
+                base = rss_bytes()
+            runner = apply(src.build("cpu", seed=seed, attention=plan.attention), plan,
+                           loss_fn=src.loss, spec=spec)
+            opt = torch.optim.AdamW(runner.parameters(), lr=1e-4)
+            n = global_batch // runner.dp_size
+            sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
+            x = tuple(t[sl] for t in inputs)
+            y = targets[sl] if targets is not None else None
+            gc.collect()
+            _malloc_trim()
+            hwm_reset = cuda or _reset_hwm()
+            times = []
+            for s in range(warmup + steps):
+                bar.step(f"plan {i + 1}/{len(plan_dicts)} step {s + 1}")
+                dist.barrier()
+                t0 = time.perf_counter()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                    loss = runner.train_step(x, y)
+                if s == warmup + steps - 1:
+                    grads = _state_bytes(runner, opt)["grads"]
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if cuda:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            if cuda:
+                peak = torch.cuda.max_memory_allocated() - base
+                total = torch.cuda.max_memory_reserved()
+            else:
+                peak = rss_bytes("VmHWM") - base
+                total = rss_bytes("VmHWM")
+            rec.update(times=times, peak_bytes=peak, peak_total_bytes=total, baseline_bytes=base,
+                       loss=loss, hwm_reset=hwm_reset)
+            rec["state"] = dict(_state_bytes(runner, opt), grads=grads)
+        except Exception as e:  # recorded; the other plans still run
+            rec["error"] = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            del runner, opt
+            gc.collect()
+        # agree across ranks: step times (max), memory (max), any error
+        ok = torch.tensor([0.0 if "error" in rec else 1.0], device=device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if ok.item() == 1.0:
+            t = torch.tensor(rec["times"] + [float(rec["peak_bytes"]), float(rec["peak_total_bytes"])],
+                             dtype=torch.float64, device=device)
+            per_rank = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+            dist.all_gather(per_rank, t)
+            per_rank = [p.tolist() for p in per_rank]
+            rec["times_max"] = [max(p[k] for p in per_rank) for k in range(len(rec["times"]))]
+            rec["peak_bytes_per_rank"] = [p[-2] for p in per_rank]
+            rec["peak_total_bytes_per_rank"] = [p[-1] for p in per_rank]
+        elif "error" not in rec:
+            rec["error"] = "failed on another rank"
+        out.append(rec)
+    bar.close()
+    return out
+
+
+def _tensor_bytes(ts) -> int:
+    """Bytes held by these tensors' storages (each storage once; DTensor: the local shard)."""
+    seen, total = set(), 0
+    for t in ts:
+        if t is None:
+            continue
+        t = t.to_local() if hasattr(t, "to_local") else t
+        try:
+            st = t.untyped_storage()
+            key = (st.data_ptr(), st.nbytes())
+            nbytes = st.nbytes()
+        except Exception:  # noqa: BLE001
+            key, nbytes = id(t), t.numel() * t.element_size()
+        if key not in seen:
+            seen.add(key)
+            total += nbytes
+    return total
+
+
+def _state_bytes(runner, opt) -> dict:
+    """Model state this rank holds, from the tensors themselves: parameters, gradients (call
+    after backward, before zero_grad), optimizer state."""
+    import torch
+    params = runner._all_params()
+    state = [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    return {"params": _tensor_bytes(params), "grads": _tensor_bytes(p.grad for p in params),
+            "optimizer": _tensor_bytes(state)}
+
+
+def _median(xs):
+    s = sorted(xs)
+    k = len(s) // 2
+    return s[k] if len(s) % 2 else 0.5 * (s[k - 1] + s[k])
+
+
+def summarize(plans: list[dict]) -> dict:
+    """MAPE / Spearman over the plans that ran (those with ``measured_step_s``)."""
+    ok = [p for p in plans if p.get("measured_step_s")]
+    ps, ms = [p["predicted_step_s"] for p in ok], [p["measured_step_s"] for p in ok]
+    pm, mm = [p["predicted_memory_bytes"] for p in ok], [p["measured_memory_bytes"] for p in ok]
+    mem_err = [abs(a - b) / b for a, b in zip(pm, mm)]
+    return {"plans": len(plans), "plans_measured": len(ok),
+            "step_time_mape": mape(ps, ms), "step_time_spearman": spearman(ps, ms),
+            "step_time_max_error": max((abs(a - b) / b for a, b in zip(ps, ms)), default=float("nan")),
+            "memory_mape": mape(pm, mm), "memory_max_error": max(mem_err, default=float("nan")),
+            "memory_spearman": spearman(pm, mm)}
+
+
+def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, steps: int = 5,
+             warmup: int = 2, seq: int | None = None, seed: int = 0, progress: bool = True,
+             count: int = 8, amp: bool = True) -> dict:
+    """Run ``plans`` (default: ``default_plans``) on ``nproc`` local ranks; see the module
+    docstring. Returns a plans file with the measurements and ``"validate"`` (the summary)."""
+    import torch
+
+    from autopar.estimate import estimate_plans
+    from autopar.models import load_model
+    from autopar.runtime.verify import spawn
+    from costmodels.hardware import load_profile
+    from costmodels.plan import Plan, load_plans
+    if nproc < 1:
+        raise PlanError(f"--nproc {nproc} must be at least 1")
+    if steps < 1 or warmup < 0:
+        raise PlanError("--steps must be at least 1 and --warmup at least 0")
+    profile = load_profile(hardware)
+    source = load_model(spec, seq=seq)   # a bad spec fails here, before spawning
+    seq = source.seq
+    if plans is None:
+        plan_dicts = default_plans(spec, profile.path or profile.name, nproc, global_batch, seq=seq,
+                                   count=count)
+    else:
+        plan_dicts = [p.to_dict() for p in load_plans(_plans_source(plans))]
+    if not plan_dicts:
+        raise PlanError("no plans to validate; pass --plans FILE with at least one plan")
+    for d in plan_dicts:
+        p = Plan.from_dict(d)
+        if p.world_size != nproc:
+            raise PlanError(f"plan dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {p.world_size} but --nproc is "
+                            f"{nproc}; validate plans for {nproc} ranks (autopar search --gpus {nproc})")
+        p.num_micro_batches(global_batch)
+    preds = estimate_plans(spec, profile.path or profile.name, nproc, global_batch,
+                           [Plan.from_dict(d) for d in plan_dicts], seq=seq)
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= nproc
+    if torch.cuda.is_available() and not cuda:
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")  # a stuck plan fails, not hangs
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    results = spawn(_validate_rank, nproc, spec, seq, plan_dicts, global_batch, steps, warmup, seed,
+                    progress, amp)
+    wall = time.perf_counter() - t0
+    r0 = results[0]
+    out_plans = []
+    for i, (pred, rec) in enumerate(zip(preds, r0)):
+        d = dict(pred)
+        mem = pred["memory_bytes"]
+        d["predicted_step_s"] = pred["step_time_s"]
+        d["predicted_memory_bytes"] = mem["total"] - mem["reserve"]
+        d["predicted_memory_total_bytes"] = mem["total"]
+        if "error" in rec:
+            d["error"] = rec["error"]
+            d["measured_step_s"] = None
+            d["measured_memory_bytes"] = None
+        else:
+            timed = rec["times_max"][warmup:]
+            d["measured_step_s"] = _median(timed)
+            d["measured_step_s_all"] = timed
+            d["measured_rss_growth_bytes"] = max(rec["peak_bytes_per_rank"])
+            d["measured_rss_growth_bytes_per_rank"] = rec["peak_bytes_per_rank"]
+            st = [results[r][i].get("state") or {} for r in range(nproc)]
+            worst = max(range(nproc), key=lambda r: rec["peak_bytes_per_rank"][r])
+            mb = dict(st[worst])
+            mb["activations_and_other"] = rec["peak_bytes_per_rank"][worst] - sum(st[worst].values())
+            d["measured_memory_breakdown_bytes"] = mb
+            d["measured_memory_bytes"] = d["measured_rss_growth_bytes"]
+            d["measured_memory_bytes_per_rank"] = rec["peak_bytes_per_rank"]
+            d["measured_memory_total_bytes"] = max(rec["peak_total_bytes_per_rank"])
+            d["step_time_error"] = d["predicted_step_s"] / d["measured_step_s"] - 1.0
+            d["memory_error"] = d["predicted_memory_bytes"] / d["measured_memory_bytes"] - 1.0
+            d["loss"] = rec["loss"]
+        out_plans.append(d)
+    # rank by measured step time (unmeasured last)
+    order = sorted(range(len(out_plans)), key=lambda i: (out_plans[i]["measured_step_s"] is None,
+                                                         out_plans[i]["measured_step_s"] or 0.0))
+    out_plans = [out_plans[i] for i in order]
+    for r, d in enumerate(out_plans, 1):
+        d["rank"] = r
+    summary = summarize(out_plans)
+    method = {
+        "device": "cuda" if cuda else "cpu",
+        "backend": "nccl" if cuda else "gloo",
+        "threads_per_rank": 1 if not cuda else None,
+        "precision": ("torch.autocast bfloat16 (bf16 matmuls/activations), fp32 weights, grads and "
+                      "AdamW state" if amp else "fp32, AdamW"),
+        "step": "train_step + opt.step + opt.zero_grad from a barrier; slowest rank; median of "
+                f"{steps} timed steps after {warmup} warm-up steps",
+        "memory": ("torch.cuda.max_memory_allocated minus allocated before the model (torch's "
+                   "allocator stats), largest rank" if cuda else
+                   "peak RSS growth: VmHWM (reset after apply + optimizer creation) minus VmRSS "
+                   "before the model was built, largest rank; predicted = estimate memory total "
+                   "minus the profile's memory_reserve_bytes"),
+        "wall_s": round(wall, 2),
+        "loadavg_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+    return {"version": 1, "model": spec, "hardware": profile.name, "hardware_path": profile.path,
+            "gpus": nproc, "global_batch": global_batch, "seq": seq, "objective": "step_time",
+            "optimal": False, "search_time_s": 0.0, "plans": out_plans,
+            "validate": {"summary": summary, "steps": steps, "warmup": warmup, "seed": seed,
+                         "method": method}}

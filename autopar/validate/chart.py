@@ -1,0 +1,76 @@
+"""Predicted-vs-measured chart of a validate result (matplotlib, inline SVG).
+
+``validation_chart(result) -> str``: two scatter panels (step time, memory), one point per plan
+that ran, labelled with its rank, on the y = x line with a ±15 % (step) / ±10 % (memory) band,
+and the summary (MAPE, Spearman) in the titles. ``autopar report`` embeds it when one of its
+inputs is validate output (``autopar.validate.is_validate_output``).
+"""
+from __future__ import annotations
+
+import io
+
+
+def _svg(fig) -> str:
+    try:
+        from autopar.report.charts import to_svg   # the report's own SVG clean-up, when present
+        return to_svg(fig)
+    except Exception:  # noqa: BLE001
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        s = buf.getvalue()
+        return s[s.index("<svg"):]
+
+
+def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):
+    lo = min(min(pred), min(meas)) * 0.8
+    hi = max(max(pred), max(meas)) * 1.25
+    xs = [lo, hi]
+    ax.plot(xs, xs, color="#555", lw=1, label="predicted = measured")
+    ax.fill_between(xs, [x * (1 - band) for x in xs], [x * (1 + band) for x in xs], color="#4c72b0",
+                    alpha=0.12, lw=0, label=f"±{band:.0%}")
+    ax.scatter(meas, pred, s=28, color="#dd8452", zorder=3)
+    for x, y, lab in zip(meas, pred, labels):
+        ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ticks = ax.get_xticks()
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t / unit_scale:.3g}" for t in ticks], fontsize=7)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t / unit_scale:.3g}" for t in ticks], fontsize=7)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel(f"measured ({unit})", fontsize=8)
+    ax.set_ylabel(f"predicted ({unit})", fontsize=8)
+    ax.set_title(title, fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+
+
+def validation_chart(result: dict) -> str:
+    """SVG of predicted vs measured step time and memory for a validate result."""
+    from matplotlib.figure import Figure
+    plans = [p for p in result.get("plans", []) if p.get("measured_step_s")]
+    fig = Figure(figsize=(9.0, 4.0))
+    if not plans:
+        fig.text(0.5, 0.5, "no plan was measured", ha="center")
+        return _svg(fig)
+    s = result.get("validate", {}).get("summary", {})
+    labels = [str(p.get("rank", i + 1)) for i, p in enumerate(plans)]
+    a1, a2 = fig.subplots(1, 2)
+    _panel(a1, [p["predicted_step_s"] for p in plans], [p["measured_step_s"] for p in plans], labels,
+           0.15, 1.0, "s", f"step time: MAPE {s.get('step_time_mape', float('nan')):.1%}, "
+                           f"Spearman {s.get('step_time_spearman', float('nan')):.3f}")
+    _panel(a2, [p["predicted_memory_bytes"] for p in plans], [p["measured_memory_bytes"] for p in plans],
+           labels, 0.10, 2 ** 20, "MiB", f"peak memory: MAPE {s.get('memory_mape', float('nan')):.1%}, "
+                                         f"worst {s.get('memory_max_error', float('nan')):.0%}")
+    fig.suptitle(f"{result.get('model', '')} on {result.get('hardware', '')}, {result.get('gpus', '')} ranks, "
+                 f"global batch {result.get('global_batch', '')}: predicted vs measured (labels: rank)",
+                 fontsize=8)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def write_chart(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        f.write(validation_chart(result))

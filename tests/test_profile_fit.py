@@ -1,0 +1,57 @@
+"""The alpha-beta fit and the bus-bandwidth convention (no processes)."""
+import numpy as np
+import pytest
+
+from autopar.profile.fit import bus_bandwidth, bus_factor, fit_alpha_beta, fit_joint
+from costmodels.comm import collective_time
+from costmodels.hardware import LinkTier
+
+SIZES = np.array([8, 64, 512, 4096, 32768, 262144, 2097152, 16777216], dtype=float)
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "p2p"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_fit_recovers_exact_alpha_beta(kind, n):
+    tier = LinkTier("intra_node", 3.2e9, 4e-5)
+    _, t = collective_time(kind, SIZES, n, tier)
+    f = fit_alpha_beta(kind, n, SIZES, t)
+    assert f.alpha_s == pytest.approx(4e-5, rel=1e-6)
+    assert f.beta_bytes_per_s == pytest.approx(3.2e9, rel=1e-6)
+    assert f.max_rel_error < 1e-9
+    # the fitted model is costmodels.comm's formula
+    np.testing.assert_allclose(f.predict(SIZES), t, rtol=1e-9)
+
+
+def test_joint_fit_is_the_single_tier_of_the_cost_model():
+    tier = LinkTier("intra_node", 1.1e9, 2e-4)
+    series = []
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "p2p"):
+        _, t = collective_time(kind, SIZES, 2, tier)
+        series.append((kind, 2, SIZES, t))
+    j = fit_joint(series)
+    assert j.alpha_s == pytest.approx(2e-4, rel=1e-6)
+    assert j.beta_bytes_per_s == pytest.approx(1.1e9, rel=1e-6)
+
+
+def test_fit_with_noise_stays_close_and_alpha_is_not_negative():
+    rng = np.random.default_rng(0)
+    tier = LinkTier("intra_node", 2e9, 1e-5)
+    _, t = collective_time("all_reduce", SIZES, 2, tier)
+    noisy = t * rng.uniform(0.9, 1.1, size=t.shape)
+    f = fit_alpha_beta("all_reduce", 2, SIZES, noisy)
+    assert f.alpha_s >= 0
+    assert f.max_rel_error < 0.25
+    assert f.beta_bytes_per_s == pytest.approx(2e9, rel=0.15)
+    # pure bandwidth data: alpha would go negative unconstrained; it is clamped to 0
+    t0 = SIZES / 1e9 * 1.0
+    g = fit_alpha_beta("p2p", 2, SIZES, t0 * rng.uniform(0.95, 1.05, size=t0.shape))
+    assert g.alpha_s >= 0
+
+
+def test_bus_bandwidth_follows_nccl_tests():
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
+    assert bus_factor("p2p", 2) == 1.0
+    # 1 GB all-reduced in 1 s on 8 ranks: algbw 1e9, busbw 1.75e9
+    assert float(bus_bandwidth("all_reduce", 1e9, 8, 1.0)) == pytest.approx(1.75e9)

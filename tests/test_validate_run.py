@@ -1,0 +1,44 @@
+"""autopar validate end to end on 2 local ranks with a tiny model: every plan runs, the output has
+the contract fields, reads back as plans, and the chart draws."""
+import json
+
+import pytest
+
+from autopar.validate import is_validate_output, validate
+from autopar.validate.chart import validation_chart
+
+pytestmark = pytest.mark.slow
+SPEC = "gpt:layers=2,hidden=64,heads=2,vocab=256,seq=32"
+
+
+@pytest.fixture(scope="module")
+def result():
+    plans = [{"dp": 2, "tp": 1, "pp": 1, "micro_batch_size": 2},
+             {"dp": 1, "tp": 2, "pp": 1, "micro_batch_size": 4, "recompute": "full"},
+             {"dp": 1, "tp": 1, "pp": 2, "micro_batch_size": 1, "schedule": "1f1b"}]
+    return validate(SPEC, "cpu-2core", 2, 4, json.dumps(plans), steps=2, warmup=1, progress=False)
+
+
+def test_every_plan_measured_beside_its_prediction(result):
+    assert is_validate_output(result)
+    assert len(result["plans"]) == 3
+    for p in result["plans"]:
+        assert p.get("error") is None, p.get("error")
+        for k in ("predicted_step_s", "measured_step_s", "predicted_memory_bytes", "measured_memory_bytes"):
+            assert p[k] > 0, k
+        assert len(p["measured_step_s_all"]) == 2
+        assert p["predicted_step_s"] == p["step_time_s"]
+        assert p["measured_memory_breakdown_bytes"]["params"] > 0
+    s = result["validate"]["summary"]
+    assert s["plans_measured"] == 3
+    assert 0 <= s["step_time_mape"] and -1 <= s["step_time_spearman"] <= 1
+
+
+def test_output_reads_back_and_charts(result, tmp_path):
+    from autopar.validate import _plans_source
+    from costmodels.plan import load_plans
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(result))
+    assert len(load_plans(_plans_source(str(path)))) == 3
+    svg = validation_chart(result)
+    assert svg.startswith("<svg") and "step time" in svg or "<svg" in svg

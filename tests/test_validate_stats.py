@@ -1,0 +1,60 @@
+"""MAPE, Spearman, the plan spread and the summary of autopar validate (no processes)."""
+import math
+
+import pytest
+
+from autopar.validate import _plans_source, summarize
+from autopar.validate.stats import mape, spearman
+
+
+def test_mape():
+    assert mape([1.1, 0.9], [1.0, 1.0]) == pytest.approx(0.1)
+    assert mape([2.0], [1.0]) == pytest.approx(1.0)
+
+
+def test_spearman_matches_definition():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # monotone but not linear: still 1
+    assert spearman([1, 2, 3, 4, 5], [1, 4, 9, 16, 1000]) == pytest.approx(1.0)
+    # one swap among 5: 1 - 6·2/(5·24) = 0.9
+    assert spearman([1, 2, 3, 4, 5], [1, 2, 4, 3, 5]) == pytest.approx(0.9)
+    # ties take the mean rank (scipy.stats.spearmanr gives 0.9486832980505138 here)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_summary_over_measured_plans():
+    plans = [{"predicted_step_s": 1.0, "measured_step_s": 1.1, "predicted_memory_bytes": 100,
+              "measured_memory_bytes": 110},
+             {"predicted_step_s": 2.0, "measured_step_s": 1.9, "predicted_memory_bytes": 200,
+              "measured_memory_bytes": 190},
+             {"predicted_step_s": 3.0, "measured_step_s": None, "error": "x",
+              "predicted_memory_bytes": 1, "measured_memory_bytes": None}]
+    s = summarize(plans)
+    assert s["plans"] == 3 and s["plans_measured"] == 2
+    assert s["step_time_spearman"] == pytest.approx(1.0)
+    assert s["step_time_mape"] == pytest.approx((0.1 / 1.1 + 0.1 / 1.9) / 2)
+
+
+def test_validate_output_can_be_validated_again():
+    from costmodels.plan import load_plans
+    out = {"version": 1, "model": "m", "plans": [
+        {"dp": 2, "tp": 1, "pp": 1, "micro_batch_size": 2, "step_time_s": 1.0,
+         "measured_step_s": 1.2, "predicted_memory_bytes": 5, "memory_error": 0.1}],
+           "validate": {"summary": {}}}
+    plans = load_plans(_plans_source_from(out))
+    assert plans[0].dp == 2 and plans[0].micro_batch_size == 2
+
+
+def _plans_source_from(obj):
+    import json
+    import os
+    import tempfile
+    fd, path = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f)
+    try:
+        return _plans_source(path)
+    finally:
+        os.unlink(path)
