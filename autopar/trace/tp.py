@@ -37,13 +37,50 @@ class FoundPair:
     kv_heads: int | None = None
 
 
+def _is_linear_module(m: nn.Module) -> bool:
+    # nn.Linear, or transformers' Conv1D (GPT-2's linear with a transposed weight)
+    return isinstance(m, nn.Linear) or (type(m).__name__ == "Conv1D" and hasattr(m, "nf"))
+
+
+def _out_features(m: nn.Module) -> int:
+    return int(m.out_features if isinstance(m, nn.Linear) else m.nf)
+
+
+def _param_arg(n: fx.Node, i: int):
+    a = n.args[i] if len(n.args) > i else None
+    if isinstance(a, fx.Node) and a.op == "get_attr" and isinstance(a.meta.get("val"), torch.Tensor):
+        return a
+    return None
+
+
+def linear_info(gm: fx.GraphModule, n: fx.Node):
+    """(name, out_features) when ``n`` applies a weight matrix to an activation: an nn.Linear
+    (or Conv1D) module, or ``F.linear(x, W)`` / ``torch.addmm(b, x, W)`` on a parameter W."""
+    if n.op == "call_module":
+        try:
+            m = gm.get_submodule(n.target)
+        except AttributeError:
+            return None
+        return (n.target, _out_features(m)) if _is_linear_module(m) else None
+    if n.op == "call_function" and n.target in (F.linear, torch.nn.functional.linear):
+        w = _param_arg(n, 1)
+        if w is not None and w.meta["val"].dim() == 2:
+            return w.target.rsplit(".", 1)[0], int(w.meta["val"].shape[0])
+    if n.op == "call_function" and n.target in (torch.addmm,):
+        w = _param_arg(n, 2)
+        if w is not None and w.meta["val"].dim() == 2:
+            return w.target.rsplit(".", 1)[0], int(w.meta["val"].shape[1])
+    return None
+
+
 def _is_linear(gm: fx.GraphModule, n: fx.Node) -> bool:
-    if n.op != "call_module":
-        return False
-    try:
-        return isinstance(gm.get_submodule(n.target), nn.Linear)
-    except AttributeError:
-        return False
+    return linear_info(gm, n) is not None
+
+
+def _activation_input(gm, n: fx.Node):
+    if n.op == "call_function" and n.target in (torch.addmm,):
+        return n.args[1] if len(n.args) > 1 else None
+    return n.args[0] if n.args else None
 
 
 def _is_softmax(gm, n: fx.Node) -> bool:
@@ -110,10 +147,11 @@ def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
     prim = _primary_inputs(gm)
     pairs: list[FoundPair] = []
     for r in gm.graph.nodes:
-        if not _is_linear(gm, r) or not r.args or not isinstance(r.args[0], fx.Node):
+        x = _activation_input(gm, r) if _is_linear(gm, r) else None
+        if not isinstance(x, fx.Node):
             continue
         cols, ok = [], True
-        seen, stack = set(), [r.args[0]]
+        seen, stack = set(), [x]
         while stack:
             u = stack.pop()
             if u in seen:
@@ -133,7 +171,8 @@ def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
         if not ok or not cols:
             continue
         cols.sort(key=lambda c: list(gm.graph.nodes).index(c))
-        pair = FoundPair(columns=tuple(c.target for c in cols), row=r.target, row_node=r.name,
+        pair = FoundPair(columns=tuple(linear_info(gm, c)[0] for c in cols), row=linear_info(gm, r)[0],
+                         row_node=r.name,
                          column_nodes=tuple(c.name for c in cols))
         _heads(gm, pair, cols, r)
         pairs.append(pair)
@@ -155,7 +194,7 @@ def _heads(gm, pair: FoundPair, cols, r) -> None:
         heads = int(out.shape[-3]) if out.dim() >= 4 else None
         if heads is None:
             return
-        total = sum(gm.get_submodule(c.target).out_features for c in cols)
+        total = sum(linear_info(gm, c)[1] for c in cols)
         kv = heads
         if d > 0 and total % d == 0:
             rest = total // d - heads
