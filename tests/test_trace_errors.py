@@ -10,7 +10,7 @@ from autopar.models import load_model
 from autopar.trace import trace_model
 from costmodels.errors import SpecError, TraceError
 
-UNTRACEABLE = "tests/fixtures/untraceable.py:build"
+UNTRACEABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "untraceable.py") + ":build"
 
 
 def _err(capsys, argv):

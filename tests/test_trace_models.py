@@ -1,4 +1,6 @@
 """Every preset and family traces; the user-code and hf: paths; the graph; micro-batch linearity."""
+import os
+
 import networkx as nx
 import pytest
 import torch
@@ -6,7 +8,7 @@ import torch
 from autopar.models import FAMILIES, PRESETS, load_model
 from autopar.trace import table_for, trace_graph, trace_model
 
-FIXTURES = "tests/fixtures"
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 FAMILY_SPECS = {
     "gpt": "gpt:layers=2,hidden=64,heads=4,vocab=128,seq=32",
