@@ -16,6 +16,7 @@ A *tag* is ``(row_index, node_name)``.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -95,14 +96,11 @@ class Recorder:
             elif func in (_aten.bmm, _aten.baddbmm):
                 a, b = (args[0], args[1]) if func is _aten.bmm else (args[1], args[2])
                 m, k, n = a.shape[0] * a.shape[1], a.shape[2], b.shape[2]
-            elif func is _aten.convolution:
-                x, w = args[0], args[1]
-                groups = args[8] if len(args) > 8 else 1
-                m = out.shape[0] * int(torch.tensor(out.shape[2:]).prod()) if out.dim() > 2 else out.shape[0]
+            elif func is _aten.convolution:  # as im2col: (N·out pixels) x Cout x (Cin/groups·kernel)
+                w = args[1]
+                m = math.prod(out.shape[:1]) * math.prod(out.shape[2:])
                 n = w.shape[0]
-                k = w.shape[1] * int(torch.tensor(w.shape[2:]).prod()) if w.dim() > 2 else w.shape[1]
-                k = k  # per group already (w has Cin/groups)
-                del groups
+                k = math.prod(w.shape[1:])
             else:
                 return
         except Exception:  # noqa: BLE001
