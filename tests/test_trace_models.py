@@ -151,3 +151,22 @@ def test_leaf_modules_argument():
     table = trace_model(load_model(f"{FIXTURES}/untraceable.py:build"), leaf_modules=("FusedMLP",))
     assert table.layers == 2 and table.rows[1].fwd_flops > 0
     assert torch.is_tensor(torch.zeros(1))
+
+
+def test_inspect_json_round_trips_to_layer_table(capsys):
+    import json
+
+    from autopar.cli.main import main
+    from costmodels.layer_table import LayerTable
+    spec = FAMILY_SPECS["llama"]
+    assert main(["inspect", spec, "--json", "--micro-batch", "2", "--seq", "16"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["micro_batch"] == 2 and d["seq"] == 16 and d["num_layers"] == 2
+    assert LayerTable.from_dict(d) == table_for(spec, micro_batch=2, seq=16)
+
+
+def test_inspect_table_for_people(capsys):
+    from autopar.cli.main import main
+    assert main(["inspect", f"{FIXTURES}/nanogpt.py:gpt"]) == 0
+    out = capsys.readouterr().out
+    assert "transformer.h.0" in out and "c_attn→c_proj (4 heads)" in out and "embedding" in out
