@@ -43,7 +43,7 @@ class RowInfo:
     name: str
     kind: str
     module: nn.Module | None = None      # the block module (None for embedding / head)
-    group: int | None = None             # structural group of a block
+    group: Any = None                    # (structural group, input signature) of a block
     rep: int | None = None               # row index of the measured block of its group
     call_node: fx.Node | None = None     # the top-level call_module node of a block
 
@@ -226,7 +226,10 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
         name = n.target[len(prefix):] if n.target.startswith(prefix) else n.target
         if nblocks != len(blocks) or len({id(top.get_submodule(x.target)) for x in block_nodes}) != nblocks:
             name = f"{name}#{len(rows)}"  # a block called more than once
-        rows.append(RowInfo(name, "block", module=mod, group=group_of[i], call_node=n))
+        # measured once per (structure, input shapes): same code on the same shapes costs the same
+        call_sig = _value_sig((fx.node.map_arg(n.args, lambda x: x.meta.get("val")),
+                               fx.node.map_arg(n.kwargs, lambda x: x.meta.get("val"))))
+        rows.append(RowInfo(name, "block", module=mod, group=(group_of[i], call_sig), call_node=n))
     rows.append(RowInfo("head", "head"))
     if not block_nodes:  # no repeated blocks: one row for the whole model
         rows = [RowInfo("model", "other")]
