@@ -75,3 +75,14 @@ def test_spec_errors_are_spec_errors():
         load_model("gpt3-157b")
     with pytest.raises(SpecError, match="allowed"):
         load_model("llama3-8b:dropout=0.1")
+
+
+DATA_DEPENDENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "data_dependent.py") + ":build"
+
+
+@pytest.mark.parametrize("extra", [[], ["--leaf", "ClampingBlock"]])
+def test_value_dependent_code_names_line_and_says_leaf_cannot_help(capsys, extra):
+    code, err = _err(capsys, ["inspect", DATA_DEPENDENT, *extra])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "data_dependent.py:14" in err and "if y.abs().max() > 1e4" in err
+    assert "torch.where" in err and "--leaf" not in err

@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 from autopar.trace.measure import (Counter, CudaDropout, Recorder, TagInterpreter, empty_like_tree, replay,
                                    tensor_bytes)
 from autopar.trace.tp import attention_core_nodes, find_tp_pairs, region_nodes
-from autopar.trace.tracer import CallWrapper, trace_call
+from autopar.trace.tracer import CallWrapper, trace_call, trace_error
 from costmodels.errors import TraceError
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
 
@@ -289,14 +289,19 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
         return replay(n.meta.get("val"), tensors)
 
     top_interp = TagInterpreter(top, rec, lambda n: (row_of_node[n], n.name), call_block)
-    with Counter(rec), CudaDropout(), torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
-        out = top_interp.run(*[x for x in inputs if isinstance(x, torch.Tensor)])
-    outs = [x for x in pytree.tree_leaves(out)
-            if isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point()]
-    rec.phase = "bwd"
-    if outs:
-        with Counter(rec):
-            torch.autograd.backward(outs, [torch.ones_like(x) for x in outs])
+    try:
+        with Counter(rec), CudaDropout(), torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+            out = top_interp.run(*[x for x in inputs if isinstance(x, torch.Tensor)])
+        outs = [x for x in pytree.tree_leaves(out)
+                if isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point()]
+        rec.phase = "bwd"
+        if outs:
+            with Counter(rec):
+                torch.autograd.backward(outs, [torch.ones_like(x) for x in outs])
+    except TraceError:
+        raise
+    except Exception as e:  # noqa: BLE001 — e.g. a leaf module whose code needs tensor values
+        raise trace_error(e, spec) from None
     for p in model.parameters():
         p.grad = None
 

@@ -261,21 +261,30 @@ def trace_error(e: BaseException, what: str) -> TraceError:
         if isinstance(self_obj, nn.Module) and not isinstance(self_obj, CallWrapper):
             module_cls = type(self_obj).__name__
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    value_dependent = False
     if "control flow" in msg:
         op = "control flow on a tensor's value (an if/while/and/or that needs the data)"
+        value_dependent = True
     elif "cannot be iterated" in msg:
         op = "iteration over a tensor whose length is unknown"
     elif "Proxy" in msg:
         op = f"a call that cannot take a traced value ({type(e).__name__}: {msg})"
-    elif "item()" in msg or "meta tensors" in msg or "data-dependent" in msg.lower():
+    elif "item()" in msg or "meta tensors" in msg or "data-dependent" in msg.lower() or "nonzero" in msg:
         op = f"a data-dependent operation ({msg})"
+        value_dependent = True
     else:
         op = f"{type(e).__name__}: {msg}"
     where = ""
     if user is not None:
         code = (user.line or linecache.getline(user.filename, user.lineno) or "").strip()
         where = f" at {user.filename}:{user.lineno} `{code}`"
-    fix = (f"mark that submodule as a leaf with --leaf {module_cls} (leaf_modules=('{module_cls}',) "
-           "in Python) so autopar runs it whole, or rewrite that line"
-           if module_cls else "rewrite that line so it does not depend on tensor values")
+    if value_dependent:
+        # a leaf would not help: autopar measures on meta tensors, which hold no values
+        fix = ("autopar measures on meta tensors, which hold no values: make that line independent of "
+               "tensor values (e.g. torch.where or a mask instead of an if, a fixed size instead of nonzero)")
+    elif module_cls:
+        fix = (f"mark that submodule as a leaf with --leaf {module_cls} (leaf_modules=('{module_cls}',) "
+               "in Python) so autopar runs it whole, or rewrite that line")
+    else:
+        fix = "rewrite that line so that torch.fx can trace it"
     return TraceError(f"cannot trace {what}: {op}{where}; {fix}")
