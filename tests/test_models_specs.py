@@ -48,3 +48,16 @@ def test_meta_build_is_cheap_and_real_build_is_seeded():
     # nn.init works normally again after a meta build
     t = torch.nn.init.normal_(torch.zeros(100))
     assert t.std() > 0.5
+
+
+def test_models_command_lists_presets_with_params(capsys):
+    import json
+
+    from autopar.cli.main import main
+    assert main(["models", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    params = {r["name"]: r["params"] for r in out["presets"]}
+    assert set(params) == set(PRESETS)
+    assert abs(params["llama3-8b"] - 8.03e9) < 0.01 * 8.03e9
+    assert abs(params["gpt2-small"] - 124.4e6) < 0.01 * 124.4e6
+    assert out["families"] == list(FAMILIES)
