@@ -1,0 +1,48 @@
+"""``autopar.search.search``: model spec + hardware name in, ``SearchResult`` out."""
+from __future__ import annotations
+
+from typing import Any
+
+from costmodels.errors import PlanError
+
+
+def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int | None = None,
+           fix: dict[str, Any] | str | None = None, top: int = 5, objective: str = "step_time",
+           target_step_time_s: float | None = None, target_tokens_per_s: float | None = None,
+           allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
+           time_limit_s: float = 600.0, progress: bool = False, table=None):
+    """Top-``top`` plans for ``model`` on ``gpus`` × ``hardware`` at ``global_batch`` sequences.
+
+    ``fix``: pinned plan fields (a dict or ``"tp=8,schedule=1f1b"``). ``objective``:
+    ``step_time`` (default; exactly ``gpus`` GPUs), ``throughput_per_gpu`` (any count up to
+    ``gpus``), ``fewest_gpus`` (the fewest GPUs up to ``gpus`` whose step time reaches the target;
+    give ``target_step_time_s`` or ``target_tokens_per_s``). ``table``: a LayerTable to use instead
+    of tracing ``model``. Raises ``NoFeasiblePlanError`` with the explanation when nothing fits.
+    """
+    from costmodels.hardware import load_profile
+    from autopar.search.costs import Costs
+    from autopar.search.engine import Progress, run_search
+    from autopar.search.space import parse_fix
+    if isinstance(fix, str):
+        fix = parse_fix(fix)
+    if gpus < 1:
+        raise PlanError(f"--gpus {gpus} must be at least 1")
+    if global_batch < 1:
+        raise PlanError(f"--global-batch {global_batch} must be at least 1")
+    profile = load_profile(hardware)
+    if table is None:
+        from autopar.trace import table_for
+        table = table_for(model, micro_batch=1, seq=seq)
+    if target_tokens_per_s is not None:
+        if target_tokens_per_s <= 0:
+            raise PlanError("--target-tokens-per-s must be positive")
+        target_step_time_s = global_batch * table.seq / target_tokens_per_s
+    if objective == "fewest_gpus" and target_step_time_s is None:
+        raise PlanError("--objective fewest_gpus needs a target: --target-step-time SECONDS or "
+                        "--target-tokens-per-s N")
+    costs = Costs(table, profile, global_batch)
+    return run_search(costs, gpus=gpus, global_batch=global_batch, fix=fix, top=top,
+                      objective=objective, target_step_time_s=target_step_time_s,
+                      allow_cross_node_tp=allow_cross_node_tp, max_micro_batch=max_micro_batch,
+                      time_limit_s=time_limit_s, progress=Progress(progress),
+                      context={"model": model, "hardware": profile.name})

@@ -1,0 +1,494 @@
+"""The CP-SAT model of a plan's split points, and the integer program the search solves.
+
+The whole integer program
+=========================
+
+Data: a layer table with rows ``i = 0 … n-1`` (embedding, blocks, head, or a user's rows), a
+hardware profile (HBM per GPU, link tiers, GPUs per node), ``G`` GPUs, a global batch ``B``.
+
+Decision variables
+
+* the configuration ``c = (dp, tp, pp, vpp, b, zero, recompute, sp, schedule)``: integer degrees
+  and switches (``autopar.search.space``) with ``dp·tp·pp = G``; ``tp | heads``, ``tp | kv_heads``,
+  ``tp ≤ gpus_per_node`` unless cross-node tp is allowed; ``dp·b | B``, ``m = B/(dp·b)``
+  micro-batches; ``vpp > 1`` only with the interleaved schedule, ``pp ≥ 2``,
+  ``layers % (pp·vpp) = 0`` and ``m % pp = 0``; ``pp·vpp ≤ n``;
+* the split points ``0 = x_0 < x_1 < … < x_S = n``, ``S = pp·vpp``: virtual stage ``v`` runs rows
+  ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp``.
+
+Coefficients (all from ``costmodels``, for configuration ``c``; per micro-batch, one GPU):
+``τ_i`` = forward + backward + recompute + tensor-parallel collectives of row ``i``
+(``compute.row_times``); ``f_i`` forward and ``β_i`` backward + recompute compute time;
+``π_i`` parameters of row ``i`` on one GPU (``params / tp``); ``α_i`` activation bytes saved per
+micro-batch (``memory.activation_bytes``); ``σ_i`` model-state bytes (ZeRO Table 1 per stage);
+``SEND[x]``, ``GRAD[x]`` the p2p time of the activation leaving / the gradient entering a stage
+cut at ``x`` (``comm.collective_time('p2p', boundary[x-1]·b/b0/tp)``); ``φ_v`` the micro-batches
+in flight in virtual stage ``v`` under the schedule (``memory.in_flight``: GPipe ``m``, 1F1B
+``pp − r``, interleaved Megatron's warm-up count); ``γ_z``, ``γ_d``, ``γ_o`` the per-parameter
+times of a ZeRO-3 gather, the data-parallel gradient sync and the Adam step, ``λ_z``, ``λ_d``
+their latency terms; ``w`` the full-recompute working set; ``R`` the memory reserve.
+
+Constraints (one method of ``SplitModel`` per family):
+
+1. ``_split_points``  ordering: ``x_v + 1 ≤ x_{v+1}``, ``x_0 = 0``, ``x_S = n`` (pinned stages fix them);
+2. ``_stage_sums``    prefix sums joined to the cut variables by element constraints:
+   ``A_v = Pτ[x_{v+1}] − Pτ[x_v]`` and likewise ``F_v`` (Σf), ``Bk_v`` (Σβ), ``Π_v`` (Σπ),
+   ``Σ_v`` (Σσ), ``U_v`` (Σα), ``K_v`` (blocks in the stage);
+3. ``_communication``  per stage: ``Q_v = SEND[x_{v+1}]·[v < S−1] + GRAD[x_v]·[v > 0]`` (element
+   constraints), ZeRO-3 exposure ``Z_v = max(0, λ_z + γ_zΠ_v − F_v) + max(0, λ_z + γ_zΠ_v − Bk_v)``;
+4. ``_rank_time``      ``T_r = Σ_{v ≡ r} (A_v + Q_v + Z_v)``, ``T = max_r T_r``;
+5. ``_data_parallel``  ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the gradient sync of rank
+   ``r`` hides behind its own backward and those of the ranks before it) and the optimizer step
+   ``O = max_r γ_o Π_r``, where ``Π_r``, ``Bk_r`` sum over rank ``r``'s stages;
+6. ``_memory``         every GPU fits its HBM: for every rank ``r``
+   ``R + Σ_{v ≡ r} (Σ_v + φ_v U_v) + 2·(two largest Π_v of r, ZeRO-3 only) + w·[r holds a block]
+   ≤ HBM`` — a stage's memory depends on its position through ``φ_v``;
+7. ``_objective``      minimise the step time
+   ``m·T + (Σ_r T_r − T)/vpp + D + O`` (``pipeline.pipeline_time`` + dp exposure + optimizer), or,
+   for the explanation of infeasibility, the most loaded GPU's memory.
+
+Every coefficient is rounded per row to an integer (times in nanoseconds, ``TIME_UNIT``; bytes
+rounded up, so a split CP-SAT accepts also fits in the evaluator), and the objective is
+multiplied by ``vpp``. The objective CP-SAT proves optimal therefore equals
+``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` ns per rank
+time term, times ``m``), which the tests assert.
+
+Decomposition, and why the result is still optimal under the model
+-------------------------------------------------------------------
+The configuration is a few thousand discrete points; the split is the hard, combinatorial part.
+``autopar.search.engine`` runs a best-first search over configurations keyed by lower bounds that
+hold for *every* split: ``(m − 1/vpp)·max(Στ/pp, max τ) + Στ/vpp + O_min`` (the slowest rank does
+at least its share and at least the largest row; communication and exposure are ≥ 0; the
+optimizer step is at least the mean) and, for memory, the LP-relaxation bound of
+``Terms.memory_lower_bound``. A configuration reaches this CP-SAT model only when its bound beats
+the k-th best plan found so far; the search stops once the next bound is no better than the k-th
+exact plan. Each CP-SAT solve ends ``OPTIMAL`` or ``INFEASIBLE`` (otherwise the result says
+``optimal: false``), so the first plan is proved optimal under the cost model.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Sequence
+
+import numpy as np
+
+TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
+
+
+@dataclass
+class Terms:
+    """Coefficients of the split program for one configuration (SI units; module docstring)."""
+    config: object
+    m: int
+    pp: int
+    vpp: int
+    tau: np.ndarray            # τ_i  s
+    fwd: np.ndarray            # f_i  s
+    bwdrec: np.ndarray         # β_i  s
+    params: np.ndarray         # π_i  parameters per GPU (params / tp)
+    static: np.ndarray         # σ_i  bytes
+    act: np.ndarray            # α_i  bytes per micro-batch in flight
+    is_block: np.ndarray       # bool
+    act_none: np.ndarray       # activation bytes without recompute (full-recompute working set)
+    send: np.ndarray           # SEND[x], x = 0..n  s
+    grad: np.ndarray           # GRAD[x]
+    inflight: list[int]        # φ_v per virtual stage v
+    reserve: float
+    hbm: float
+    zero3: bool                # ZeRO-3 gathers + buffer (zero == 3 and dp > 1 for gathers)
+    z_on: bool
+    z_lat: float               # λ_z
+    z_per_param: float         # γ_z
+    d_on: bool
+    d_lat: float               # λ_d
+    d_per_param: float         # γ_d
+    o_per_param: float         # γ_o
+    full_recompute: bool
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.tau)
+
+    @property
+    def n_virtual(self) -> int:
+        return self.pp * self.vpp
+
+    # ---- bounds that hold for every split -----------------------------------------------------
+    def time_lower_bound(self) -> float:
+        """A bound on the step time that holds for every split (see the module docstring).
+
+        ``Σ_r T_r ≥ Στ + Q_min + Z_min`` where ``Q_min`` are the ``S − 1`` activation sends and
+        gradient sends at their cheapest cut, and ``Z_min`` the ZeRO-3 exposure summed over
+        stages (``Σ_v max(0, a_v) ≥ max(0, Σ_v a_v)``); ``T ≥ max(Σ_r T_r / pp, max τ)``; the
+        optimizer step is at least the mean over ranks; data-parallel exposure ≥ 0."""
+        S = self.n_virtual
+        total = float(self.tau.sum())
+        if self.pp > 1 and S > 1:
+            total += (S - 1) * (float(self.send[1:self.n].min()) + float(self.grad[1:self.n].min()))
+        if self.zero3 and self.z_on:
+            g = S * self.z_lat + self.z_per_param * float(self.params.sum())
+            total += max(0.0, g - float(self.fwd.sum())) + max(0.0, g - float(self.bwdrec.sum()))
+        tsum = float(self.tau.sum())
+        tstar = max(total / self.pp, self.rank_time_bound())
+        opt = self.o_per_param * float(self.params.sum()) / self.pp
+        a = self.m - 1.0 / self.vpp
+        return min(a * max(tstar, y) + dp for y, dp in self._dp_bound_points(tsum)) + total / self.vpp + opt
+
+    def _dp_bound_points(self, tsum: float):
+        """Pairs (bound on T, bound on the dp exposure) for the τ-time ``y`` of rank 0.
+
+        Rank 0's gradient sync hides only behind its own backward, so its exposure is at least
+        ``λ_d + κ·y`` with ``κ = min_i (γ_d π_i − β_i)/τ_i``; the other ranks then share the
+        remaining time, ``T ≥ (Στ − y)/(pp − 1)``. The bound is convex in ``y``: the minimum over
+        ``y`` sits at a breakpoint, and those are the points returned."""
+        pp = self.pp
+        if not self.d_on:
+            return [(tsum / pp if pp > 1 else tsum, 0.0)]
+        if pp == 1:
+            exact = max(0.0, self.d_lat + self.d_per_param * float(self.params.sum()) - float(self.bwdrec.sum()))
+            return [(tsum, exact)]
+        # row 0 is always on rank 0, row n−1 never (pp ≥ 2); the rows in between at rate κ
+        mid = slice(1, self.n - 1)
+        pos = self.tau[mid] > 0
+        if not pos.any():
+            return [(tsum / pp, 0.0)]
+        kappa = float(np.min((self.d_per_param * self.params[mid][pos] - self.bwdrec[mid][pos])
+                             / self.tau[mid][pos]))
+        lo = float(self.tau[0])
+        lam = self.d_lat + self.d_per_param * float(self.params[0]) - float(self.bwdrec[0])
+        ys = {lo, max(lo, tsum / pp)}
+        if kappa < 0:
+            ys.add(max(lo, lo - lam / kappa))
+        elif kappa > 0 and lam < 0:
+            ys.add(max(lo, lo - lam / kappa))
+        out = []
+        for y in ys:
+            out.append((max(y, (tsum - y) / (pp - 1)), max(0.0, lam + kappa * (y - lo))))
+        return out
+
+    def rank_time_bound(self) -> float:
+        """Integer bound on the slowest rank's time ``T`` (seconds) that every split respects.
+
+        Rows with the most common time ``b`` (the repeated blocks, ``L`` of them) are indivisible
+        units; row 0 always sits on rank 0 and row n−1 on rank pp−1 (``e``, ``h``); every other
+        row is treated as divisible (fluid). ``T`` is feasible only if the ranks can hold the
+        ``L`` blocks, ``Σ_r ⌊(T − pinned_r)/b⌋ ≥ L``, and the total fits, ``pp·T ≥ Στ``; the
+        smallest such ``T`` is found among the candidates ``k·b + pinned_r``."""
+        tau = self.tau
+        n, pp = self.n, self.pp
+        total = float(tau.sum())
+        base = max(total / pp, float(tau.max()))
+        if pp < 2 or n < 3:
+            return base
+        vals, counts = np.unique(np.round(tau[1:-1], 15), return_counts=True)
+        b = float(vals[np.argmax(counts)])
+        L = int(counts.max())
+        if b <= 0 or L < 2:
+            return base
+        pinned = np.zeros(pp)
+        pinned[0] += float(tau[0])
+        pinned[pp - 1] += float(tau[-1])
+
+        def ok(T):
+            room = np.floor((T - pinned) / b + 1e-9)
+            return np.all(room >= 0) and room.sum() >= L and pp * T >= total - 1e-12
+        cands = sorted({k * b + p for p in set(pinned.tolist()) for k in range(0, L + 1)})
+        cands = [c for c in cands if c >= base - 1e-12] + [base]
+        best = None
+        for c in sorted(cands):
+            if ok(c):
+                best = c
+                break
+        return max(base, best) if best is not None else base
+
+    def memory_lower_bound(self) -> float:
+        """A bound on the most loaded GPU's memory that holds for every split.
+
+        LP relaxation of assigning rows to ranks (a row may be cut in pieces): for any weights
+        ``λ_r ≥ 0`` with ``Σλ_r = 1``, ``M ≥ R + Σ_i min_r λ_r (σ_i + φ̂_r α_i)``, where ``φ̂_r`` is
+        the smallest in-flight count among rank ``r``'s stages. The ZeRO-3 buffer (two largest
+        chunks of a rank) is at least ``min(2, vpp)/vpp`` of the rank's parameters, so it joins
+        ``σ`` at that rate; the recompute working set is ≥ 0 and left out. The weights are the
+        homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
+        """
+        pp, S = self.pp, self.n_virtual
+        static = self.static
+        if self.zero3:
+            static = static + 2.0 * self.params * min(2, self.vpp) / self.vpp
+        phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
+        tot_s, tot_a = float(static.sum()), float(self.act.sum())
+        denom = tot_s + phi * tot_a
+        if np.any(denom <= 0):
+            return self.reserve
+        lam = 1.0 / denom
+        lam /= lam.sum()
+        per_row = np.min(lam[None, :] * (static[:, None] + phi[None, :] * self.act[:, None]), axis=1)
+        return self.reserve + float(per_row.sum())
+
+
+@dataclass
+class SplitResult:
+    status: str                    # "optimal" | "feasible" | "infeasible" | "unknown"
+    stages: tuple[tuple[int, int], ...] | None
+    objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
+    wall_s: float
+
+
+def _ns(x) -> list[int]:
+    return [int(round(float(v) / TIME_UNIT)) for v in x]
+
+
+def _up(x) -> list[int]:
+    return [int(math.ceil(float(v) - 1e-9)) for v in x]
+
+
+class SplitModel:
+    """CP-SAT over the split points of one configuration (the module docstring's program)."""
+
+    def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
+                 workers: int = 1, fixed_stages=None):
+        from ortools.sat.python import cp_model
+        self.cp = cp_model
+        self.t = terms
+        self.objective = objective
+        self.time_limit_s = time_limit_s
+        self.workers = workers
+        self.fixed_stages = fixed_stages
+        self.model = cp_model.CpModel()
+        self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
+
+    # 1. -------------------------------------------------------------------------------------
+    def _split_points(self):
+        n, S, md = self.n, self.S, self.model
+        self.dom = [(0, 0)] + [(v, n - S + v) for v in range(1, S)] + [(n, n)]
+        if self.fixed_stages is not None:
+            self.dom = [(a, a) for a, _b in self.fixed_stages] + [(n, n)]
+        self.x = ([md.NewConstant(0)] + [md.NewIntVar(*self.dom[v], f"x{v}") for v in range(1, S)]
+                  + [md.NewConstant(n)])
+        for v in range(S):
+            md.Add(self.x[v] + 1 <= self.x[v + 1])
+
+    # 2. -------------------------------------------------------------------------------------
+    def _at(self, name: str, table: list[int]):
+        """[table[x_v] for v = 0..S] as CP-SAT expressions.
+
+        Where ``table`` is affine over the domain of ``x_v`` (a run of identical rows, as the
+        repeated blocks of a transformer are) the expression is that affine function of ``x_v``,
+        exact and linear; elsewhere an element constraint links them."""
+        out = []
+        for v, xv in enumerate(self.x):
+            if v == 0:
+                out.append(table[0])
+                continue
+            if v == self.S:
+                out.append(table[self.n])
+                continue
+            lo, hi = self.dom[v]
+            seg = table[lo:hi + 1]
+            d = seg[1] - seg[0] if len(seg) > 1 else 0
+            if all(seg[i + 1] - seg[i] == d for i in range(len(seg) - 1)):
+                out.append(xv * d + (seg[0] - d * lo))
+                continue
+            var = self.model.NewIntVar(min(seg), max(seg), f"{name}{v}")
+            self.model.AddElement(xv, table, var)
+            out.append(var)
+        return out
+
+    def _sums(self, name: str, per_row: list[int]):
+        pref = [0]
+        for w in per_row:
+            pref.append(pref[-1] + w)
+        at = self._at(name, pref)
+        return [at[v + 1] - at[v] for v in range(self.S)]
+
+    def _stage_sums(self):
+        t = self.t
+        self.A = self._sums("pA", _ns(t.tau))
+        self.Bk = self._sums("pB", _ns(t.bwdrec))
+        self.Pi = self._sums("pP", [int(p) for p in np.rint(t.params)])
+        self.Sig = self._sums("pS", _up(t.static))
+        self.U = self._sums("pU", _up(t.act))
+        if t.zero3:
+            self.F = self._sums("pF", _ns(t.fwd))
+            self.Zt = self._sums("pZ", _ns(t.z_per_param * t.params))
+            self.Zb = self._sums("pY", _up(2.0 * t.params))    # ZeRO-3 gather buffer, bytes
+        if t.d_on:
+            self.Dt = self._sums("pD", _ns(t.d_per_param * t.params))
+        self.Ot = self._sums("pO", _ns(t.o_per_param * t.params))
+        if t.full_recompute:
+            self.K = self._sums("pK", [int(b) for b in t.is_block])
+
+    def _has(self, expr, name):
+        """Boolean ⇔ expr ≥ 1 (expr a non-negative integer expression)."""
+        b = self.model.NewBoolVar(name)
+        self.model.Add(expr >= 1).OnlyEnforceIf(b)
+        self.model.Add(expr == 0).OnlyEnforceIf(b.Not())
+        return b
+
+    # 3. -------------------------------------------------------------------------------------
+    def _communication(self):
+        t, md, S = self.t, self.model, self.S
+        self.Q = [0] * S
+        if self.pp > 1:
+            send = self._at("sd", _ns(t.send))
+            grad = self._at("gr", _ns(t.grad))
+            for v in range(S):
+                q = 0
+                if v < S - 1:
+                    q = q + send[v + 1]
+                if v > 0:
+                    q = q + grad[v]
+                self.Q[v] = q
+        self.Z = [0] * S
+        if t.zero3 and t.z_on:
+            lat = int(round(t.z_lat / TIME_UNIT))
+            zero_param_rows = bool(np.any(np.rint(t.params) <= 0))
+            big = sum(_ns(t.z_per_param * t.params)) + lat + 1
+            for v in range(S):
+                gather = self.Zt[v] + lat
+                if zero_param_rows:   # collective_time: an empty buffer costs nothing
+                    hp = self._has(self.Pi[v], f"hp{v}")
+                    g = md.NewIntVar(0, big, f"g{v}")
+                    md.Add(g == gather).OnlyEnforceIf(hp)
+                    md.Add(g == 0).OnlyEnforceIf(hp.Not())
+                    gather = g
+                zf = md.NewIntVar(0, big, f"zf{v}")
+                zb = md.NewIntVar(0, big, f"zb{v}")
+                md.AddMaxEquality(zf, [0, gather - self.F[v]])
+                md.AddMaxEquality(zb, [0, gather - self.Bk[v]])
+                self.Z[v] = zf + zb
+
+    def _rank(self, per_stage, r):
+        return sum(per_stage[v] for v in range(r, self.S, self.pp))
+
+    # 4. -------------------------------------------------------------------------------------
+    def _rank_time(self):
+        md = self.model
+        ub = 2 * (sum(_ns(self.t.tau)) + sum(_ns(self.t.send)) + sum(_ns(self.t.grad))) + 10 ** 6
+        if self.t.zero3:
+            ub += 2 * (sum(_ns(self.t.z_per_param * self.t.params)) + int(self.t.z_lat / TIME_UNIT) * self.S)
+        self.Tr = []
+        for r in range(self.pp):
+            e = md.NewIntVar(0, ub, f"T{r}")
+            md.Add(e == self._rank(self.A, r) + self._rank(self.Q, r) + self._rank(self.Z, r))
+            self.Tr.append(e)
+        self.T = md.NewIntVar(0, ub, "T")
+        md.AddMaxEquality(self.T, self.Tr)
+        # redundant cut (the integer bound of Terms.rank_time_bound, in rounded units): it does not
+        # change the optimum, it closes the LP gap that identical blocks leave
+        cut = int(math.floor(self.t.rank_time_bound() / TIME_UNIT - len(self.t.tau)))
+        md.Add(self.T >= max(0, cut))
+
+    # 5. -------------------------------------------------------------------------------------
+    def _data_parallel(self):
+        md, t = self.model, self.t
+        self.D = 0
+        if t.d_on:
+            lat = int(round(t.d_lat / TIME_UNIT))
+            ub = sum(_ns(t.d_per_param * t.params)) + lat + 1
+            exposed, before = [], 0
+            for r in range(self.pp):
+                bk = self._rank(self.Bk, r)
+                before = before + bk
+                e = md.NewIntVar(0, ub, f"dx{r}")
+                md.AddMaxEquality(e, [0, self._rank(self.Dt, r) + lat - before])
+                exposed.append(e)
+            self.D = md.NewIntVar(0, ub, "D")
+            md.AddMaxEquality(self.D, exposed)
+        ub = sum(_ns(t.o_per_param * t.params)) + 1
+        self.O = md.NewIntVar(0, ub, "O")
+        md.AddMaxEquality(self.O, [self._rank(self.Ot, r) for r in range(self.pp)])
+
+    # 6. -------------------------------------------------------------------------------------
+    def _memory(self):
+        md, t = self.model, self.t
+        reserve = int(math.ceil(t.reserve))
+        w = int(math.ceil(float(t.act_none[t.is_block].max()))) if (t.full_recompute and t.is_block.any()) else 0
+        self.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
+        for r in range(self.pp):
+            vs = list(range(r, self.S, self.pp))
+            base = reserve + sum(self.Sig[v] + int(t.inflight[v]) * self.U[v] for v in vs)
+            if w:
+                hb = [self._has(self.K[v], f"hb{v}") for v in vs]
+                anyb = md.NewBoolVar(f"anyb{r}")
+                md.AddMaxEquality(anyb, hb)
+                base = base + w * anyb
+            if t.zero3:
+                pairs = [vs] if len(vs) <= 2 else [list(p) for p in combinations(vs, 2)]
+                for pr in pairs:
+                    self.exprs.append(base + sum(self.Zb[v] for v in pr))
+            else:
+                self.exprs.append(base)
+        if self.objective == "memory":
+            hi = (reserve + sum(_up(t.static)) + max(t.inflight) * sum(_up(t.act)) + w
+                  + 2 * sum(_up(2.0 * t.params)))
+            self.M = md.NewIntVar(0, hi, "M")
+            for e in self.exprs:
+                md.Add(e <= self.M)
+        else:
+            hbm = int(math.floor(t.hbm))
+            for e in self.exprs:
+                md.Add(e <= hbm)
+
+    # 7. -------------------------------------------------------------------------------------
+    def _objective(self):
+        if self.objective == "memory":
+            self.model.Minimize(self.M)
+            return
+        v, m = self.vpp, self.t.m
+        # vpp · (m·T + (ΣT_r − T)/vpp + D + O)
+        self.obj = (v * m - 1) * self.T + sum(self.Tr) + v * self.D + v * self.O
+        self.model.Minimize(self.obj)
+
+    def _hint(self):
+        """Start from the min-max split of the row times (``costmodels.split.partition``)."""
+        if self.fixed_stages is not None or self.S < 2:
+            return
+        from costmodels.split import partition
+        try:
+            st = partition([float(x) for x in self.t.tau], self.S)
+        except Exception:  # a hint only
+            return
+        for v in range(1, self.S):
+            self.model.AddHint(self.x[v], st[v][0])
+
+    def build(self) -> "SplitModel":
+        self._split_points()
+        self._hint()
+        self._stage_sums()
+        self._communication()
+        if self.objective != "memory":
+            self._rank_time()
+            self._data_parallel()
+        self._memory()
+        self._objective()
+        return self
+
+    def solve(self) -> SplitResult:
+        t0 = time.perf_counter()
+        self.build()
+        solver = self.cp.CpSolver()
+        solver.parameters.max_time_in_seconds = self.time_limit_s
+        solver.parameters.num_workers = self.workers
+        # CP-SAT's presolve expands the exact domains of the large-coefficient linear expressions
+        # (nanoseconds, bytes) into thousands of intervals and can spend seconds there; the model
+        # is small and linear, so search it directly (milliseconds).
+        solver.parameters.cp_model_presolve = False
+        code = solver.Solve(self.model)
+        wall = time.perf_counter() - t0
+        cp = self.cp
+        if code in (cp.OPTIMAL, cp.FEASIBLE):
+            xs = [int(solver.Value(x)) for x in self.x]
+            stages = tuple((xs[v], xs[v + 1]) for v in range(self.S))
+            if self.objective == "memory":
+                obj = float(solver.Value(self.M))
+            else:
+                obj = solver.ObjectiveValue() / self.vpp * TIME_UNIT
+            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall)
+        if code == cp.INFEASIBLE:
+            return SplitResult("infeasible", None, None, wall)
+        return SplitResult("unknown", None, None, wall)

@@ -1,0 +1,295 @@
+"""The discrete search space: which degrees and switches a plan may take, and ``--fix`` parsing.
+
+A *configuration* is a plan without its split points: ``(dp, tp, pp, vpp, micro_batch_size,
+zero, recompute, sequence_parallel, schedule, attention, placement)``. ``configurations`` lists
+every configuration that can exist for a model, a cluster and a global batch:
+
+* ``dp · tp · pp = gpus`` (for the GPU-count objectives: ``≤ gpus``, see ``gpu_counts``);
+* ``tp`` divides ``heads`` and ``kv_heads`` (each rank owns whole heads) and stays inside a node
+  (``tp ≤ gpus_per_node`` and divides it) unless ``allow_cross_node_tp``;
+* ``dp · micro_batch_size`` divides the global batch (whole micro-batches on every replica);
+* ``pp · vpp ≤ rows`` (every virtual stage runs at least one layer-table row); interleaving
+  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2``, ``layers % (pp·vpp) == 0``
+  (Megatron's rule: the same number of blocks per model chunk before the split points move them)
+  and ``num_micro_batches % pp == 0`` (Megatron's interleaved schedule runs micro-batches in groups
+  of ``pp``);
+* canonical forms, so that the top-k plans are distinct in what they do: ``dp = 1`` → ZeRO 0
+  (there is nothing to shard across); ``pp = 1`` → schedule ``1f1b``, ``vpp = 1``; ``tp = 1`` →
+  no sequence parallel. A field the user pins with ``--fix`` is exempt from canonicalisation.
+
+``attention`` is ``flash`` and ``placement`` ``tp,dp,pp`` unless pinned (flash attention never
+costs more time or memory in the cost model, and tp-innermost is the placement every other
+placement is checked against). ``stages`` (the split points) are not part of a configuration:
+the solver places them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Iterator
+
+from costmodels.errors import PlanError
+from costmodels.plan import ATTENTION, PLACEMENTS, RECOMPUTE, SCHEDULES, Plan
+
+PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
+ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-batch": "micro_batch_size",
+           "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
+           "sequence-parallel": "sequence_parallel", "zero_stage": "zero", "virtual_stages": "vpp",
+           "interleave": "vpp"}
+SCHEDULE_ALIASES = {"interleaved": "interleaved-1f1b", "interleaved1f1b": "interleaved-1f1b",
+                    "1F1B": "1f1b", "GPipe": "gpipe"}
+TRUE = {"1", "true", "yes", "on", "y", "t"}
+FALSE = {"0", "false", "no", "off", "n", "f"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """A plan without split points (see the module docstring)."""
+    dp: int
+    tp: int
+    pp: int
+    vpp: int
+    micro_batch_size: int
+    zero: int
+    recompute: str
+    sequence_parallel: bool
+    schedule: str
+    attention: str = "flash"
+    placement: str = "tp,dp,pp"
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def plan(self, stages=None) -> Plan:
+        return Plan(dp=self.dp, tp=self.tp, pp=self.pp, vpp=self.vpp,
+                    micro_batch_size=self.micro_batch_size, zero=self.zero,
+                    recompute=self.recompute, sequence_parallel=self.sequence_parallel,
+                    schedule=self.schedule, attention=self.attention, placement=self.placement,
+                    stages=tuple(tuple(s) for s in stages) if stages is not None else None)
+
+    @classmethod
+    def of(cls, plan: Plan) -> "Config":
+        return cls(**{f.name: getattr(plan, f.name) for f in fields(cls)})
+
+
+# --------------------------------------------------------------------------------------------
+# --fix
+# --------------------------------------------------------------------------------------------
+def parse_fix(text: str | None) -> dict[str, Any]:
+    """``"tp=8,schedule=1f1b"`` → ``{"tp": 8, "schedule": "1f1b"}``.
+
+    Any plan field may be pinned (aliases: ``mbs``/``micro_batch`` → ``micro_batch_size``,
+    ``sp`` → ``sequence_parallel``). ``stages`` takes ``;``-separated half-open row ranges,
+    ``stages=0:49;49:98``. A bad key or value raises ``PlanError`` with one line naming it.
+    """
+    out: dict[str, Any] = {}
+    if not text:
+        return out
+    for item in _split_items(text):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise PlanError(f"--fix item '{item}' is not key=value; write e.g. --fix tp=8,schedule=1f1b")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        name = ALIASES.get(key, key)
+        if name not in PLAN_FIELDS:
+            raise PlanError(f"--fix key '{key}' is not a plan field; allowed: {', '.join(PLAN_FIELDS)} "
+                            "(aliases mbs, sp)")
+        if name in out:
+            raise PlanError(f"--fix pins '{name}' twice; give it once")
+        out[name] = _fix_value(name, raw)
+    return out
+
+
+def _split_items(text: str) -> list[str]:
+    # "stages=0:49;49:98,tp=8" — commas separate items; stages uses ';' so it never holds a comma
+    return text.split(",")
+
+
+def _fix_value(name: str, raw: str) -> Any:
+    def bad(allowed: str):
+        return PlanError(f"--fix {name}={raw!r} is not valid: {name} must be {allowed}")
+    if name in ("dp", "tp", "pp", "vpp", "micro_batch_size"):
+        try:
+            v = int(raw)
+        except ValueError:
+            raise bad("a positive integer") from None
+        if v < 1:
+            raise bad("a positive integer")
+        return v
+    if name == "zero":
+        if raw not in ("0", "1", "2", "3"):
+            raise bad("0, 1, 2 or 3")
+        return int(raw)
+    if name == "sequence_parallel":
+        if raw.lower() in TRUE:
+            return True
+        if raw.lower() in FALSE:
+            return False
+        raise bad("true or false")
+    if name == "recompute":
+        if raw not in RECOMPUTE:
+            raise bad(" / ".join(RECOMPUTE))
+        return raw
+    if name == "schedule":
+        raw2 = SCHEDULE_ALIASES.get(raw, raw)
+        if raw2 not in SCHEDULES:
+            raise bad(" / ".join(SCHEDULES))
+        return raw2
+    if name == "attention":
+        if raw not in ATTENTION:
+            raise bad(" / ".join(ATTENTION))
+        return raw
+    if name == "placement":
+        raw2 = raw.replace("/", ",").replace("+", ",").replace("-", ",")
+        if raw2 not in PLACEMENTS:
+            raise bad(" / ".join(p.replace(",", "-") for p in PLACEMENTS) + " (e.g. placement=tp-dp-pp)")
+        return raw2
+    if name == "stages":
+        if raw in ("balanced", "none", "None"):
+            return None
+        try:
+            ranges = []
+            for part in raw.split(";"):
+                a, b = part.split(":")
+                ranges.append((int(a), int(b)))
+        except ValueError:
+            raise bad("';'-separated half-open row ranges, e.g. stages=0:49;49:98") from None
+        return tuple(ranges)
+    raise bad("a plan value")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------------------------
+# candidate degrees
+# --------------------------------------------------------------------------------------------
+def divisors(n: int) -> list[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the space needs to know about the model (from the layer table)."""
+    rows: int
+    layers: int
+    heads: int | None
+    kv_heads: int | None
+
+    @classmethod
+    def of(cls, table) -> "Shape":
+        return cls(rows=len(table.rows), layers=table.layers, heads=table.heads,
+                   kv_heads=table.kv_heads)
+
+
+def tp_candidates(shape: Shape, gpus_per_node: int, allow_cross_node_tp: bool, limit: int) -> list[int]:
+    out = []
+    for tp in divisors(limit):
+        if shape.heads and shape.heads % tp:
+            continue
+        if shape.kv_heads and shape.kv_heads % tp:
+            continue
+        if not shape.heads and tp > 1:
+            continue  # no tensor-parallel pairs to split
+        if not allow_cross_node_tp and (tp > gpus_per_node or gpus_per_node % tp):
+            continue
+        out.append(tp)
+    return out
+
+
+def gpu_counts(max_gpus: int, gpus_per_node: int) -> list[int]:
+    """GPU counts the GPU-count objectives try: powers of two below a node, whole nodes above."""
+    counts = {g for g in (1 << i for i in range(32)) if g <= min(max_gpus, gpus_per_node)}
+    counts |= {n * gpus_per_node for n in range(1, max_gpus // gpus_per_node + 1)}
+    if max_gpus < gpus_per_node:
+        counts.add(max_gpus)
+    return sorted(c for c in counts if c <= max_gpus)
+
+
+def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
+                   fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
+                   max_micro_batch: int | None = None) -> Iterator[Config]:
+    """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``."""
+    fix = dict(fix or {})
+    fix.pop("stages", None)
+    def allowed(name, values):
+        return [fix[name]] if name in fix else values
+    for tp in allowed("tp", tp_candidates(shape, gpus_per_node, allow_cross_node_tp, gpus)):
+        if gpus % tp:
+            continue
+        for pp in allowed("pp", divisors(gpus // tp)):
+            if pp > shape.rows or (gpus // tp) % pp:
+                continue
+            dp = gpus // (tp * pp)
+            if "dp" in fix and fix["dp"] != dp:
+                continue
+            if global_batch % dp:
+                continue
+            per_replica = global_batch // dp
+            mbs_all = [b for b in divisors(per_replica) if max_micro_batch is None or b <= max_micro_batch]
+            for mbs in allowed("micro_batch_size", mbs_all):
+                if per_replica % mbs:
+                    continue
+                m = per_replica // mbs
+                for schedule, vpp in _schedules(shape, pp, m, fix):
+                    for zero in allowed("zero", [0, 1, 2, 3] if dp > 1 else [0]):
+                        for recompute in allowed("recompute", _recomputes(fix)):
+                            for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
+                                if sp and tp < 2:
+                                    continue
+                                yield Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
+                                             zero=zero, recompute=recompute, sequence_parallel=sp,
+                                             schedule=schedule,
+                                             attention=fix.get("attention", "flash"),
+                                             placement=fix.get("placement", "tp,dp,pp"))
+
+
+def _recomputes(fix: dict[str, Any]) -> list[str]:
+    # with flash attention nothing is stored that selective recompute could drop: the cost model
+    # gives "selective" exactly the time and memory of "none", so only one of them is listed
+    if fix.get("attention", "flash") == "flash":
+        return ["none", "full"]
+    return list(RECOMPUTE)
+
+
+def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any]) -> list[tuple[str, int]]:
+    out = []
+    if pp == 1:
+        out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s != "interleaved-1f1b"]
+    else:
+        out = [("gpipe", 1), ("1f1b", 1)]
+        if m % pp == 0:
+            for vpp in range(2, shape.rows // pp + 1):
+                if shape.layers % (pp * vpp) == 0:
+                    out.append(("interleaved-1f1b", vpp))
+    if "schedule" in fix:
+        out = [o for o in out if o[0] == fix["schedule"]]
+    if "vpp" in fix:
+        out = [o for o in out if o[1] == fix["vpp"]]
+    return out
+
+
+def check_fix_against(fix: dict[str, Any], gpus: int | None) -> None:
+    """Errors a pinned value makes certain before any search (one line each)."""
+    if gpus is not None:
+        prod = 1
+        for k in ("dp", "tp", "pp"):
+            if k in fix:
+                prod *= fix[k]
+                if gpus % fix[k]:
+                    raise PlanError(f"--fix {k}={fix[k]} does not divide --gpus {gpus}; "
+                                    f"choose {k} in {divisors(gpus)[:12]}")
+        if gpus % prod:
+            raise PlanError(f"--fix dp·tp·pp = {prod} does not divide --gpus {gpus}")
+        if all(k in fix for k in ("dp", "tp", "pp")) and prod != gpus:
+            raise PlanError(f"--fix dp·tp·pp = {prod} but --gpus is {gpus}; they must be equal")
+    if fix.get("vpp", 1) > 1 and fix.get("schedule", "interleaved-1f1b") != "interleaved-1f1b":
+        raise PlanError(f"--fix vpp={fix['vpp']} needs schedule=interleaved-1f1b")
+    if fix.get("schedule") == "interleaved-1f1b" and fix.get("vpp") == 1:
+        raise PlanError("--fix schedule=interleaved-1f1b needs vpp >= 2")
