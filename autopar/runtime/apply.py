@@ -58,13 +58,16 @@ from costmodels.split import partition
 
 
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
-          table=None, group=None, timeout_s: float | None = None) -> "Runner":
+          table=None, example_inputs=None, group=None,
+          timeout_s: float | None = None) -> "Runner":
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
     JSON string or a path (``Plan.load``). ``loss_fn(output, targets)`` defaults to autopar's
     token loss (cross-entropy / MSE). ``spec``/``table``: the model spec or layer table used for
-    the balanced split when the plan has no ``stages``. ``group``: run on the ranks of this
+    the balanced split when the plan has no ``stages``. ``example_inputs``: the model's inputs
+    for one micro-batch (only shapes and dtypes matter; taken from ``spec`` when given), which
+    tell the tensor-parallel rewrite each row's input shape. ``group``: run on the ranks of this
     process group instead of the whole world.
     """
     if not isinstance(plan, Plan):
@@ -76,12 +79,16 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     if loss_fn is None:
         from autopar.models.source import token_loss
         loss_fn = token_loss
-    return Runner(model, plan, loss_fn, spec=spec, table=table, pg=group)
+    if example_inputs is None and spec is not None:
+        from autopar.models import load_model
+        example_inputs = load_model(spec).example_inputs(plan.micro_batch_size, "cpu")
+    return Runner(model, plan, loss_fn, spec=spec, table=table, example_inputs=example_inputs,
+                  pg=group)
 
 
 class Runner:
     def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, *, spec=None, table=None,
-                 pg=None):
+                 example_inputs=None, pg=None):
         self.plan = plan
         self.loss_fn = loss_fn
         self.layout = lay = adist.make_layout(plan, pg)
@@ -90,9 +97,10 @@ class Runner:
         self.dp_rank, self.dp_size = lay.dp_rank, plan.dp
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
-        self._keys = [k for k in model.state_dict(keep_vars=True)]
-        key_of = {}
-        for k, t in model.state_dict(keep_vars=True).items():
+        sd = model.state_dict(keep_vars=True)
+        self._keys = list(sd)
+        key_of: dict[int, list[str]] = {}
+        for k, t in sd.items():
             key_of.setdefault(id(t), []).append(k)
 
         rows = model_rows(model)
@@ -101,41 +109,73 @@ class Runner:
         self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]
         self.first_virtual, self.last_virtual = 0, n_virtual - 1
 
-        # parameters used by stages on more than one pipeline rank (tied embedding / head)
-        users: dict[int, set[int]] = {}
+        # per row: its local tensor names -> the serial model's state-dict keys (all aliases of a
+        # tied tensor; the first is canonical); per canonical key: the pipeline ranks using it
+        row_keys: list[dict[str, list[str]]] = []
+        users: dict[str, set[int]] = {}
+        for i, m in enumerate(rows.modules):
+            d = {}
+            for n, t in _tensors(m):
+                if id(t) in key_of:
+                    d[n] = key_of[id(t)]
+            row_keys.append(d)
         for v, (a, b) in enumerate(self.stages_rows):
-            for m in rows.modules[a:b]:
-                for p in m.parameters():
-                    users.setdefault(id(p), set()).add(v % plan.pp)
+            for i in range(a, b):
+                for keys in row_keys[i].values():
+                    users.setdefault(keys[0], set()).add(v % plan.pp)
+        tied_sets = sorted({tuple(sorted(r)) for r in users.values() if len(r) > 1})
+        if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
+            extra = [[lay.rank_at(pp=r, dp=d, tp=t) for r in s] for s in tied_sets
+                     for d in range(plan.dp) for t in range(plan.tp)]
+            adist.create_groups(plan, lay.ranks, extra)
 
         # this rank's stage modules (rows rewritten for tp / sp / recompute)
+        examples = _row_inputs(rows, example_inputs, self.stages_rows, self.virtual)
         self._raw: list[StageModule] = []
+        self._names: list[dict[str, list[str]]] = []    # stage-local name -> state-dict keys
+        self._shards: list[dict[str, object]] = []      # stage-local name -> rewrite ShardSpec
         for v in self.virtual:
             a, b = self.stages_rows[v]
-            mods = [self._rewrite(rows.modules[i], rows.kinds[i]) for i in range(a, b)]
-            self._raw.append(StageModule(mods, rows.kinds[a:b]).to(self.device))
-
-        # names: stage-local name -> the serial model's state_dict keys
-        self._names: list[dict[str, list[str]]] = []
-        self._tied: list[tuple[int, str, object]] = []   # (local stage, name, group)
-        for s, stage in enumerate(self._raw):
-            names = {}
-            for n, t in list(stage.named_parameters(remove_duplicate=False)) + \
-                    list(stage.named_buffers(remove_duplicate=False)):
-                keys = key_of.get(id(t))
-                if keys:
-                    names[n] = keys
+            mods, names, shards = [], {}, {}
+            for j, i in enumerate(range(a, b)):
+                r = self._rewrite(rows.modules[i], rows.kinds[i], examples.get(i))
+                spec_of = getattr(r, "autopar_shards", None) or {}
+                for n, _ in _tensors(r):
+                    sh = spec_of.get(n)
+                    keys = row_keys[i].get(sh.name if sh is not None else n)
+                    if keys:
+                        names[f"rows.{j}.{n}"] = keys
+                        if sh is not None and getattr(sh, "dim", None) is not None:
+                            shards[f"rows.{j}.{n}"] = sh
+                mods.append(r)
+            self._raw.append(StageModule(mods, rows.kinds[a:b]))
             self._names.append(names)
-            seen = set()
-            for n, p in stage.named_parameters():
-                ranks = users.get(id(p), set())
-                if len(ranks) > 1 and id(p) not in seen:
-                    seen.add(id(p))
+            self._shards.append(shards)
+
+        # one Parameter per tied tensor on this rank (the rewrite clones what it returns);
+        # tied across pipeline ranks: grads all-reduced between them after backward (Megatron)
+        first: dict[str, tuple[int, str, nn.Parameter]] = {}
+        self._tied: list[tuple[int, str, object]] = []
+        for s, stage in enumerate(self._raw):
+            for n, p in list(stage.named_parameters(remove_duplicate=False)):
+                keys = self._names[s].get(n)
+                if not keys:
+                    continue
+                if keys[0] in first:
+                    if first[keys[0]][2] is not p:
+                        _set_param(stage, n, first[keys[0]][2])
+                    continue
+                first[keys[0]] = (s, n, p)
+                ranks = users.get(keys[0], set())
+                if len(ranks) > 1:
                     peers = [lay.rank_at(pp=r) for r in sorted(ranks)]
                     self._tied.append((s, n, adist.group(peers)))
-        del model, rows  # the rows this rank does not run are freed with the model
+        for stage in self._raw:
+            stage.to(self.device)
+        del model, rows, sd, key_of  # rows this rank does not run are freed with the model
 
         self._owned: list[nn.Parameter] | None = None
+        self._post_sync = False
         self._wrapped = [self._wrap_dp(s) for s in self._raw]
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}
@@ -146,7 +186,7 @@ class Runner:
                                  for w, v in zip(self._wrapped, self.virtual)]
 
     # ---- construction helpers ---------------------------------------------------------
-    def _rewrite(self, module: nn.Module, kind: str) -> nn.Module:
+    def _rewrite(self, module: nn.Module, kind: str, example) -> nn.Module:
         p = self.plan
         if p.tp == 1 and not p.sequence_parallel and p.recompute == "none":
             return module
@@ -158,7 +198,8 @@ class Runner:
                             "sequence_parallel=false, recompute='none'") from None
         return rewrite_row(module, kind=kind, tp_rank=self.tp_rank, tp_size=p.tp,
                            tp_group=self.layout.group("tp") if p.tp > 1 else None,
-                           sequence_parallel=p.sequence_parallel, recompute=p.recompute)
+                           sequence_parallel=p.sequence_parallel, recompute=p.recompute,
+                           example_input=example)
 
     def _wrap_dp(self, stage: StageModule) -> nn.Module:
         p = self.plan
@@ -172,6 +213,11 @@ class Runner:
                 if kind == "block":
                     fully_shard(row, mesh=mesh, reshard_after_forward=reshard)
             fully_shard(stage, mesh=mesh, reshard_after_forward=reshard)
+            return stage
+        if p.pp > 1 and p.vpp > 1:
+            # several chunks per rank: DDP's reducer cannot follow the interleaved order, so
+            # these grads are all-reduced in buckets right after the pipeline step
+            self._post_sync = True
             return stage
         from torch.nn.parallel import DistributedDataParallel as DDP
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -222,6 +268,8 @@ class Runner:
             local = self._run_local(inputs, targets, n_micro)
         else:
             local = self._run_pipeline(inputs, targets, n_micro)
+            if self._post_sync:
+                _bucketed_mean(self._all_params(), self.layout.group("dp"), plan.dp)
             for s, name, g in self._tied:
                 grad = self._raw[s].get_parameter(name).grad
                 if grad is not None:
@@ -341,26 +389,27 @@ class Runner:
         None on the others. Every rank of the plan must call it."""
         lay = self.layout
         part: dict[str, torch.Tensor] = {}
+        tp_group = lay.group("tp") if self.plan.tp > 1 else None
         for s, stage in enumerate(self._raw):
-            items = list(stage.named_parameters(remove_duplicate=False)) + \
-                list(stage.named_buffers(remove_duplicate=False))
-            for n, t in items:
-                if n not in self._names[s]:
+            for n, t in _tensors(stage):
+                keys = self._names[s].get(n)
+                if not keys:
                     continue
                 t = t.detach()
                 if hasattr(t, "full_tensor"):
                     t = t.full_tensor()
-                for k in self._names[s][n]:
+                if n in self._shards[s]:
+                    t = _tp_full(t, self._shards[s][n], tp_group, self.plan.tp)
+                for k in keys:
                     part[k] = t.cpu().clone()
         if lay.dp_rank or lay.tp_rank:
             part = {}
-        g = adist.group(lay.ranks)
         dst = lay.ranks[0]
         gathered = [None] * len(lay.ranks) if self.rank == dst else None
         if len(lay.ranks) == 1:
             gathered = [part]
         else:
-            dist.gather_object(part, gathered, dst=dst, group=g)
+            dist.gather_object(part, gathered, dst=dst, group=adist.group(lay.ranks))
         if self.rank != dst:
             return None
         merged = {}
@@ -396,6 +445,83 @@ def _stage_ranges(plan: Plan, rows: Rows, spec, table) -> tuple[tuple[int, int],
         from costmodels.split import balanced_stages
         return balanced_stages(table, v)
     return partition(row_weights(rows), v)
+
+
+def _tensors(module: nn.Module):
+    """(name, tensor) for every parameter and persistent buffer, aliases included."""
+    out = list(module.named_parameters(remove_duplicate=False))
+    for mod_name, mod in module.named_modules(remove_duplicate=False):
+        skip = getattr(mod, "_non_persistent_buffers_set", set())
+        for n, b in mod.named_buffers(recurse=False):
+            if n not in skip:
+                out.append((f"{mod_name}.{n}" if mod_name else n, b))
+    return out
+
+
+def _set_param(root: nn.Module, name: str, p: nn.Parameter) -> None:
+    owner, _, leaf = name.rpartition(".")
+    setattr(root.get_submodule(owner) if owner else root, leaf, p)
+
+
+def _bucketed_mean(params, group, size: int, bucket_bytes: int = 25 << 20) -> None:
+    """Average ``params``' gradients over ``group``: flattened into ~25 MB buckets, all-reduces
+    issued asynchronously and waited for together."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+    grads = [p.grad for p in params if p.grad is not None]
+    buckets, cur, cur_bytes = [], [], 0
+    for g in grads:
+        cur.append(g)
+        cur_bytes += g.numel() * g.element_size()
+        if cur_bytes >= bucket_bytes:
+            buckets.append(cur)
+            cur, cur_bytes = [], 0
+    if cur:
+        buckets.append(cur)
+    pending = []
+    for b in buckets:
+        flat = _flatten_dense_tensors(b)
+        pending.append((b, flat, dist.all_reduce(flat, group=group, async_op=True)))
+    for b, flat, work in pending:
+        work.wait()
+        flat /= size
+        for g, new in zip(b, _unflatten_dense_tensors(flat, b)):
+            g.copy_(new)
+
+
+def _tp_full(t: torch.Tensor, shard, group, tp: int) -> torch.Tensor:
+    """The full tensor from each tp rank's shard (``shard``: the rewrite's ShardSpec; a fused
+    tensor's segments are sharded each on its own)."""
+    parts = [torch.empty_like(t) for _ in range(tp)]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    dim, segments = shard.dim, getattr(shard, "segments", None)
+    if not segments or len(segments) < 2:
+        return torch.cat(parts, dim)
+    local = [seg // tp for seg in segments]
+    split = [p.split(local, dim) for p in parts]
+    return torch.cat([torch.cat([sp[k] for sp in split], dim) for k in range(len(local))], dim)
+
+
+def _row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
+    """Each row's serial input for one micro-batch, as ``meta`` tensors (shape and dtype only),
+    for the rows of this rank's stages; run under FakeTensorMode (no compute, no memory)."""
+    if example_inputs is None:
+        return {}
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    need = {i for v in virtual for i in range(*stages[v])}
+    last = max(need)
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    out = {}
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+            x = tuple(mode.from_tensor(t) for t in inputs)
+            for i in range(last + 1):
+                first = x[0] if isinstance(x, tuple) else x
+                if i in need:
+                    out[i] = torch.empty(first.shape, dtype=first.dtype, device="meta")
+                x = rows.modules[i](*x) if isinstance(x, tuple) else rows.modules[i](x)
+    except Exception:  # shapes are a hint to the rewrite; it infers them for gpt/llama rows
+        return out
+    return out
 
 
 def _is_fsdp(module) -> bool:

@@ -9,9 +9,9 @@ Position ``i`` of a rank in the runner's rank list has coordinates
 
 The DeviceMesh is built outer-first, ``mesh_dim_names`` e.g. ``("pp", "dp", "tp")``.
 
-Groups are created with ``use_local_synchronization=True`` (only the members call), and cached by
-their rank tuple, so many runners in one process (tests, ``autopar verify``) share them and a
-rank never has to take part in creating a group it is not in.
+Groups are created by ``create_groups`` — on every rank of the world, in one fixed order, as
+torch's ``new_group`` requires — and cached by their rank set, so many runners in one process
+(tests, ``autopar verify``) reuse them.
 """
 from __future__ import annotations
 
@@ -72,14 +72,59 @@ def device_for_backend() -> torch.device:
 
 
 def group(ranks) -> object:
-    """The process group of ``ranks`` (created once per process; only its members call)."""
+    """The process group of ``ranks``, created earlier by ``create_groups`` on every rank."""
     key = tuple(sorted(int(r) for r in ranks))
+    if key == tuple(range(dist.get_world_size())):
+        return dist.group.WORLD
     if key not in _GROUPS:
-        if key == tuple(range(dist.get_world_size())):
-            _GROUPS[key] = dist.group.WORLD
-        else:
-            _GROUPS[key] = dist.new_group(list(key), use_local_synchronization=True)
+        raise RuntimeError(f"no process group for ranks {list(key)}: call "
+                           "autopar.runtime.dist.create_groups(plan, ranks) on every rank of the "
+                           "world first (apply does it itself when it runs on the whole world)")
     return _GROUPS[key]
+
+
+def create_groups(plan, ranks=None, extra=()) -> None:
+    """Create every process group a runner of ``plan`` over ``ranks`` (default: the world) may
+    use — tp, dp and pp groups, the first/last pipeline-stage (embedding) groups, the whole
+    plan, and ``extra`` rank sets — in one fixed order. A collective over the WHOLE world: every
+    rank calls it with the same arguments, members or not (torch's ``new_group`` contract).
+    Groups are cached by rank set, so calling it again with known groups costs nothing."""
+    ranks = tuple(ranks) if ranks is not None else tuple(range(dist.get_world_size()))
+    for key in layout_rank_sets(plan, ranks) + [tuple(sorted(e)) for e in extra]:
+        if key in _GROUPS or key == tuple(range(dist.get_world_size())):
+            continue
+        _GROUPS[key] = dist.new_group(list(key))
+
+
+def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
+    order = tuple(plan.placement.split(","))
+    sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    coords = []
+    for i in range(len(ranks)):
+        c = {}
+        for d in order:
+            c[d] = i % sizes[d]
+            i //= sizes[d]
+        coords.append(c)
+    out: list[tuple[int, ...]] = []
+
+    def along(dim, keep=lambda c: True):
+        groups: dict[tuple, list[int]] = {}
+        for i, c in enumerate(coords):
+            if keep(c):
+                groups.setdefault(tuple(c[d] for d in order if d != dim), []).append(ranks[i])
+        for g in groups.values():
+            t = tuple(sorted(g))
+            if len(t) > 1 and t not in out:
+                out.append(t)
+
+    for dim in ("tp", "dp", "pp"):
+        along(dim)
+    if plan.pp > 2:
+        along("pp", keep=lambda c: c["pp"] in (0, plan.pp - 1))
+    if tuple(sorted(ranks)) not in out:  # the whole plan (size 1 too: a runner's own group)
+        out.append(tuple(sorted(ranks)))
+    return out
 
 
 @dataclass

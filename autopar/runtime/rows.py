@@ -27,6 +27,7 @@ class Rows:
     modules: list[nn.Module]
     kinds: list[str]            # "embedding" | "block" | "head"
     names: list[str]            # "embedding", "blocks.3", "head" (or the user model's block path)
+    prefixes: list[str]         # where the row's parameter names sit in the model's state dict
 
     def __len__(self) -> int:
         return len(self.modules)
@@ -37,9 +38,9 @@ def model_rows(model: nn.Module) -> Rows:
     if ("embedding" in children and "head" in children
             and isinstance(children.get("blocks"), nn.ModuleList)):
         blocks = list(model.blocks)
+        names = ["embedding"] + [f"blocks.{i}" for i in range(len(blocks))] + ["head"]
         return Rows([model.embedding, *blocks, model.head],
-                    ["embedding"] + ["block"] * len(blocks) + ["head"],
-                    ["embedding"] + [f"blocks.{i}" for i in range(len(blocks))] + ["head"])
+                    ["embedding"] + ["block"] * len(blocks) + ["head"], names, names)
     return _split_with_fx(model)
 
 
@@ -97,6 +98,9 @@ def _split_with_fx(model: nn.Module) -> Rows:
     pre_set = set(pre)
     for n in pre:
         for u in n.users:
+            if getattr(u, "target", None).__class__.__name__ == "function" and \
+                    getattr(u.target, "__name__", "") == "_assert_is_none":
+                continue
             if u not in pre_set and u is not calls[0] and n.op != "get_attr":
                 raise PlanError(f"{where}: '{n.name}' computed before the blocks is used after "
                                 "them; autopar needs the blocks' output to be all that flows on")
@@ -104,11 +108,17 @@ def _split_with_fx(model: nn.Module) -> Rows:
     if not isinstance(x, fx.Node) or x not in pre_set:
         raise PlanError(f"{where}: the first block's input must be computed from the inputs")
 
+    from torch.fx._symbolic_trace import _assert_is_none
     g_pre = fx.Graph()
     env: dict = {}
     for n in pre:
+        if n.op == "call_function" and n.target is _assert_is_none:
+            continue  # fx's check that an argument traced at its default is still that default
         env[n] = g_pre.node_copy(n, lambda a: env[a])
     g_pre.output(env[x])
+    for n in list(g_pre.nodes):
+        if n.op == "placeholder" and not n.users and n.args:  # unused, with a default
+            g_pre.erase_node(n)
     g_post = fx.Graph()
     env = {calls[-1]: g_post.placeholder("x")}
     for n in post:
@@ -118,7 +128,7 @@ def _split_with_fx(model: nn.Module) -> Rows:
         env[n] = g_post.node_copy(n, lambda a: env[a])
     pre_gm, post_gm = fx.GraphModule(model, g_pre), fx.GraphModule(model, g_post)
     return Rows([pre_gm, *blocks, post_gm], ["embedding"] + ["block"] * len(blocks) + ["head"],
-                ["embedding"] + names + ["head"])
+                ["embedding"] + names + ["head"], [""] + names + [""])
 
 
 class StageModule(nn.Module):

@@ -34,6 +34,7 @@ class Case:
     lr: float = 0.1
     optimizer: str = "sgd"
     spec: str | None = None
+    example_inputs: tuple | None = None
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -54,7 +55,8 @@ def no_dropout(model: nn.Module) -> nn.Module:
     return model
 
 
-def serial_losses(case: Case) -> list[float]:
+def serial_losses(case: Case, return_state: bool = False):
+    """The single-process model: one optimizer step per global batch."""
     model = case.build()
     opt = make_optimizer(case.optimizer, model.parameters(), case.lr)
     out = []
@@ -65,12 +67,17 @@ def serial_losses(case: Case) -> list[float]:
         opt.step()
         opt.zero_grad()
         out.append(float(loss.detach()))
+    if return_state:
+        return out, {k: v.detach().clone() for k, v in model.state_dict().items()}
     return out
 
 
-def parallel_losses(case: Case, group=None) -> list[float]:
+def parallel_losses(case: Case, group=None, return_state: bool = False):
+    """The same steps with ``autopar.apply``; each rank feeds its dp slice of the global batch.
+    With ``return_state``: also ``runner.full_state_dict()`` (None except on the first rank)."""
     from autopar.runtime.apply import apply
-    runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, group=group)
+    runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, group=group,
+                   example_inputs=case.example_inputs)
     opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
     out = []
     for step in range(case.steps):
@@ -82,6 +89,8 @@ def parallel_losses(case: Case, group=None) -> list[float]:
         opt.step()
         opt.zero_grad()
         out.append(loss)
+    if return_state:
+        return out, runner.full_state_dict()
     return out
 
 
