@@ -256,6 +256,9 @@ def scaling(records: list[PlanRecord], one_gpu_time=None) -> list[ScalingSeries]
                for n, r in sorted(by_n.items())]
         s = ScalingSeries(key, pts)
         t1, note = (one_gpu_time(*key) if one_gpu_time else (None, ""))
+        if 1 in by_n and (not t1 or float(by_n[1]["step_time_s"]) < t1):
+            t1 = float(by_n[1]["step_time_s"])
+            note = f"T(1) = {seconds(t1)}: the best one-GPU plan in the inputs (#{by_n[1].id})"
         if t1:
             s.one_gpu_time_s, s.one_gpu_note = t1, note
         else:
@@ -276,8 +279,9 @@ def scaling(records: list[PlanRecord], one_gpu_time=None) -> list[ScalingSeries]
 
 def one_gpu_time_from_cost_model(model, hardware, global_batch, seq, table=None):
     """T(1): the cost model's step time for dp = tp = pp = 1 on the whole global batch (memory
-    ignored), the best over micro-batch sizes 1, 2, 4, 8 that divide the batch. ``table``: the
-    model's LayerTable (traced with ``autopar.trace.table_for`` when not given)."""
+    ignored), the best over power-of-two micro-batch sizes that divide the batch and over
+    recompute none / selective. ``table``: the model's LayerTable (traced with
+    ``autopar.trace.table_for`` when not given)."""
     try:
         from costmodels.estimate import estimate
         from costmodels.hardware import load_profile
@@ -286,8 +290,9 @@ def one_gpu_time_from_cost_model(model, hardware, global_batch, seq, table=None)
             from autopar.trace import table_for
             table = table_for(model, micro_batch=1, seq=seq)
         profile = load_profile(hardware)
-        best = min((estimate(table, profile, Plan(micro_batch_size=b), 1, int(global_batch))
-                    for b in (1, 2, 4, 8) if int(global_batch) % b == 0),
+        sizes = [2 ** i for i in range(int(global_batch).bit_length()) if int(global_batch) % 2 ** i == 0]
+        best = min((estimate(table, profile, Plan(micro_batch_size=b, recompute=rc), 1, int(global_batch))
+                    for b in sizes for rc in ("none", "selective")),
                    key=lambda e: float(e.step_time_s))
         t = float(best.step_time_s)
         return t, (f"T(1) = {seconds(t)}: the cost model's step time on one GPU (dp = tp = pp = 1, "
