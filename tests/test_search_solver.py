@@ -1,0 +1,139 @@
+"""The solver against the solver-free evaluator: on small generated spaces CP-SAT's best equals
+exhaustive enumeration of every configuration × every split through ``costmodels.estimate``;
+top-k is ordered and distinct; --fix is honoured; the solver's objective equals the evaluator's
+prediction for the plan it returns (up to integer rounding)."""
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from costmodels.errors import NoFeasiblePlanError
+from costmodels.estimate import estimate
+from costmodels.hardware import load_profile
+from autopar.search.costs import Costs
+from autopar.search.engine import enumerate_plans, run_search
+from autopar.search.space import parse_fix
+from synthetic_tables import gpt_table
+
+BASE = load_profile("a100-80g-sxm")
+
+
+def small_profile(hbm: float, gpus_per_node: int = 8):
+    return dataclasses.replace(BASE, name="tiny-test", hbm_bytes=float(hbm), memory_reserve_bytes=1000.0,
+                               gpus_per_node=gpus_per_node)
+
+
+def table(layers, hidden, heads, seq, vocab=256, tied=True):
+    return gpt_table(layers, hidden, heads, vocab, seq, tied=tied,
+                     model=f"gpt:layers={layers},hidden={hidden},heads={heads},vocab={vocab},seq={seq}")
+
+
+def serial_memory(t, batch):
+    prof = small_profile(1e15)
+    from costmodels.plan import Plan
+    return estimate(t, prof, Plan(), 1, batch).memory_bytes["total"]
+
+
+def close(a, b, rel=1e-6):
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-9
+
+
+spaces = st.fixed_dictionaries({
+    "layers": st.sampled_from([2, 3, 4]),
+    "hidden": st.sampled_from([32, 64]),
+    "heads": st.sampled_from([2, 4]),
+    "seq": st.sampled_from([16, 64]),
+    "tied": st.booleans(),
+    "gpus": st.sampled_from([1, 2, 4]),
+    "batch": st.sampled_from([2, 4, 8]),
+    "hbm_fraction": st.sampled_from([0.15, 0.3, 0.6, 2.0]),
+    "gpus_per_node": st.sampled_from([2, 8]),
+})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spaces)
+def test_solver_best_equals_exhaustive_enumeration(s):
+    t = table(s["layers"], s["hidden"], s["heads"], s["seq"], tied=s["tied"])
+    hbm = s["hbm_fraction"] * serial_memory(t, s["batch"])
+    costs = Costs(t, small_profile(hbm, s["gpus_per_node"]), s["batch"])
+    brute = enumerate_plans(costs, gpus=s["gpus"], global_batch=s["batch"])
+    if not brute:
+        with pytest.raises(NoFeasiblePlanError):
+            run_search(costs, gpus=s["gpus"], global_batch=s["batch"], top=3)
+        return
+    res = run_search(costs, gpus=s["gpus"], global_batch=s["batch"], top=3)
+    assert res.optimal
+    best = res.plans[0].prediction["step_time_s"]
+    assert close(best, brute[0][2]["step_time_s"]), (best, brute[0])
+    # the top k equal the k best configurations of the enumeration
+    for cand, (_, _, pred) in zip(res.plans, brute):
+        assert close(cand.prediction["step_time_s"], pred["step_time_s"])
+    _check_plans(res, costs)
+
+
+def _check_plans(res, costs):
+    times = [c.prediction["step_time_s"] for c in res.plans]
+    assert times == sorted(times)                                   # ordered
+    keys = [c.config for c in res.plans]
+    assert len(set(keys)) == len(keys)                              # distinct
+    for c in res.plans:
+        p = c.prediction
+        assert p["fits"] and p["memory_bytes"]["total"] <= p["hbm_bytes"]
+        # the solver's objective equals the evaluator's prediction for that plan
+        again = estimate(costs.table, costs.profile, c.plan, c.plan.world_size, costs.global_batch)
+        assert again.step_time_s == p["step_time_s"]
+        assert abs(c.solver_objective_s - p["step_time_s"]) <= 1e-9 * len(costs.table.rows) * 4 * (p["num_micro_batches"] + 2)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spaces, st.sampled_from(["tp=2", "pp=2", "schedule=gpipe", "zero=1", "recompute=full",
+                                "mbs=1", "pp=2,schedule=gpipe", "attention=math,recompute=selective"]))
+def test_fix_is_honoured_and_matches_enumeration(s, fix_text):
+    t = table(s["layers"], s["hidden"], s["heads"], s["seq"], tied=s["tied"])
+    costs = Costs(t, small_profile(s["hbm_fraction"] * serial_memory(t, s["batch"]) + 1e9), s["batch"])
+    fix = parse_fix(fix_text)
+    brute = enumerate_plans(costs, gpus=max(s["gpus"], 2), global_batch=s["batch"], fix=fix)
+    if not brute:
+        return
+    res = run_search(costs, gpus=max(s["gpus"], 2), global_batch=s["batch"], fix=fix, top=4)
+    for c in res.plans:
+        for k, v in fix.items():
+            assert getattr(c.plan, k) == v
+    assert close(res.plans[0].prediction["step_time_s"], brute[0][2]["step_time_s"])
+    _check_plans(res, costs)
+
+
+def test_pinned_stages_are_kept():
+    t = table(4, 64, 4, 32)
+    costs = Costs(t, small_profile(1e12), 8)
+    res = run_search(costs, gpus=2, global_batch=8, fix=parse_fix("pp=2,stages=0:1;1:6"), top=2)
+    assert all(c.plan.stages == ((0, 1), (1, 6)) for c in res.plans)
+
+
+def test_heterogeneous_rows_balance_real_cost():
+    """A user's odd block (3× the others) moves the split points away from an even count."""
+    t = table(6, 64, 4, 64)
+    rows = list(t.rows)
+    odd = rows[3]
+    rows[3] = dataclasses.replace(odd, fwd_flops=odd.fwd_flops * 3, bwd_flops=odd.bwd_flops * 3)
+    t = dataclasses.replace(t, rows=tuple(rows))
+    costs = Costs(t, small_profile(1e12), 8)
+    res = run_search(costs, gpus=2, global_batch=8, fix=parse_fix("pp=2,tp=1,mbs=1,schedule=1f1b"), top=1)
+    brute = enumerate_plans(costs, gpus=2, global_batch=8, fix=parse_fix("pp=2,tp=1,mbs=1,schedule=1f1b"))
+    assert close(res.plans[0].prediction["step_time_s"], brute[0][2]["step_time_s"])
+
+
+def test_objectives_throughput_per_gpu_and_fewest_gpus():
+    t = table(4, 64, 4, 64)
+    costs = Costs(t, small_profile(1e12), 8)
+    res = run_search(costs, gpus=8, global_batch=8, objective="throughput_per_gpu", top=3)
+    brute = enumerate_plans(costs, gpus=8, global_batch=8, objective="throughput_per_gpu")
+    best = res.plans[0].prediction
+    assert close(best["step_time_s"] * best["gpus"], brute[0][0][0])
+    one = run_search(costs, gpus=1, global_batch=8, top=1).plans[0].prediction["step_time_s"]
+    res = run_search(costs, gpus=8, global_batch=8, objective="fewest_gpus", target_step_time_s=one * 0.7, top=2)
+    assert res.plans[0].prediction["step_time_s"] <= one * 0.7
+    brute = enumerate_plans(costs, gpus=8, global_batch=8, objective="fewest_gpus")
+    fewest = min(p["gpus"] for _, _, p in brute if p["step_time_s"] <= one * 0.7)
+    assert res.plans[0].prediction["gpus"] == fewest

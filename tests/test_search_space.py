@@ -1,0 +1,69 @@
+"""The search space: --fix parsing, candidate degrees, divisibility, canonical forms."""
+import pytest
+
+from costmodels.errors import PlanError
+from autopar.search.space import Shape, configurations, parse_fix, tp_candidates
+
+
+def test_parse_fix_values_and_aliases():
+    f = parse_fix("tp=8,schedule=1f1b,mbs=2,sp=true,zero=3,recompute=full,placement=tp-dp-pp")
+    assert f == {"tp": 8, "schedule": "1f1b", "micro_batch_size": 2, "sequence_parallel": True,
+                 "zero": 3, "recompute": "full", "placement": "tp,dp,pp"}
+    assert parse_fix("stages=0:3;3:6") == {"stages": ((0, 3), (3, 6))}
+    assert parse_fix("schedule=interleaved,vpp=2") == {"schedule": "interleaved-1f1b", "vpp": 2}
+    assert parse_fix("") == {} and parse_fix(None) == {}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("tpp=8", "not a plan field"),
+    ("tp=eight", "positive integer"),
+    ("tp=0", "positive integer"),
+    ("zero=4", "0, 1, 2 or 3"),
+    ("schedule=zigzag", "gpipe"),
+    ("recompute=some", "selective"),
+    ("sp=maybe", "true or false"),
+    ("tp8", "key=value"),
+    ("tp=8,tp=4", "twice"),
+    ("stages=0-3", "row ranges"),
+])
+def test_parse_fix_errors_are_one_line(text, needle):
+    with pytest.raises(PlanError) as e:
+        parse_fix(text)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+SHAPE = Shape(rows=98, layers=96, heads=96, kv_heads=96)
+
+
+def test_tp_inside_a_node_unless_allowed():
+    assert tp_candidates(SHAPE, 8, False, 1024) == [1, 2, 4, 8]
+    assert 16 in tp_candidates(SHAPE, 8, True, 1024)
+    # kv heads limit tp (llama3: 8 kv heads)
+    assert tp_candidates(Shape(rows=128, layers=126, heads=128, kv_heads=8), 8, True, 1024) == [1, 2, 4, 8]
+
+
+def test_configurations_respect_divisibility():
+    cs = list(configurations(SHAPE, 64, 96, 8))
+    assert cs
+    for c in cs:
+        assert c.dp * c.tp * c.pp == 64
+        assert 96 % c.tp == 0 and c.tp <= 8
+        assert 96 % (c.dp * c.micro_batch_size) == 0
+        assert c.pp * c.vpp <= SHAPE.rows
+        m = 96 // (c.dp * c.micro_batch_size)
+        if c.vpp > 1:
+            assert c.schedule == "interleaved-1f1b" and c.pp >= 2 and m % c.pp == 0
+            assert SHAPE.layers % (c.pp * c.vpp) == 0
+        if c.dp == 1:
+            assert c.zero == 0
+        if c.tp == 1:
+            assert not c.sequence_parallel
+        if c.pp == 1:
+            assert c.schedule == "1f1b"
+    assert len(set(cs)) == len(cs)
+
+
+def test_configurations_honour_fix():
+    fix = parse_fix("tp=4,schedule=gpipe,zero=1")
+    cs = list(configurations(SHAPE, 64, 96, 8, fix))
+    assert cs and all(c.tp == 4 and c.schedule == "gpipe" and c.zero == 1 for c in cs)
