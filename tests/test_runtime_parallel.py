@@ -135,6 +135,11 @@ def _cases():
 
 
 CASES = _cases()
+# plans that do not fit the model: (model, plan, words the one-line error must contain)
+ERROR_CASES = [
+    ("gpt", dict(tp=3), ["tp", "heads"]),
+    ("gpt", dict(pp=2, stages=[[0, 2], [2, 4]]), ["stages", "5 rows"]),
+]
 
 
 def _case_id(c):
@@ -209,6 +214,7 @@ def world_results():
     from autopar.runtime.verify import spawn
     os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")
     todo = [(_case_id(c), c[0], c[1]) for c in CASES]
+    todo += [("error-" + _case_id(c[:2]), c[0], c[1]) for c in ERROR_CASES]
     return spawn(_world, WORLD, todo)[0]
 
 
@@ -221,3 +227,12 @@ def test_parallel_equals_serial(world_results, case):
     assert res["keys_equal"], "full_state_dict() keys differ from the serial model's state dict"
     assert res["rel"] <= RTOL, f"losses differ: parallel {res['par']} serial {res['ser']}"
     assert res["param_rel"] <= 1e-4, f"parameters after {STEPS} steps differ by {res['param_rel']:.3g}"
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=[_case_id(c[:2]) for c in ERROR_CASES])
+def test_plan_that_does_not_fit_names_the_field(world_results, case):
+    res = world_results["error-" + _case_id(case[:2])]
+    assert "error" in res and res["error"].startswith("PlanError"), res
+    assert "\n" not in res["error"]
+    for word in case[2]:
+        assert word in res["error"], res["error"]

@@ -154,11 +154,15 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed)
 
     from autopar.runtime import dist as adist
     from costmodels.plan import Plan
+    from costmodels.errors import AutoparError
     plan = Plan.from_dict(plan_dict)
-    case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed)
-    adist.ensure_initialized(plan.world_size)
-    ser = serial_losses(case) if dist.get_rank() == 0 else None
-    par = parallel_losses(case)
+    try:
+        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed)
+        adist.ensure_initialized(plan.world_size)
+        ser = serial_losses(case) if dist.get_rank() == 0 else None
+        par = parallel_losses(case)
+    except AutoparError as e:  # the same on every rank (a plan that does not fit the model)
+        return {"error": str(e), "type": type(e).__name__}
     return {"parallel": par, "serial": ser}
 
 
@@ -181,4 +185,8 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
     load_model(spec, seq=seq)             # a bad spec fails here, in one line, before spawning
     results = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps, global_batch, lr,
                     optimizer, seed)
+    for r in results:
+        if "error" in r:
+            import costmodels.errors as errors
+            raise getattr(errors, r["type"], errors.AutoparError)(r["error"])
     return results[0]["parallel"], results[0]["serial"], global_batch

@@ -1,0 +1,68 @@
+"""``autopar verify MODEL --plan P [--steps K] [--nproc N]``: the parallel runner against the
+single-process model, same seed, same data; non-zero exit on a mismatch.
+
+Spawns the ranks itself (gloo on CPU; NCCL when every rank has a GPU), disables dropout so both
+sides are deterministic, runs K optimizer steps on both and prints the two losses per step and
+the largest relative difference. The work is ``autopar.runtime.verify.verify``.
+"""
+from __future__ import annotations
+
+from autopar.cli.common import add_model_args, print_json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "verify", help="check that a plan trains exactly like the serial model",
+        description="Run K optimizer steps of MODEL under PLAN on N local ranks (gloo on CPU, "
+                    "NCCL on GPUs) and with the single-process model from the same seed on the "
+                    "same data; print both losses per step and exit 1 when they differ by more "
+                    "than --rtol (relative).")
+    add_model_args(p)
+    p.add_argument("--plan", required=True,
+                   help="plan: JSON text, a plan file, or a plans file from 'autopar search' "
+                        "(its first plan, or --index)")
+    p.add_argument("--index", type=int, default=0, help="which plan of a plans file (default 0)")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--nproc", type=int, default=None, help="ranks to spawn (default dp·tp·pp)")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="samples per step (default dp·micro_batch_size·(2·pp, or 2 when pp=1))")
+    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from autopar.runtime.verify import verify
+    from costmodels.errors import PlanError
+    from costmodels.plan import load_plans
+
+    plans = load_plans(args.plan)
+    if not 0 <= args.index < len(plans):
+        raise PlanError(f"--index {args.index} but the plan file holds {len(plans)} plan(s)")
+    plan = plans[args.index]
+    if args.steps < 1:
+        raise PlanError("--steps must be at least 1")
+    par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=args.seq,
+                          global_batch=args.global_batch, lr=args.lr, optimizer=args.optimizer,
+                          seed=args.seed)
+    diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
+    worst = max(diffs)
+    ok = worst <= args.rtol
+    if args.json:
+        print_json({"model": args.model, "plan": plan.to_dict(), "global_batch": gb,
+                    "parallel": par, "serial": ser, "max_rel_diff": worst, "rtol": args.rtol,
+                    "ok": ok})
+        return 0 if ok else 1
+    print(f"model {args.model}   plan dp={plan.dp} tp={plan.tp} pp={plan.pp} vpp={plan.vpp} "
+          f"zero={plan.zero} recompute={plan.recompute} sp={plan.sequence_parallel} "
+          f"schedule={plan.schedule}   global batch {gb}, {args.optimizer} lr {args.lr}, "
+          "dropout off")
+    print(f"{'step':>4}  {'parallel':>14}  {'serial':>14}  {'rel diff':>9}")
+    for i, (a, b, d) in enumerate(zip(par, ser, diffs)):
+        print(f"{i + 1:>4}  {a:14.8f}  {b:14.8f}  {d:9.2e}")
+    verdict = "OK" if ok else "MISMATCH"
+    print(f"largest relative difference {worst:.3g} (tolerance {args.rtol:g}): {verdict}")
+    return 0 if ok else 1
