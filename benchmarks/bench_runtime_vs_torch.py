@@ -1,0 +1,143 @@
+"""Step time of the autopar runner against hand-written torch, 2 ranks on gloo (CPU).
+
+* pure data parallel, plan {"dp": 2}: autopar.apply vs the model wrapped in plain
+  ``DistributedDataParallel`` (same local batch in one micro-batch, SGD step included);
+* pure pipeline parallel, plan {"pp": 2, "schedule": "1f1b"}: autopar.apply vs a hand-built
+  ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves.
+
+Prints the median step time of each (after warm-up) and the ratio autopar / torch (target ≤
+1.05). Usage: python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+DEFAULT_MODEL = "gpt:layers=4,hidden=256,heads=4,vocab=2048,seq=128,dropout=0"
+
+
+def _timed(step, n_warm: int, n: int) -> float:
+    import torch.distributed as dist
+    for _ in range(n_warm):
+        step()
+    times = []
+    for _ in range(n):
+        dist.barrier()
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class _Half(nn.Module):
+    def __init__(self, parts):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+
+    def forward(self, x):
+        for p in self.parts:
+            x = p(x)
+        return x
+
+
+def _rank(spec: str, steps: int, global_batch: int, n_micro: int):
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import autopar
+    from autopar.models import load_model
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    source = load_model(spec)
+    inputs, targets = source.make_batch(global_batch, seed=0)
+    idx = inputs[0]
+    local = global_batch // 2
+    mine = slice(rank * local, (rank + 1) * local)
+    out = {}
+
+    # ---- pure DP ----------------------------------------------------------------------------
+    plan = autopar.Plan(dp=2, micro_batch_size=local)
+    runner = autopar.apply(source.build("cpu", seed=0), plan, loss_fn=source.loss, spec=spec)
+    opt = torch.optim.SGD(runner.parameters(), lr=1e-3)
+
+    def ap_dp():
+        runner.train_step(idx[mine], targets[mine])
+        opt.step()
+        opt.zero_grad()
+
+    import warnings
+    warnings.simplefilter("ignore", FutureWarning)
+    ddp = DDP(source.build("cpu", seed=0), broadcast_buffers=False)
+    opt2 = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+
+    def torch_dp():
+        loss = source.loss(ddp(idx[mine]), targets[mine])
+        loss.backward()
+        opt2.step()
+        opt2.zero_grad()
+
+    for name, fn in (("autopar_dp", ap_dp), ("torch_ddp", torch_dp)) * 2:
+        out.setdefault(name, []).append(_timed(fn, 2, steps))
+    del runner, ddp
+
+    # ---- pure PP ----------------------------------------------------------------------------
+    model = source.build("cpu", seed=0)
+    n_rows = len(model.blocks) + 2
+    cut = n_rows // 2
+    plan = autopar.Plan(pp=2, schedule="1f1b", stages=((0, cut), (cut, n_rows)))
+    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec)
+    opt = torch.optim.SGD(runner.parameters(), lr=1e-3)
+
+    def ap_pp():
+        runner.train_step(idx, targets)
+        opt.step()
+        opt.zero_grad()
+
+    model = source.build("cpu", seed=0)
+    rows = [model.embedding, *model.blocks, model.head]
+    half = _Half(rows[:cut] if rank == 0 else rows[cut:])
+    stage = PipelineStage(half, rank, 2, torch.device("cpu"))
+    sched = Schedule1F1B(stage, n_micro, loss_fn=source.loss)
+    opt3 = torch.optim.SGD(half.parameters(), lr=1e-3)
+
+    def torch_pp():
+        if rank == 0:
+            sched.step(idx)
+        else:
+            sched.step(target=targets, losses=[])
+        opt3.step()
+        opt3.zero_grad()
+
+    for name, fn in (("autopar_pp", ap_pp), ("torch_pp", torch_pp)) * 2:
+        out.setdefault(name, []).append(_timed(fn, 2, steps))
+    dist.barrier()
+    return {k: min(v) for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--global-batch", type=int, default=8)
+    args = ap.parse_args()
+    from autopar.runtime.verify import spawn
+    n_micro = args.global_batch  # micro-batch 1 for the pipeline comparison
+    res = spawn(_rank, 2, args.model, args.steps, args.global_batch, n_micro)
+    r = {k: max(x[k] for x in res) for k in res[0]}  # the slower rank sets the step time
+    print(f"model {args.model}, 2 ranks on gloo, global batch {args.global_batch}, "
+          f"median of {args.steps} steps (best of 2 alternating runs)")
+    print(f"{'plan':<26}{'autopar s/step':>16}{'torch s/step':>14}{'ratio':>8}")
+    for label, a, t in (("dp=2 vs DDP", "autopar_dp", "torch_ddp"),
+                        ("pp=2 1f1b vs pipelining", "autopar_pp", "torch_pp")):
+        ratio = r[a] / r[t]
+        print(f"{label:<26}{r[a]:>16.4f}{r[t]:>14.4f}{ratio:>8.3f}"
+              f"{'' if ratio <= 1.05 else '   (> 1.05 target)'}")
+
+
+if __name__ == "__main__":
+    main()
