@@ -26,7 +26,7 @@ def test_every_plan_measured_beside_its_prediction(result):
         assert p.get("error") is None, p.get("error")
         for k in ("predicted_step_s", "measured_step_s", "predicted_memory_bytes", "measured_memory_bytes"):
             assert p[k] > 0, k
-        assert len(p["measured_step_s_all"]) == 2
+        assert len(p["measured_wall_step_s_all"]) == len(p["measured_cpu_step_s_all"]) == 2
         assert p["predicted_step_s"] == p["step_time_s"]
         assert p["measured_memory_breakdown_bytes"]["params"] > 0
     s = result["validate"]["summary"]

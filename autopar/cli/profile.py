@@ -15,6 +15,9 @@ def register(subparsers) -> None:
     p.add_argument("--nproc", type=int, default=None,
                    help="local ranks (default: GPUs, or CPU cores)")
     p.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds, not minutes)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="CPU only: time matmul and copy by wall clock (default) or by the rank's CPU "
+                        "time (a host shared with other work)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -26,7 +29,8 @@ def run(args) -> int:
     from autopar.cli.common import console, human, print_json
     from autopar.profile import build_profile, default_name, profile_machine, write_profile
     from costmodels.hardware import PROFILES_DIR
-    raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress)
+    raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress,
+                          clock=args.clock)
     raw["quick"] = args.quick
     if args.output:
         out = Path(args.output)

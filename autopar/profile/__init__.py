@@ -77,12 +77,13 @@ def default_name(nproc: int) -> str:
     return f"cpu-{os.cpu_count()}core-{nproc}rank-measured"
 
 
-def _rank_entry(quick: bool, progress: bool):
+def _rank_entry(quick: bool, progress: bool, clock: str = "wall"):
     from autopar.profile.measure import profile_rank
-    return profile_rank(quick, progress)
+    return profile_rank(quick, progress, clock)
 
 
-def profile_machine(nproc: int | None = None, quick: bool = False, progress: bool = True) -> dict:
+def profile_machine(nproc: int | None = None, quick: bool = False, progress: bool = True,
+                    clock: str = "wall") -> dict:
     """Spawn ``nproc`` ranks, measure (``measure.profile_rank``), return the merged raw dict."""
     import torch
 
@@ -95,7 +96,7 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     if cuda and nproc > torch.cuda.device_count():
         raise ProfileError(f"--nproc {nproc} but this machine has {torch.cuda.device_count()} GPUs; "
                            "profile with one rank per GPU")
-    results = spawn(_rank_entry, nproc, quick, progress)
+    results = spawn(_rank_entry, nproc, quick, progress, clock)
     raw = results[0]
     raw["nproc"] = nproc
     raw["cuda"] = cuda
@@ -149,7 +150,8 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     cuda = raw["cuda"]
     how = f"measured by autopar profile on {raw['host']}, {raw['date']}"
     who = (f"{n} ranks on {raw.get('device_name', 'GPU')}, NCCL" if cuda else
-           f"{n} ranks x {raw['threads']} thread on the CPU, gloo, all ranks at once")
+           f"{n} ranks x {raw['threads']} thread on the CPU, gloo, all ranks at once, best of 5 runs, "
+           + ("timed by thread CPU time" if raw.get("clock") == "cpu" else "wall clock"))
     mm = raw["matmul"]
     peak = {d: max(r[2] for r in rows) for d, rows in mm.items()}
     best_n = {d: max(rows, key=lambda r: r[2])[0] for d, rows in mm.items()}

@@ -4,13 +4,15 @@ All ranks measure at the same time, the way they train: on a CPU host each rank 
 with one thread (the runtime's launcher sets ``torch.set_num_threads(1)``), so matmul and copy
 rates are what one rank gets while the others are busy too. On a GPU each rank owns one GPU.
 
-* matmul: square ``n×n @ n×n`` per dtype, ``2·n³`` FLOPs, repeated until ``min_time_s``;
-  achieved FLOP/s = FLOPs · reps / elapsed; the figure is the mean over ranks.
+* matmul: square ``n×n @ n×n`` per dtype, ``2·n³`` FLOPs; 5 timed runs of about
+  ``min_time_s / 5`` each, the best run's FLOP/s (timeit's rule: on a shared machine interference
+  only adds time); the figure is the mean over ranks. With ``clock="cpu"`` (CPU hosts shared
+  with other work) matmul and copy are timed by the thread's CPU time instead of wall time.
 * memory bandwidth: ``dst.copy_(src)`` of a large fp32 buffer; bytes = 2 · size (read + write).
 * collectives (fp32 buffers; ``S`` = whole buffer, nccl-tests' convention): all-reduce of S,
   all-gather of S/n per rank into S, reduce-scatter of S into S/n, p2p send/recv of S between
-  ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then repeats
-  until ``min_time_s``; time per op = elapsed / reps, the slowest rank's.
+  ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
+  the same (agreed) repeat count; a run's time is the slowest rank's; the best run's time per op.
 * process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
   process group, before any model exists (CPU) / CUDA memory in use but not allocated by
   tensors (GPU: context, NCCL).
@@ -63,19 +65,27 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _timed(fn, device, min_time_s: float, min_reps: int = 3, max_reps: int = 100000) -> float:
-    """Seconds per call of fn (after one warm-up call), repeating until min_time_s."""
+def _timed(fn, device, min_time_s: float, chunks: int = 5, min_reps: int = 2) -> tuple[float, float]:
+    """(wall, cpu) seconds per call of fn: after a warm-up call, ``chunks`` timed runs of about
+    ``min_time_s / chunks`` each; for each clock the best run's time per call (timeit's rule: on a
+    shared machine interference only adds time, so the minimum is the closest to the intrinsic
+    cost). ``cpu`` is this thread's CPU time (``time.thread_time``; on a GPU it equals wall)."""
     fn()
     _sync(device)
-    reps, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        reps += 1
-        if reps >= min_reps:
-            _sync(device)
-            el = time.perf_counter() - t0
-            if el >= min_time_s or reps >= max_reps:
-                return el / reps
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(min_reps, int(min_time_s / chunks / one))
+    best, best_cpu = float("inf"), float("inf")
+    for _ in range(chunks):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(reps):
+            fn()
+        _sync(device)
+        best = min(best, (time.perf_counter() - t0) / reps)
+        best_cpu = min(best_cpu, (time.thread_time() - c0) / reps)
+    return best, (best if device.type == "cuda" else best_cpu)
 
 
 def plan_sizes(device_type: str, quick: bool) -> dict:
@@ -90,7 +100,7 @@ def plan_sizes(device_type: str, quick: bool) -> dict:
     coll = ([8, 64, 512, 4096, 32768, 262144, 2097152] if quick
             else [2 ** k for k in range(3, 27, 2)])                   # 8 B .. 32 MiB
     return dict(mm=mm, coll=coll, copy_bytes=(32 << 20) if quick else (256 << 20),
-                min_time_s=0.02 if quick else 0.15, dtypes=("bf16", "fp32"))
+                min_time_s=0.05 if quick else 0.3, dtypes=("bf16", "fp32"))
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -106,7 +116,7 @@ def _reduce_scatter_single(out, inp):
     f(out, inp)
 
 
-def profile_rank(quick: bool, progress: bool) -> dict:
+def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     """Everything one rank measures (see the module docstring); the result is a plain dict."""
     import warnings
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -119,12 +129,14 @@ def profile_rank(quick: bool, progress: bool) -> dict:
     rank, n = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sz = plan_sizes(device.type, quick)
+    cpu_clock = clock == "cpu" and device.type == "cpu"
     colls = ["all_reduce", "all_gather", "reduce_scatter"] + (["p2p"] if n > 1 else [])
     total = len(sz["dtypes"]) * len(sz["mm"]) + 1 + len(colls) * len(sz["coll"])
     bar = _Bar(progress and rank == 0, total, "matmul")
     out: dict = {"rank": rank, "world_size": n, "device": device.type,
                  "threads": torch.get_num_threads(), "torch": torch.__version__,
-                 "backend": dist.get_backend(), "min_time_s": sz["min_time_s"]}
+                 "backend": dist.get_backend(), "min_time_s": sz["min_time_s"],
+                 "clock": "cpu" if cpu_clock else "wall"}
     if cuda:
         out["device_name"] = torch.cuda.get_device_name(device)
         out["device_total_bytes"] = torch.cuda.get_device_properties(device).total_memory
@@ -144,8 +156,8 @@ def profile_rank(quick: bool, progress: bool) -> dict:
                 b = torch.randn(nn, nn, device=device).to(DTYPES[dname])
                 c = torch.empty(nn, nn, device=device, dtype=DTYPES[dname])
                 dist.barrier()
-                t = _timed(lambda: torch.matmul(a, b, out=c), device, sz["min_time_s"])
-                rows.append([nn, 2.0 * nn ** 3, 2.0 * nn ** 3 / t])
+                t, tc = _timed(lambda: torch.matmul(a, b, out=c), device, sz["min_time_s"])
+                rows.append([nn, 2.0 * nn ** 3, 2.0 * nn ** 3 / (tc if cpu_clock else t)])
                 del a, b, c
             mm[dname] = rows
         out["matmul"] = mm
@@ -155,7 +167,8 @@ def profile_rank(quick: bool, progress: bool) -> dict:
         src = torch.ones(numel, device=device)
         dst = torch.empty_like(src)
         dist.barrier()
-        t = _timed(lambda: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
+        t, tc = _timed(lambda: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
+        t = tc if cpu_clock else t
         out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
         del src, dst
         # ---- collectives ------------------------------------------------------------------
@@ -199,9 +212,12 @@ def profile_rank(quick: bool, progress: bool) -> dict:
     return out
 
 
-def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool) -> float:
+def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,
+                 chunks: int = 5) -> float:
     """Seconds per call, with the repeat count agreed by all ranks (a collective must be called
-    the same number of times everywhere): a probe of 3 calls decides, on rank 0, how many."""
+    the same number of times everywhere): a probe of 3 calls decides, on rank 0, how many per
+    chunk; each of ``chunks`` runs is timed on every rank, its time is the slowest rank's, and
+    the result is the best run's time per call (see ``_timed``)."""
     if p2p and rank > 1:
         fn = lambda: None  # noqa: E731  ranks beyond 0 and 1 sit the ping-pong out
     fn()
@@ -211,15 +227,18 @@ def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool) ->
         fn()
     _sync(device)
     probe = (time.perf_counter() - t0) / 3
-    reps = torch.tensor([max(3, min(20000, int(min_time_s / max(probe, 1e-7))))], dtype=torch.int64,
-                        device=device)
+    reps = torch.tensor([max(2, min(5000, int(min_time_s / chunks / max(probe, 1e-7))))],
+                        dtype=torch.int64, device=device)
     dist.broadcast(reps, 0)
     reps = int(reps.item())
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    _sync(device)
-    el = torch.tensor([(time.perf_counter() - t0) / reps], dtype=torch.float64, device=device)
+    runs = []
+    for _ in range(chunks):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        _sync(device)
+        runs.append((time.perf_counter() - t0) / reps)
+    el = torch.tensor(runs, dtype=torch.float64, device=device)
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
-    return float(el.item())
+    return float(el.min().item())
