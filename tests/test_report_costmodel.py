@@ -154,3 +154,30 @@ def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
     md = make_report(paths, fmt="md", one_gpu_time=t1)
     scaling = md[md.index("## Scaling"):]
     assert all(f"| {n} |" in scaling for n in (256, 512, 1024))
+
+
+def test_schedule_simulation_agrees_with_the_cost_model_bubble():
+    """Cross-check of two independent models: simulating the whole step's schedule with the
+    estimate's per-chunk times gives the estimate's own bubble for balanced stages (gpipe, 1f1b,
+    interleaved), and a warning when a rank's virtual chunks are uneven."""
+    from autopar.report.load import parse
+    from autopar.report.timeline import schedule_check
+    table, profile = gpt3_175b(), load_profile("a100-80g-sxm")
+    for kw in (dict(dp=8, tp=8, pp=8, schedule="gpipe", recompute="full"),
+               dict(dp=8, tp=8, pp=8), dict(dp=4, tp=8, pp=16),
+               dict(dp=8, tp=8, pp=8, vpp=2, schedule="interleaved-1f1b"),
+               dict(dp=16, tp=8, pp=4, vpp=3, schedule="interleaved-1f1b")):
+        d = estimate(table, profile, Plan(**kw), 512, 1536).to_dict()
+        [r] = parse(d)
+        c = schedule_check(r)
+        assert c is not None and not c.flagged, kw
+        assert c.simulated_bubble_s == pytest.approx(c.estimated_bubble_s, rel=1e-3, abs=1e-3 * c.step_time_s)
+    # same per-rank totals, uneven chunks: rank 0 runs the embedding then 48 blocks, rank 1 one
+    # block then 47 blocks and the head
+    uneven = Plan(dp=16, tp=8, pp=2, vpp=2, schedule="interleaved-1f1b", zero=3, recompute="full",
+                  stages=((0, 1), (1, 2), (2, 50), (50, 98)))
+    [r] = parse(estimate(table, profile, uneven, 256, 1536).to_dict())
+    c = schedule_check(r)
+    assert c.flagged and c.simulated_step_s > c.step_time_s
+    rep = build([r], one_gpu_time=lambda *k: (None, ""))
+    assert "uneven" in rep.check_text(r) and "⚠" in rep.render("md")

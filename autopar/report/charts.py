@@ -140,8 +140,9 @@ def memory_chart(r: PlanRecord) -> str:
     ax.set_xticks(xs, [str(m[0]) for m in mems], fontsize=7 if n <= 32 else 5)
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GB per GPU")
-    ax.set_title(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, loc="left")
-    ax.legend(fontsize=6.5, ncols=5, loc="upper left", frameon=False)
+    fig.suptitle(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, x=0.02, ha="left")
+    ax.legend(fontsize=6.5, ncols=5, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
+              borderaxespad=0.2)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
 
@@ -183,11 +184,11 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
              if t.capped else f"{t.micro_batches} micro-batches")
     ax.set_title(f"#{r.id} {r.label()} · {t.schedule}" + (f" (vpp={t.vpp})" if t.vpp > 1 else "")
                  + f" · {shown} · idle {100 * t.idle_fraction:.0f}%", fontsize=9, loc="left")
-    handles = []
-    for c in range(t.vpp):
-        suffix = f" chunk {c}" if t.vpp > 1 else ""
-        handles.append(Patch(color=FWD[c % len(FWD)], label="forward" + suffix))
-        handles.append(Patch(color=BWD[c % len(BWD)], label="backward" + suffix))
+    if t.vpp > 1:
+        handles = [Patch(color=FWD[0], label="forward (shade: virtual chunk)"),
+                   Patch(color=BWD[0], label="backward (shade: virtual chunk)")]
+    else:
+        handles = [Patch(color=FWD[0], label="forward"), Patch(color=BWD[0], label="backward")]
     ax.legend(handles=handles, fontsize=6, ncols=min(8, len(handles)), loc="lower right",
               bbox_to_anchor=(1.0, 1.08), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)

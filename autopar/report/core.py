@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from costmodels.errors import PlanError
 from autopar.report import analysis
 from autopar.report.load import PlanRecord, parse, read_inputs
-from autopar.report.timeline import Timeline, timeline_for
+from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
 
 FORMATS = ("html", "md", "csv")
 
@@ -24,6 +24,20 @@ class Report:
     detail_records: list[PlanRecord]
     detail_limit: int | None
     scaling_notes: list[str] = field(default_factory=list)
+    checks: dict[int, ScheduleCheck] = field(default_factory=dict)
+
+    def check_text(self, r: PlanRecord) -> str | None:
+        """A warning when simulating the plan's whole schedule gives a larger bubble than the
+        estimate's (uneven virtual chunks on a rank), else None."""
+        c = self.checks.get(r.id)
+        if c is None or not c.flagged:
+            return None
+        secs = analysis.seconds
+        return (f"simulating the whole {r.plan.schedule} schedule ({c.micro_batches} micro-batches) with "
+                f"this plan's per-chunk times gives a {secs(c.simulated_bubble_s)} bubble, not the "
+                f"estimate's {secs(c.estimated_bubble_s)}: step ≈ {secs(c.simulated_step_s)} instead of "
+                f"{secs(c.step_time_s)} (+{100 * c.extra_s / c.step_time_s:.0f}%). Its virtual chunks are "
+                "uneven, which the estimate's bubble formula (per-rank totals) does not see")
 
     @property
     def title(self) -> str:
@@ -51,6 +65,11 @@ class Report:
                   "idle share drawn is larger than the step's")
             bf = r.get("bubble_fraction") if r is not None else None
             s += f" ({100 * float(bf):.1f}% per the estimate)." if isinstance(bf, (int, float)) else "."
+        if r is not None and r.id in self.checks:
+            c = self.checks[r.id]
+            s += (f" Whole step simulated: bubble {analysis.seconds(c.simulated_bubble_s)} on the busiest "
+                  f"rank vs the estimate's {analysis.seconds(c.estimated_bubble_s)}"
+                  + (" — see the warning under 'Why this plan'." if c.flagged else "."))
         return s
 
     def detail_note_html(self) -> str:
@@ -87,6 +106,11 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
         t = timeline_for(r)
         if t is not None:
             timelines[r.id] = t
+    checks = {}
+    for r in ordered:
+        c = schedule_check(r)
+        if c is not None:
+            checks[r.id] = c
     scaling = analysis.scaling(ordered, one_gpu_time)
     notes = list(scaling_notes)
     if len({p.gpus for s in scaling for p in s.points}) < 2:
@@ -107,7 +131,7 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
         elif len(ordered) > 1:
             pair = (ordered[0], ordered[1])
     d = (pair[0], pair[1], analysis.diff(*pair)) if pair else None
-    return Report(ordered, groups, why, scaling, d, timelines, detail_records, detail, notes)
+    return Report(ordered, groups, why, scaling, d, timelines, detail_records, detail, notes, checks)
 
 
 def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | None = None,

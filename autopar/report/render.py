@@ -24,7 +24,8 @@ def ranked_rows(report) -> list[list[str]]:
             rows.append([str(r.id), str(r.gpus), str(p.dp), str(p.tp), str(p.pp), str(p.vpp), p.schedule,
                          str(p.micro_batch_size), str(p.zero), p.recompute,
                          "on" if p.sequence_parallel else "off",
-                         seconds(float(r["step_time_s"])), f"{float(r['tokens_per_s']):,.0f}",
+                         seconds(float(r["step_time_s"])) + (" ⚠" if report.check_text(r) else ""),
+                         f"{float(r['tokens_per_s']):,.0f}",
                          f"{float(tf):.1f}" if tf is not None else "–",
                          pct(float(mfu)) if mfu is not None else "–",
                          gib(float(r["memory_bytes"].get("total", 0))), "yes" if r["fits"] else "NO",
@@ -61,7 +62,11 @@ def dataframe(records: list[PlanRecord]):
 
 def to_csv(report) -> str:
     buf = io.StringIO()
-    dataframe(report.records).to_csv(buf, index=False)
+    df = dataframe(report.records)
+    checks = [report.checks.get(r.id) for r in report.records]
+    df["simulated_bubble_s"] = [c.simulated_bubble_s if c else None for c in checks]
+    df["simulated_step_time_s"] = [c.simulated_step_s if c else None for c in checks]
+    df.to_csv(buf, index=False)
     return buf.getvalue()
 
 
@@ -86,6 +91,10 @@ def to_markdown(report) -> str:
         for r, text in w["runners_up"]:
             L.append(f"- #{r.id} {r.label()}: {text}")
         L.append("")
+        warns = [f"- ⚠ #{r.id} {r.label()}: {report.check_text(r)}."
+                 for r in report.groups[report.why.index(w)] if report.check_text(r)]
+        if warns:
+            L += warns + [""]
     L += ["## Step time by term", ""]
     keys = [k for k in BREAKDOWN_KEYS if any(breakdown(r)[k] for r in report.records)]
     L.append(_md_table(["#", "plan", "step time"] + [TERM_NAMES[k] for k in keys],
@@ -173,7 +182,7 @@ tr.best td{background:#eaf5ea;font-weight:600} tr.nofit td{color:#b00000}
 figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
 .grid figure.chart{flex:1 1 560px;max-width:680px}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
-.why li{margin:3px 0;font-size:13px} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
+.why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
 """
 
@@ -209,7 +218,7 @@ def to_html(report) -> str:
     S = []
     S.append(("ranked", "Ranked plans",
               "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
-              "Green: the best of its search.</p>"
+              "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than the estimate (see Why this plan).</p>"
               + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
     why = []
     for w in report.why:
@@ -220,7 +229,10 @@ def to_html(report) -> str:
                    f"recompute {_e(b.plan.recompute)}{', SP' if b.plan.sequence_parallel else ''})</h3>"
                    f"<ul class='why'><li>Bottleneck: {_e(w['bottleneck_text'])}.</li>"
                    f"<li>Memory: {_e(w['memory_text'])}.</li>"
-                   + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "") + "</ul>")
+                   + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "")
+                   + "".join(f"<li class='warn'>⚠ <b>#{r.id} {_e(r.label())}</b>: {_e(report.check_text(r))}.</li>"
+                             for r in report.groups[report.why.index(w)] if report.check_text(r))
+                   + "</ul>")
     S.append(("why", "Why this plan", "".join(why)))
     S.append(("step-time", "Step time by term",
               _figure("step-time", charts.step_time_chart(report.records),

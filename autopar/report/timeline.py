@@ -197,3 +197,50 @@ def timeline_for(record) -> Timeline | None:
     m_total = int(record.get("num_micro_batches") or p.num_micro_batches(int(record["global_batch"])))
     m = drawn_micro_batches(p.schedule, p.pp, p.vpp, m_total)
     return simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd, total_micro_batches=m_total)
+
+
+MAX_CHECK_OPS = 400_000  # full-step simulations larger than this are skipped
+
+
+@dataclass
+class ScheduleCheck:
+    """The whole step's schedule simulated with the estimate's per-chunk times, against the
+    estimate's own bubble term (the cost model's closed form uses per-rank totals; uneven chunks
+    on a rank stall the interleaved schedule in ways that form does not see)."""
+    micro_batches: int
+    simulated_s: float          # makespan of all micro-batches through the schedule
+    busiest_rank_s: float       # the busiest rank's own work
+    estimated_bubble_s: float
+    step_time_s: float
+
+    @property
+    def simulated_bubble_s(self) -> float:
+        return self.simulated_s - self.busiest_rank_s
+
+    @property
+    def extra_s(self) -> float:
+        return self.simulated_bubble_s - self.estimated_bubble_s
+
+    @property
+    def simulated_step_s(self) -> float:
+        return self.step_time_s + max(0.0, self.extra_s)
+
+    @property
+    def flagged(self) -> bool:
+        """The simulated bubble exceeds the estimate's by more than 1% of the step."""
+        return self.extra_s > 0.01 * self.step_time_s
+
+
+def schedule_check(record) -> ScheduleCheck | None:
+    p = record.plan
+    detail = record.get("stages_detail")
+    bd = record.get("breakdown_s") or {}
+    if not detail or p.pp < 2 or "bubble" not in bd:
+        return None
+    m = int(record.get("num_micro_batches") or p.num_micro_batches(int(record["global_batch"])))
+    if 2 * m * p.pp * p.vpp > MAX_CHECK_OPS:
+        return None
+    fwd, bwd = stage_times(detail, p.pp, p.vpp)
+    t = simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd)
+    busiest = max(m * sum(fwd[r][c] + bwd[r][c] for c in range(p.vpp)) for r in range(p.pp))
+    return ScheduleCheck(m, t.makespan, busiest, float(bd["bubble"]), float(record["step_time_s"]))
