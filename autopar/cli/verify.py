@@ -25,7 +25,8 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
     p.add_argument("--nproc", type=int, default=None, help="ranks to spawn (default dp·tp·pp)")
     p.add_argument("--global-batch", type=int, default=None,
-                   help="samples per step (default dp·micro_batch_size·(2·pp, or 2 when pp=1))")
+                   help="samples per step (default: the plans file's global_batch, else "
+                        "dp·micro_batch_size·(2·pp, or 2 when pp=1))")
     p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
@@ -45,8 +46,14 @@ def run(args) -> int:
     plan = plans[args.index]
     if args.steps < 1:
         raise PlanError("--steps must be at least 1")
-    par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=args.seq,
-                          global_batch=args.global_batch, lr=args.lr, optimizer=args.optimizer,
+    seq, global_batch = args.seq, args.global_batch
+    context = _plans_file_context(args.plan)   # a search's plans file: its batch and seq
+    if seq is None and context.get("seq") and context.get("model") == args.model:
+        seq = int(context["seq"])
+    if global_batch is None and context.get("global_batch"):
+        global_batch = int(context["global_batch"])
+    par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
+                          global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
                           seed=args.seed)
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
     worst = max(diffs)
@@ -66,3 +73,9 @@ def run(args) -> int:
     verdict = "OK" if ok else "MISMATCH"
     print(f"largest relative difference {worst:.3g} (tolerance {args.rtol:g}): {verdict}")
     return 0 if ok else 1
+
+
+def _plans_file_context(source: str) -> dict:
+    from costmodels.plan import read_json
+    data = read_json(source, what="plan")
+    return data if isinstance(data, dict) and "plans" in data else {}

@@ -320,10 +320,6 @@ class Runner:
         if n_micro not in self._schedules:
             from torch.distributed import pipelining as pl
             plan = self.plan
-            if n_micro < plan.pp:
-                raise PlanError(f"{n_micro} micro-batches per step for pp={plan.pp}: a pipeline "
-                                "needs at least pp micro-batches; raise the global batch or lower "
-                                "'micro_batch_size'")
             loss = self.loss_fn
             if plan.schedule == "interleaved-1f1b":
                 rounds = max(1, n_micro // plan.pp)
@@ -334,7 +330,12 @@ class Runner:
                 sched = pl.ScheduleInterleaved1F1B(self._pipe_stages, n_micro, loss_fn=loss)
             else:
                 cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
-                sched = cls(self._pipe_stages[0], n_micro, loss_fn=loss)
+                try:
+                    sched = cls(self._pipe_stages[0], n_micro, loss_fn=loss)
+                except ValueError as e:
+                    raise PlanError(f"schedule '{plan.schedule}' with pp={plan.pp} cannot run "
+                                    f"{n_micro} micro-batch(es) per step ({e}); raise the global "
+                                    "batch or lower 'micro_batch_size'") from None
             self._schedules[n_micro] = sched
         return self._schedules[n_micro]
 
