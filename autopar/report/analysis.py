@@ -64,7 +64,9 @@ def groups(records: list[PlanRecord]) -> list[list[PlanRecord]]:
     out: dict[tuple, list[PlanRecord]] = {}
     for r in records:
         out.setdefault(r.group, []).append(r)
-    return [sorted(g, key=rank_key) for g in out.values()]
+    ordered = sorted(out.values(), key=lambda g: (str(g[0].get("model")), g[0].gpus, str(g[0].get("hardware")),
+                                                  int(g[0].get("global_batch") or 0), int(g[0].get("seq") or 0)))
+    return [sorted(g, key=rank_key) for g in ordered]
 
 
 def rank_key(r: PlanRecord):
