@@ -174,6 +174,9 @@ class Runner:
             stage.to(self.device)
         del model, rows, sd, key_of  # rows this rank does not run are freed with the model
 
+        # the plan's DeviceMesh (outer dimension first, per plan.placement; dimensions of size 1
+        # left out); FSDP2 gets its 1-D dp slice
+        self.mesh = lay.mesh(self.device.type) if plan.world_size > 1 else None
         self._owned: list[nn.Parameter] | None = None
         self._post_sync = False
         self._wrapped = [self._wrap_dp(s) for s in self._raw]

@@ -166,9 +166,10 @@ class Layout:
         return group(self.peers(dim))
 
     def mesh(self, device_type: str):
-        """A DeviceMesh over the plan's ranks, outer dimension first."""
+        """A DeviceMesh over the plan's ranks, outer dimension first (dimensions of size 1 are
+        left out, e.g. ("pp", "tp") for dp=1)."""
         from torch.distributed.device_mesh import DeviceMesh
-        names = tuple(reversed(self.order))
+        names = tuple(d for d in reversed(self.order) if self.sizes[d] > 1)
         key = (self.ranks, names, device_type)
         if key not in _MESHES:
             shape = tuple(self.sizes[d] for d in names)
