@@ -88,10 +88,10 @@ class Costs:
                 inflight[j * c.pp + r] = cnt
         dtier = prof.tier(tiers["dp"])
         z_on = c.zero == 3 and c.dp > 1
-        z_lat = z_pp = 0.0
-        if z_on:
-            z_lat = (c.dp - 1) * dtier.latency_s
-            z_pp = (c.dp - 1) / c.dp * BYTES_PARAM / dtier.bandwidth_bytes_per_s
+        zgather = np.zeros(n)
+        if z_on:   # one all-gather per row and pass (empty rows cost nothing), comm docstring
+            zgather = np.asarray(collective_time("all_gather", BYTES_PARAM * arr.params / c.tp, c.dp,
+                                                 dtier)[1], dtype=float)
         d_on = c.dp > 1
         d_lat = d_pp = 0.0
         if d_on:
@@ -107,7 +107,7 @@ class Costs:
                      bwdrec=rt.bwd_s + rt.recompute_s, params=params, static=static, act=act,
                      is_block=arr.is_block, act_none=act_none, send=send, grad=grad,
                      inflight=inflight, reserve=prof.memory_reserve_bytes, hbm=prof.hbm_bytes,
-                     zero3=c.zero == 3, z_on=z_on, z_lat=z_lat, z_per_param=z_pp, d_on=d_on,
+                     zero3=c.zero == 3, z_on=z_on, zgather=zgather, d_on=d_on,
                      d_lat=d_lat, d_per_param=d_pp, o_per_param=o_pp,
                      full_recompute=c.recompute == "full")
 

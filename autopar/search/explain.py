@@ -54,7 +54,9 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
+        eps = 1e-6 * max(step, 1e-12)   # float noise is not a loss
         deltas = {k: pbd.get(k, 0.0) - bd.get(k, 0.0) for k in set(pbd) | set(bd)}
+        deltas = {k: d for k, d in deltas.items() if abs(d) > eps}
         losses = sorted(((k, d) for k, d in deltas.items() if d > 0), key=lambda kv: -kv[1])
         gains = sorted(((k, d) for k, d in deltas.items() if d < 0), key=lambda kv: kv[1])
         pf = _fields(p)

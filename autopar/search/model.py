@@ -24,9 +24,10 @@ micro-batch (``memory.activation_bytes``); ``σ_i`` model-state bytes (ZeRO Tabl
 ``SEND[x]``, ``GRAD[x]`` the p2p time of the activation leaving / the gradient entering a stage
 cut at ``x`` (``comm.collective_time('p2p', boundary[x-1]·b/b0/tp)``); ``φ_v`` the micro-batches
 in flight in virtual stage ``v`` under the schedule (``memory.in_flight``: GPipe ``m``, 1F1B
-``pp − r``, interleaved Megatron's warm-up count); ``γ_z``, ``γ_d``, ``γ_o`` the per-parameter
-times of a ZeRO-3 gather, the data-parallel gradient sync and the Adam step, ``λ_z``, ``λ_d``
-their latency terms; ``w`` the full-recompute working set; ``R`` the memory reserve.
+``pp − r``, interleaved Megatron's warm-up count); ``g_i`` the ZeRO-3 all-gather time of row
+``i``'s weights (one per row and pass); ``γ_d``, ``γ_o`` the per-parameter times of the
+data-parallel gradient sync and the Adam step, ``λ_d`` its latency term; ``w`` the
+full-recompute working set; ``R`` the memory reserve.
 
 Constraints (one method of ``SplitModel`` per family):
 
@@ -35,14 +36,15 @@ Constraints (one method of ``SplitModel`` per family):
    ``A_v = Pτ[x_{v+1}] − Pτ[x_v]`` and likewise ``F_v`` (Σf), ``Bk_v`` (Σβ), ``Π_v`` (Σπ),
    ``Σ_v`` (Σσ), ``U_v`` (Σα), ``K_v`` (blocks in the stage);
 3. ``_communication``  per stage: ``Q_v = SEND[x_{v+1}]·[v < S−1] + GRAD[x_v]·[v > 0]`` (element
-   constraints), ZeRO-3 exposure ``Z_v = max(0, λ_z + γ_zΠ_v − F_v) + max(0, λ_z + γ_zΠ_v − Bk_v)``;
+   constraints), ZeRO-3 exposure ``Z_v = max(0, G_v − F_v) + max(0, G_v − Bk_v)`` with ``G_v = Σg``;
 4. ``_rank_time``      ``T_r = Σ_{v ≡ r} (A_v + Q_v + Z_v)``, ``T = max_r T_r``;
 5. ``_data_parallel``  ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the gradient sync of rank
    ``r`` hides behind its own backward and those of the ranks before it) and the optimizer step
    ``O = max_r γ_o Π_r``, where ``Π_r``, ``Bk_r`` sum over rank ``r``'s stages;
 6. ``_memory``         every GPU fits its HBM: for every rank ``r``
-   ``R + Σ_{v ≡ r} (Σ_v + φ_v U_v) + 2·(two largest Π_v of r, ZeRO-3 only) + w·[r holds a block]
-   ≤ HBM`` — a stage's memory depends on its position through ``φ_v``;
+   ``R + Σ_{v ≡ r} (Σ_v + φ_v U_v) + 2·(two largest π_i on r, ZeRO-3 only) + w·[r holds a block]
+   ≤ HBM`` — a stage's memory depends on its position through ``φ_v``; the two largest rows
+   are counted exactly through per-size prefix counts (``_top2_rows``);
 7. ``_objective``      minimise the step time
    ``m·T + (Σ_r T_r − T)/vpp + D + O`` (``pipeline.pipeline_time`` + dp exposure + optimizer), or,
    for the explanation of infeasibility, the most loaded GPU's memory.
@@ -98,10 +100,9 @@ class Terms:
     inflight: list[int]        # φ_v per virtual stage v
     reserve: float
     hbm: float
-    zero3: bool                # ZeRO-3 gathers + buffer (zero == 3 and dp > 1 for gathers)
+    zero3: bool                # ZeRO-3 buffer (zero == 3); gathers when also dp > 1
     z_on: bool
-    z_lat: float               # λ_z
-    z_per_param: float         # γ_z
+    zgather: np.ndarray        # per-row all-gather time of a ZeRO-3 gather (one per row and pass)
     d_on: bool
     d_lat: float               # λ_d
     d_per_param: float         # γ_d
@@ -130,45 +131,65 @@ class Terms:
         if self.pp > 1 and S > 1:
             total += (S - 1) * (float(self.send[1:self.n].min()) + float(self.grad[1:self.n].min()))
         if self.zero3 and self.z_on:
-            g = S * self.z_lat + self.z_per_param * float(self.params.sum())
+            g = float(self.zgather.sum())
             total += max(0.0, g - float(self.fwd.sum())) + max(0.0, g - float(self.bwdrec.sum()))
         tsum = float(self.tau.sum())
         tstar = max(total / self.pp, self.rank_time_bound())
         opt = self.o_per_param * float(self.params.sum()) / self.pp
         a = self.m - 1.0 / self.vpp
-        return min(a * max(tstar, y) + dp for y, dp in self._dp_bound_points(tsum)) + total / self.vpp + opt
+        return self._t_and_dp_bound(a, tsum, total, tstar) + total / self.vpp + opt
 
-    def _dp_bound_points(self, tsum: float):
-        """Pairs (bound on T, bound on the dp exposure) for the τ-time ``y`` of rank 0.
+    def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float) -> float:
+        """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split.
 
-        Rank 0's gradient sync hides only behind its own backward, so its exposure is at least
-        ``λ_d + κ·y`` with ``κ = min_i (γ_d π_i − β_i)/τ_i``; the other ranks then share the
-        remaining time, ``T ≥ (Στ − y)/(pp − 1)``. The bound is convex in ``y``: the minimum over
-        ``y`` sits at a breakpoint, and those are the points returned."""
+        Rank 0's gradient sync hides only behind its own backward, so with ``y`` the row time
+        (Σ τ) on rank 0 its exposure is ``D ≥ D(y) = max(0, λ + κ·(y − τ_0))``, where row 0
+        (always on rank 0) enters exactly and ``κ = min_i (γ_d π_i − β_i)/τ_i`` over the rows that
+        may join it (row n−1 sits on rank pp−1). Meanwhile ``T ≥ g1(y) = max(y, (Στ − y)/(pp−1))``
+        and, since rank 0 adds at most ``Q0`` of p2p time to ``y`` (unbounded with ZeRO-3),
+        ``T ≥ g2(y) = h(clamp(Σ/pp, y, y + Q0))`` with ``h(s) = max(s, (Σ − s)/(pp − 1))``, Σ the
+        total rank time bound. Both ``a·g_k + D`` are convex piecewise linear in ``y``, so their
+        minima sit at breakpoints; the bound is the larger of the two minima and of
+        ``a·T* + min D``."""
         pp = self.pp
         if not self.d_on:
-            return [(tsum / pp if pp > 1 else tsum, 0.0)]
+            return a * tstar
         if pp == 1:
             exact = max(0.0, self.d_lat + self.d_per_param * float(self.params.sum()) - float(self.bwdrec.sum()))
-            return [(tsum, exact)]
-        # row 0 is always on rank 0, row n−1 never (pp ≥ 2); the rows in between at rate κ
+            return a * tstar + exact
         mid = slice(1, self.n - 1)
         pos = self.tau[mid] > 0
         if not pos.any():
-            return [(tsum / pp, 0.0)]
+            return a * tstar
         kappa = float(np.min((self.d_per_param * self.params[mid][pos] - self.bwdrec[mid][pos])
                              / self.tau[mid][pos]))
         lo = float(self.tau[0])
         lam = self.d_lat + self.d_per_param * float(self.params[0]) - float(self.bwdrec[0])
-        ys = {lo, max(lo, tsum / pp)}
-        if kappa < 0:
-            ys.add(max(lo, lo - lam / kappa))
-        elif kappa > 0 and lam < 0:
-            ys.add(max(lo, lo - lam / kappa))
-        out = []
-        for y in ys:
-            out.append((max(y, (tsum - y) / (pp - 1)), max(0.0, lam + kappa * (y - lo))))
-        return out
+
+        def D(y):
+            return max(0.0, lam + kappa * (y - lo))
+        kinks = [lo, tsum]
+        if kappa != 0:
+            kinks.append(lo - lam / kappa)
+        if self.zero3 and self.z_on:
+            q0 = float("inf")
+        else:
+            q0 = self.vpp * (float(self.send[1:self.n].max()) + float(self.grad[1:self.n].max()))
+        star = total / pp
+
+        def g1(y):
+            return max(y, (tsum - y) / (pp - 1))
+
+        def g2(y):
+            s_ = min(max(star, y), y + q0)
+            return max(s_, (total - s_) / (pp - 1))
+        pts1 = kinks + [tsum / pp]
+        pts2 = kinks + [star] + ([star - q0] if q0 != float("inf") else [])
+        clamp = lambda ys: [min(max(y, lo), tsum) for y in ys]  # noqa: E731
+        b1 = min(a * g1(y) + D(y) for y in clamp(pts1))
+        b2 = min(a * g2(y) + D(y) for y in clamp(pts2))
+        b3 = a * tstar + min(D(lo), D(tsum))
+        return max(b1, b2, b3)
 
     def rank_time_bound(self) -> float:
         """Integer bound on the slowest rank's time ``T`` (seconds) that every split respects.
@@ -211,14 +232,11 @@ class Terms:
         LP relaxation of assigning rows to ranks (a row may be cut in pieces): for any weights
         ``λ_r ≥ 0`` with ``Σλ_r = 1``, ``M ≥ R + Σ_i min_r λ_r (σ_i + φ̂_r α_i)``, where ``φ̂_r`` is
         the smallest in-flight count among rank ``r``'s stages. The ZeRO-3 buffer (two largest
-        chunks of a rank) is at least ``min(2, vpp)/vpp`` of the rank's parameters, so it joins
-        ``σ`` at that rate; the recompute working set is ≥ 0 and left out. The weights are the
+        rows of a rank) and the recompute working set are ≥ 0 and left out. The weights are the
         homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
         """
         pp, S = self.pp, self.n_virtual
         static = self.static
-        if self.zero3:
-            static = static + 2.0 * self.params * min(2, self.vpp) / self.vpp
         phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
         tot_s, tot_a = float(static.sum()), float(self.act.sum())
         denom = tot_s + phi * tot_a
@@ -312,10 +330,9 @@ class SplitModel:
         self.Pi = self._sums("pP", [int(p) for p in np.rint(t.params)])
         self.Sig = self._sums("pS", _up(t.static))
         self.U = self._sums("pU", _up(t.act))
-        if t.zero3:
+        if t.zero3 and t.z_on:
             self.F = self._sums("pF", _ns(t.fwd))
-            self.Zt = self._sums("pZ", _ns(t.z_per_param * t.params))
-            self.Zb = self._sums("pY", _up(2.0 * t.params))    # ZeRO-3 gather buffer, bytes
+            self.Zt = self._sums("pZ", _ns(t.zgather))
         if t.d_on:
             self.Dt = self._sums("pD", _ns(t.d_per_param * t.params))
         self.Ot = self._sums("pO", _ns(t.o_per_param * t.params))
@@ -345,21 +362,12 @@ class SplitModel:
                 self.Q[v] = q
         self.Z = [0] * S
         if t.zero3 and t.z_on:
-            lat = int(round(t.z_lat / TIME_UNIT))
-            zero_param_rows = bool(np.any(np.rint(t.params) <= 0))
-            big = sum(_ns(t.z_per_param * t.params)) + lat + 1
+            big = sum(_ns(t.zgather)) + 1
             for v in range(S):
-                gather = self.Zt[v] + lat
-                if zero_param_rows:   # collective_time: an empty buffer costs nothing
-                    hp = self._has(self.Pi[v], f"hp{v}")
-                    g = md.NewIntVar(0, big, f"g{v}")
-                    md.Add(g == gather).OnlyEnforceIf(hp)
-                    md.Add(g == 0).OnlyEnforceIf(hp.Not())
-                    gather = g
                 zf = md.NewIntVar(0, big, f"zf{v}")
                 zb = md.NewIntVar(0, big, f"zb{v}")
-                md.AddMaxEquality(zf, [0, gather - self.F[v]])
-                md.AddMaxEquality(zb, [0, gather - self.Bk[v]])
+                md.AddMaxEquality(zf, [0, self.Zt[v] - self.F[v]])
+                md.AddMaxEquality(zb, [0, self.Zt[v] - self.Bk[v]])
                 self.Z[v] = zf + zb
 
     def _rank(self, per_stage, r):
@@ -369,8 +377,8 @@ class SplitModel:
     def _rank_time(self):
         md = self.model
         ub = 2 * (sum(_ns(self.t.tau)) + sum(_ns(self.t.send)) + sum(_ns(self.t.grad))) + 10 ** 6
-        if self.t.zero3:
-            ub += 2 * (sum(_ns(self.t.z_per_param * self.t.params)) + int(self.t.z_lat / TIME_UNIT) * self.S)
+        if self.t.zero3 and self.t.z_on:
+            ub += 2 * sum(_ns(self.t.zgather))
         self.Tr = []
         for r in range(self.pp):
             e = md.NewIntVar(0, ub, f"T{r}")
@@ -417,29 +425,12 @@ class SplitModel:
                 anyb = md.NewBoolVar(f"anyb{r}")
                 md.AddMaxEquality(anyb, hb)
                 base = base + w * anyb
-            if t.zero3 and len(vs) <= 2:
-                self.exprs.append(base + sum(self.Zb[v] for v in vs))
-            elif t.zero3 and len(vs) <= 16:
-                # every pair of chunks: the pair of the two largest binds (propagates best)
-                for a_, b_ in combinations(vs, 2):
-                    self.exprs.append(base + self.Zb[a_] + self.Zb[b_])
-            elif t.zero3:
-                # the two largest chunks' buffers: top2(z) = min_θ 2θ + Σ_v max(0, z_v − θ), so
-                # "memory with top2 ≤ bound" holds iff some θ, s_v ≥ z_v − θ, s_v ≥ 0 satisfy it
-                # (exact, linear, vpp + 1 variables instead of vpp² pair constraints)
-                hi = sum(_up(2.0 * t.params))
-                theta = md.NewIntVar(0, hi, f"th{r}")
-                sl = []
-                for v in vs:
-                    sv = md.NewIntVar(0, hi, f"sl{v}")
-                    md.Add(sv >= self.Zb[v] - theta)
-                    sl.append(sv)
-                self.exprs.append(base + 2 * theta + sum(sl))
-            else:
-                self.exprs.append(base)
+            if t.zero3:
+                base = base + self._top2_rows(vs, r)
+            self.exprs.append(base)
         if self.objective == "memory":
             hi = (reserve + sum(_up(t.static)) + max(t.inflight) * sum(_up(t.act)) + w
-                  + 2 * sum(_up(2.0 * t.params)))
+                  + 2 * int(math.ceil(2.0 * float(t.params.max()) + 1)))
             self.M = md.NewIntVar(0, hi, "M")
             for e in self.exprs:
                 md.Add(e <= self.M)
@@ -447,6 +438,35 @@ class SplitModel:
             hbm = int(math.floor(t.hbm))
             for e in self.exprs:
                 md.Add(e <= hbm)
+
+    def _top2_rows(self, vs, r):
+        """ZeRO-3 buffer of rank r: bf16 weights of its two largest rows, ``2·(π_(1) + π_(2))``.
+
+        With the distinct row sizes ``u_1 > … > u_K`` (``u_{K+1} = 0``) and ``c_j`` the rank's rows
+        of size ≥ ``u_j`` (prefix counts, linear in the cuts), the sum of the two largest is
+        ``Σ_j (u_j − u_{j+1})·min(2, c_j)`` — exact. Beyond 8 distinct sizes the smaller ones are
+        rounded up to the 8th (conservative: never accepts a split that does not fit)."""
+        t, md = self.t, self.model
+        if not hasattr(self, "_levels"):
+            size = np.array(_up(2.0 * t.params), dtype=np.int64)   # buffer bytes per row
+            u = sorted(set(size.tolist()), reverse=True)
+            if len(u) > 8:
+                u = u[:8]
+                size = np.where(size < u[-1], u[-1], size)
+            self._levels = []
+            for j, uj in enumerate(u):
+                nxt = u[j + 1] if j + 1 < len(u) else 0
+                if uj - nxt <= 0:
+                    continue
+                counts = self._sums(f"lv{j}_", [int(x >= uj) for x in size])
+                self._levels.append((uj - nxt, counts))
+        expr = 0
+        for k, (delta, counts) in enumerate(self._levels):
+            c = sum(counts[v] for v in vs)
+            mn = md.NewIntVar(0, 2, f"top{r}_{k}")
+            md.AddMinEquality(mn, [2, c])
+            expr = expr + delta * mn
+        return expr
 
     # 7. -------------------------------------------------------------------------------------
     def _objective(self):
