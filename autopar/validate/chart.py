@@ -22,6 +22,8 @@ def _svg(fig) -> str:
 
 
 def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):
+    pred = [x / unit_scale for x in pred]
+    meas = [x / unit_scale for x in meas]
     lo = min(min(pred), min(meas)) * 0.8
     hi = max(max(pred), max(meas)) * 1.25
     xs = [lo, hi]
@@ -33,13 +35,8 @@ def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):
         ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ticks = ax.get_xticks()
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t / unit_scale:.3g}" for t in ticks], fontsize=7)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels([f"{t / unit_scale:.3g}" for t in ticks], fontsize=7)
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal", adjustable="box")
+    ax.tick_params(labelsize=7)
     ax.set_xlabel(f"measured ({unit})", fontsize=8)
     ax.set_ylabel(f"predicted ({unit})", fontsize=8)
     ax.set_title(title, fontsize=8)
