@@ -47,3 +47,34 @@ def test_train_gpt_example_loss_falls():
               "--model", "gpt:layers=2,hidden=64,heads=4,vocab=256,seq=32,dropout=0"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "(falling)" in r.stdout, r.stdout
+
+
+def _dies_or_waits(spec):
+    """Rank 1 leaves after apply; rank 0's train_step must fail, not hang."""
+    import time
+
+    import torch.distributed as dist
+
+    import autopar
+    from autopar.models import load_model
+    source = load_model(spec)
+    runner = autopar.apply(source.build("cpu"), autopar.Plan(dp=2), loss_fn=source.loss,
+                           timeout_s=5)
+    if dist.get_rank() == 1:
+        return "left"
+    time.sleep(1)
+    x, y = source.make_batch(2)
+    t = time.monotonic()
+    try:
+        runner.train_step(x[0][:1], y[:1])
+        return "no error"
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__} after {time.monotonic() - t:.1f}s"
+
+
+def test_a_dead_rank_ends_the_others_with_an_error():
+    from autopar.runtime.verify import spawn
+    res = spawn(_dies_or_waits, 2, "gpt:layers=1,hidden=16,heads=2,vocab=32,seq=4")
+    assert res[1] == "left"
+    assert res[0] != "no error" and "Error" in res[0], res[0]
+    assert float(res[0].split(" after ")[1][:-1]) < 30

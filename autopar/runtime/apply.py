@@ -72,9 +72,9 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     """
     if not isinstance(plan, Plan):
         plan = Plan.from_dict(plan) if isinstance(plan, dict) else Plan.load(str(plan))
-    if group is None:
+    if group is None or timeout_s is not None:
         adist.ensure_initialized(plan.world_size, timeout_s)
-    elif not dist.is_initialized():
+    if not dist.is_initialized():
         raise PlanError("apply(group=...) needs torch.distributed to be initialised first")
     if loss_fn is None:
         from autopar.models.source import token_loss

@@ -28,6 +28,7 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOPAR_COLLECTIVE_TIMEOUT", "300"))
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 _GROUPS: dict[tuple[int, ...], object] = {}
+_TIMEOUT = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)  # also for every group created here
 _MESHES: dict[tuple, object] = {}
 
 
@@ -41,9 +42,11 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
     Raises PlanError (one line, before any collective) when there is no torchrun environment
     and the plan needs more than one process. A plan of one process runs without torchrun.
     """
+    global _TIMEOUT
+    _TIMEOUT = datetime.timedelta(seconds=timeout_s or DEFAULT_TIMEOUT_S)
     if dist.is_initialized():
         return
-    timeout = datetime.timedelta(seconds=timeout_s or DEFAULT_TIMEOUT_S)
+    timeout = _TIMEOUT
     missing = [k for k in _TORCHRUN_ENV if k not in os.environ]
     if missing:
         if world_needed == 1:
@@ -93,7 +96,7 @@ def create_groups(plan, ranks=None, extra=()) -> None:
     for key in layout_rank_sets(plan, ranks) + [tuple(sorted(e)) for e in extra]:
         if key in _GROUPS or key == tuple(range(dist.get_world_size())):
             continue
-        _GROUPS[key] = dist.new_group(list(key))
+        _GROUPS[key] = dist.new_group(list(key), timeout=_TIMEOUT)
 
 
 def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
