@@ -49,10 +49,11 @@ Constraints (one method of ``SplitModel`` per family):
    ``m·T + (Σ_r T_r − T)/vpp + D + O`` (``pipeline.pipeline_time`` + dp exposure + optimizer), or,
    for the explanation of infeasibility, the most loaded GPU's memory.
 
-Every coefficient is rounded per row to an integer (times in nanoseconds, ``TIME_UNIT``; bytes
+Every coefficient is rounded per row to an integer (times in units of ``time_unit``: 1 ns for
+steps of seconds, finer for small models; bytes
 rounded up, so a split CP-SAT accepts also fits in the evaluator), and the objective is
 multiplied by ``vpp``. The objective CP-SAT proves optimal therefore equals
-``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` ns per rank
+``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per rank
 time term, times ``m``), which the tests assert.
 
 Decomposition, and why the result is still optimal under the model
@@ -256,8 +257,12 @@ class SplitResult:
     wall_s: float
 
 
-def _ns(x) -> list[int]:
-    return [int(round(float(v) / TIME_UNIT)) for v in x]
+def time_unit(step_bound_s: float) -> float:
+    """Seconds per integer time unit for a configuration: a power of ten that keeps the step near
+    1e10 units (1 ns for steps of seconds, finer for small models), at most ``TIME_UNIT``."""
+    if not step_bound_s > 0:
+        return TIME_UNIT
+    return min(TIME_UNIT, max(1e-13, 10.0 ** math.floor(math.log10(step_bound_s / 1e10))))
 
 
 def _up(x) -> list[int]:
@@ -278,6 +283,11 @@ class SplitModel:
         self.fixed_stages = fixed_stages
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
+        self.unit = time_unit(terms.time_lower_bound())
+
+    def _ns(self, x) -> list[int]:
+        u = self.unit
+        return [int(round(float(v) / u)) for v in x]
 
     # 1. -------------------------------------------------------------------------------------
     def _split_points(self):
@@ -325,17 +335,17 @@ class SplitModel:
 
     def _stage_sums(self):
         t = self.t
-        self.A = self._sums("pA", _ns(t.tau))
-        self.Bk = self._sums("pB", _ns(t.bwdrec))
+        self.A = self._sums("pA", self._ns(t.tau))
+        self.Bk = self._sums("pB", self._ns(t.bwdrec))
         self.Pi = self._sums("pP", [int(p) for p in np.rint(t.params)])
         self.Sig = self._sums("pS", _up(t.static))
         self.U = self._sums("pU", _up(t.act))
         if t.zero3 and t.z_on:
-            self.F = self._sums("pF", _ns(t.fwd))
-            self.Zt = self._sums("pZ", _ns(t.zgather))
+            self.F = self._sums("pF", self._ns(t.fwd))
+            self.Zt = self._sums("pZ", self._ns(t.zgather))
         if t.d_on:
-            self.Dt = self._sums("pD", _ns(t.d_per_param * t.params))
-        self.Ot = self._sums("pO", _ns(t.o_per_param * t.params))
+            self.Dt = self._sums("pD", self._ns(t.d_per_param * t.params))
+        self.Ot = self._sums("pO", self._ns(t.o_per_param * t.params))
         if t.full_recompute:
             self.K = self._sums("pK", [int(b) for b in t.is_block])
 
@@ -351,8 +361,8 @@ class SplitModel:
         t, md, S = self.t, self.model, self.S
         self.Q = [0] * S
         if self.pp > 1:
-            send = self._at("sd", _ns(t.send))
-            grad = self._at("gr", _ns(t.grad))
+            send = self._at("sd", self._ns(t.send))
+            grad = self._at("gr", self._ns(t.grad))
             for v in range(S):
                 q = 0
                 if v < S - 1:
@@ -362,7 +372,7 @@ class SplitModel:
                 self.Q[v] = q
         self.Z = [0] * S
         if t.zero3 and t.z_on:
-            big = sum(_ns(t.zgather)) + 1
+            big = sum(self._ns(t.zgather)) + 1
             for v in range(S):
                 zf = md.NewIntVar(0, big, f"zf{v}")
                 zb = md.NewIntVar(0, big, f"zb{v}")
@@ -376,9 +386,9 @@ class SplitModel:
     # 4. -------------------------------------------------------------------------------------
     def _rank_time(self):
         md = self.model
-        ub = 2 * (sum(_ns(self.t.tau)) + sum(_ns(self.t.send)) + sum(_ns(self.t.grad))) + 10 ** 6
+        ub = 2 * (sum(self._ns(self.t.tau)) + sum(self._ns(self.t.send)) + sum(self._ns(self.t.grad))) + 10 ** 6
         if self.t.zero3 and self.t.z_on:
-            ub += 2 * sum(_ns(self.t.zgather))
+            ub += 2 * sum(self._ns(self.t.zgather))
         self.Tr = []
         for r in range(self.pp):
             e = md.NewIntVar(0, ub, f"T{r}")
@@ -388,7 +398,7 @@ class SplitModel:
         md.AddMaxEquality(self.T, self.Tr)
         # redundant cut (the integer bound of Terms.rank_time_bound, in rounded units): it does not
         # change the optimum, it closes the LP gap that identical blocks leave
-        cut = int(math.floor(self.t.rank_time_bound() / TIME_UNIT - len(self.t.tau)))
+        cut = int(math.floor(self.t.rank_time_bound() / self.unit - len(self.t.tau)))
         md.Add(self.T >= max(0, cut))
 
     # 5. -------------------------------------------------------------------------------------
@@ -396,8 +406,8 @@ class SplitModel:
         md, t = self.model, self.t
         self.D = 0
         if t.d_on:
-            lat = int(round(t.d_lat / TIME_UNIT))
-            ub = sum(_ns(t.d_per_param * t.params)) + lat + 1
+            lat = int(round(t.d_lat / self.unit))
+            ub = sum(self._ns(t.d_per_param * t.params)) + lat + 1
             exposed, before = [], 0
             for r in range(self.pp):
                 bk = self._rank(self.Bk, r)
@@ -407,7 +417,7 @@ class SplitModel:
                 exposed.append(e)
             self.D = md.NewIntVar(0, ub, "D")
             md.AddMaxEquality(self.D, exposed)
-        ub = sum(_ns(t.o_per_param * t.params)) + 1
+        ub = sum(self._ns(t.o_per_param * t.params)) + 1
         self.O = md.NewIntVar(0, ub, "O")
         md.AddMaxEquality(self.O, [self._rank(self.Ot, r) for r in range(self.pp)])
 
@@ -524,7 +534,7 @@ class SplitModel:
             if self.objective == "memory":
                 obj = float(solver.Value(self.M))
             else:
-                obj = solver.ObjectiveValue() / self.vpp * TIME_UNIT
+                obj = solver.ObjectiveValue() / self.vpp * self.unit
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
