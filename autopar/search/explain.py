@@ -103,8 +103,14 @@ def render_explanation(ex: dict) -> str:
         diff = ", ".join(f"{k} {a}→{c}" for k, (a, c) in r["differs_in"].items()) or "split points only"
         loses = ", ".join(f"{TERM_LABELS.get(x['term'], x['term'])} +{x['extra_s']:.3g} s" for x in r["loses_on"])
         gains = ", ".join(f"{TERM_LABELS.get(x['term'], x['term'])} −{x['saved_s']:.3g} s" for x in r["gains_on"])
+        if "tflops_per_gpu_gap" in r:   # ranked per GPU: the gap that matters is per-GPU throughput
+            gap = f"−{r['tflops_per_gpu_gap']:.3g} TFLOP/s per GPU"
+        else:
+            gap = f"+{r['gap_s']:.3g} s, +{r['gap_fraction']:.1%}"
+        if r.get("gpus") is not None:
+            gap = f"{r['gpus']} GPUs, " + gap
         s = (f"#{r['rank']}: {_fmt_fields(r['fields'])} — {r['step_time_s']:.4g} s "
-             f"(+{r['gap_s']:.3g} s, +{r['gap_fraction']:.1%}); differs in {diff}")
+             f"({gap}); differs in {diff}")
         if loses:
             s += f"; loses on {loses}"
         if gains:
