@@ -48,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    spec = args.model
+    spec, seq = args.model, None
     if args.plan is None:
         plans = [autopar.Plan(dp=world)]
     else:
@@ -56,10 +56,11 @@ def main() -> None:
         if spec is None and not args.plan.lstrip().startswith(("{", "[")):
             with open(args.plan, encoding="utf-8") as f:
                 data = json.load(f)
-            spec = data.get("model") if isinstance(data, dict) else None
+            if isinstance(data, dict) and data.get("model"):
+                spec, seq = data["model"], data.get("seq")
     plan = plans[args.index]
     spec = spec or DEFAULT_MODEL
-    source = load_model(spec)
+    source = load_model(spec, seq=seq)
     cfg = source.config
     if cfg is None or cfg.family not in ("gpt", "llama") or cfg.vocab < 256:
         raise SystemExit(f"train_gpt.py: --model must be a gpt/llama spec with vocab >= 256 "
@@ -73,7 +74,7 @@ def main() -> None:
         raise SystemExit(f"train_gpt.py: {path} is shorter than one sequence of {seq} bytes")
 
     model = source.build("cpu", seed=0, attention=plan.attention)
-    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec)
+    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec, seq=seq)
     opt = torch.optim.AdamW(runner.parameters(), lr=args.lr)
     per_dp = plan.micro_batch_size * max(8, 2 * plan.pp)
     global_batch = args.global_batch or plan.dp * per_dp

@@ -129,6 +129,7 @@ def _cases():
     ]
     out += [("gpt", p) for p in extra]
     out += [("llama", dict(tp=2, sequence_parallel=True)), ("llama", dict(dp=2, pp=2, zero=2)),
+            ("llama", dict(dp=2, pp=2, zero=1, stages=[[0, 1], [1, 5]])),  # 1 tensor < dp
             ("nanogpt", dict(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b")),
             ("nanogpt", dict(dp=2, zero=3)), ("nanogpt", dict(tp=2, sequence_parallel=True))]
     return out

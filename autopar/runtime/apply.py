@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -58,7 +58,7 @@ from costmodels.split import partition
 
 
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
-          table=None, example_inputs=None, group=None,
+          seq: int | None = None, table=None, example_inputs=None, group=None,
           timeout_s: float | None = None) -> "Runner":
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
@@ -81,14 +81,14 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
         loss_fn = token_loss
     if example_inputs is None and spec is not None:
         from autopar.models import load_model
-        example_inputs = load_model(spec).example_inputs(plan.micro_batch_size, "cpu")
-    return Runner(model, plan, loss_fn, spec=spec, table=table, example_inputs=example_inputs,
-                  pg=group)
+        example_inputs = load_model(spec, seq=seq).example_inputs(plan.micro_batch_size, "cpu")
+    return Runner(model, plan, loss_fn, spec=spec, seq=seq, table=table,
+                  example_inputs=example_inputs, pg=group)
 
 
 class Runner:
-    def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, *, spec=None, table=None,
-                 example_inputs=None, pg=None):
+    def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, *, spec=None, seq=None,
+                 table=None, example_inputs=None, pg=None):
         self.plan = plan
         self.loss_fn = loss_fn
         self.layout = lay = adist.make_layout(plan, pg)
@@ -104,7 +104,7 @@ class Runner:
             key_of.setdefault(id(t), []).append(k)
 
         rows = model_rows(model)
-        self.stages_rows = _stage_ranges(plan, rows, spec, table)
+        self.stages_rows = _stage_ranges(plan, rows, spec, table, seq)
         n_virtual = plan.virtual_stages
         self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]
         self.first_virtual, self.last_virtual = 0, n_virtual - 1
@@ -346,9 +346,9 @@ class Runner:
     def _setup_zero1(self) -> None:
         params = self._all_params()
         dp = self.plan.dp
-        if len(params) < dp:
-            raise PlanError(f"zero=1 with dp={dp} needs at least {dp} parameter tensors per "
-                            f"rank, this rank has {len(params)}; use zero=0 or 2")
+        if len(params) < dp:  # too few tensors to give each dp rank one: keep state replicated
+            self._owner, self._owned = [], params
+            return
         load = [0] * dp
         order = sorted(range(len(params)), key=lambda i: (-params[i].numel(), i))
         owner = [0] * len(params)
@@ -427,7 +427,7 @@ class Runner:
                 f"virtual_stages={self.virtual}, rows={[self.stages_rows[v] for v in self.virtual]})")
 
 
-def _stage_ranges(plan: Plan, rows: Rows, spec, table) -> tuple[tuple[int, int], ...]:
+def _stage_ranges(plan: Plan, rows: Rows, spec, table, seq=None) -> tuple[tuple[int, int], ...]:
     n, v = len(rows), plan.virtual_stages
     if v > n:
         raise PlanError(f"plan fields 'pp'·'vpp' = {plan.pp}·{plan.vpp} = {v} pipeline stages but "
@@ -442,7 +442,7 @@ def _stage_ranges(plan: Plan, rows: Rows, spec, table) -> tuple[tuple[int, int],
     if table is None and spec is not None:
         try:
             from autopar.trace import table_for
-            table = table_for(spec, micro_batch=plan.micro_batch_size)
+            table = table_for(spec, micro_batch=plan.micro_batch_size, seq=seq)
         except ImportError:
             table = None
     if table is not None and len(table.rows) == n:
@@ -539,16 +539,3 @@ def _is_fsdp(module) -> bool:
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
-
-def serial_losses(model: nn.Module, loss_fn: Callable, batches: Sequence, make_opt) -> list[float]:
-    """Reference: the single-process model on each global batch, one optimizer step each."""
-    opt = make_opt(model.parameters())
-    out = []
-    for inputs, targets in batches:
-        inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        loss = loss_fn(model(*inputs), targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        out.append(float(loss.detach()))
-    return out

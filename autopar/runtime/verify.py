@@ -35,6 +35,7 @@ class Case:
     optimizer: str = "sgd"
     spec: str | None = None
     example_inputs: tuple | None = None
+    seq: int | None = None
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -76,8 +77,8 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
     """The same steps with ``autopar.apply``; each rank feeds its dp slice of the global batch.
     With ``return_state``: also ``runner.full_state_dict()`` (None except on the first rank)."""
     from autopar.runtime.apply import apply
-    runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, group=group,
-                   example_inputs=case.example_inputs)
+    runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, seq=case.seq,
+                   group=group, example_inputs=case.example_inputs)
     opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
     out = []
     for step in range(case.steps):
@@ -118,18 +119,29 @@ def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
         dist.destroy_process_group()
 
 
-def spawn(fn, nproc: int, *args) -> list:
+def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
     """Run ``fn(*args)`` in ``nproc`` fresh processes with torchrun's environment; return each
-    rank's result (``fn`` and its result must pickle)."""
+    rank's result (``fn`` and its result must pickle). With ``partial``, a failed run returns
+    the results of the ranks that finished (None for the others) and the error as the last item."""
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args), nprocs=nproc,
-                           join=True, start_method="spawn")
+        error = None
+        try:
+            mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args),
+                               nprocs=nproc, join=True, start_method="spawn")
+        except Exception as e:  # noqa: BLE001
+            if not partial:
+                raise
+            error = e
         results = []
         for r in range(nproc):
-            with open(os.path.join(out_dir, f"rank{r}.pkl"), "rb") as f:
-                results.append(pickle.load(f))
-        return results
+            path = os.path.join(out_dir, f"rank{r}.pkl")
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    results.append(pickle.load(f))
+            else:
+                results.append(None)
+        return results + [error] if partial else results
 
 
 # ---- autopar verify -------------------------------------------------------------------------
@@ -146,7 +158,7 @@ def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, o
         return source.make_batch(global_batch, seed=seed * 1000 + step)
 
     return Case(name=spec, plan=plan, build=build, batches=batches, loss_fn=source.loss,
-                steps=steps, lr=lr, optimizer=optimizer, spec=spec)
+                steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq)
 
 
 def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed):
@@ -183,10 +195,12 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
     plan.num_micro_batches(global_batch)  # PlanError when it does not divide
     from autopar.models import load_model
     load_model(spec, seq=seq)             # a bad spec fails here, in one line, before spawning
-    results = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps, global_batch, lr,
-                    optimizer, seed)
-    for r in results:
-        if "error" in r:
+    *results, failure = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps,
+                              global_batch, lr, optimizer, seed, partial=True)
+    for r in results:  # a user error on any rank explains the others' failures
+        if r is not None and "error" in r:
             import costmodels.errors as errors
             raise getattr(errors, r["type"], errors.AutoparError)(r["error"])
+    if failure is not None:
+        raise failure
     return results[0]["parallel"], results[0]["serial"], global_batch
