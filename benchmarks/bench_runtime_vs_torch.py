@@ -5,8 +5,8 @@
 * pure pipeline parallel, plan {"pp": 2, "schedule": "1f1b"}: autopar.apply vs a hand-built
   ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves.
 
-Prints the median step time of each (after warm-up) and the ratio autopar / torch (target ≤
-1.05). Usage: python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
+Prints the median step time of each (after warm-up; the best of several alternating rounds, as
+the host may be shared) and the ratio autopar / torch (target ≤ 1.05). Usage: python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class _Half(nn.Module):
         return x
 
 
-def _rank(spec: str, steps: int, global_batch: int, n_micro: int):
+def _rank(spec: str, steps: int, global_batch: int, n_micro: int, rounds: int):
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -81,7 +81,7 @@ def _rank(spec: str, steps: int, global_batch: int, n_micro: int):
         opt2.step()
         opt2.zero_grad()
 
-    for name, fn in (("autopar_dp", ap_dp), ("torch_ddp", torch_dp)) * 2:
+    for name, fn in (("autopar_dp", ap_dp), ("torch_ddp", torch_dp)) * rounds:
         out.setdefault(name, []).append(_timed(fn, 2, steps))
     del runner, ddp
 
@@ -113,7 +113,7 @@ def _rank(spec: str, steps: int, global_batch: int, n_micro: int):
         opt3.step()
         opt3.zero_grad()
 
-    for name, fn in (("autopar_pp", ap_pp), ("torch_pp", torch_pp)) * 2:
+    for name, fn in (("autopar_pp", ap_pp), ("torch_pp", torch_pp)) * rounds:
         out.setdefault(name, []).append(_timed(fn, 2, steps))
     dist.barrier()
     return {k: min(v) for k, v in out.items()}
@@ -122,15 +122,17 @@ def _rank(spec: str, steps: int, global_batch: int, n_micro: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="alternating autopar/torch rounds; the best median counts (default 4)")
     ap.add_argument("--global-batch", type=int, default=8)
     args = ap.parse_args()
     from autopar.runtime.verify import spawn
     n_micro = args.global_batch  # micro-batch 1 for the pipeline comparison
-    res = spawn(_rank, 2, args.model, args.steps, args.global_batch, n_micro)
+    res = spawn(_rank, 2, args.model, args.steps, args.global_batch, n_micro, args.rounds)
     r = {k: max(x[k] for x in res) for k in res[0]}  # the slower rank sets the step time
     print(f"model {args.model}, 2 ranks on gloo, global batch {args.global_batch}, "
-          f"median of {args.steps} steps (best of 2 alternating runs)")
+          f"median of {args.steps} steps, best of {args.rounds} alternating rounds")
     print(f"{'plan':<26}{'autopar s/step':>16}{'torch s/step':>14}{'ratio':>8}")
     for label, a, t in (("dp=2 vs DDP", "autopar_dp", "torch_ddp"),
                         ("pp=2 1f1b vs pipelining", "autopar_pp", "torch_pp")):
