@@ -34,6 +34,9 @@ What runs where (see also the README section "runtime / verify"):
          after forward and gathered again for backward
   ====== ===============================================================================
 
+  With an interleaved schedule (several chunks per rank) DDP's reducer cannot follow the chunk
+  order, so zero 0/1 gradients are all-reduced in 25 MB buckets right after the pipeline step.
+
 ``train_step(inputs, targets)`` takes this dp rank's share of the global batch, runs all
 micro-batches (``micro_batch_size`` samples each) and returns the global mean loss, a float on
 every rank, equal to the serial model's mean loss over the global batch when ``loss_fn`` returns a
@@ -64,8 +67,9 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
     JSON string or a path (``Plan.load``). ``loss_fn(output, targets)`` defaults to autopar's
-    token loss (cross-entropy / MSE). ``spec``/``table``: the model spec or layer table used for
-    the balanced split when the plan has no ``stages``. ``example_inputs``: the model's inputs
+    token loss (cross-entropy / MSE). ``spec`` (with ``seq``, its sequence-length override) or
+    ``table``: the model spec or layer table used for the balanced split when the plan has no
+    ``stages``. ``example_inputs``: the model's inputs
     for one micro-batch (only shapes and dtypes matter; taken from ``spec`` when given), which
     tell the tensor-parallel rewrite each row's input shape. ``group``: run on the ranks of this
     process group instead of the whole world.
