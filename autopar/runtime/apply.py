@@ -45,6 +45,7 @@ mean over its micro-batch.
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 import weakref
 from typing import Callable
@@ -519,6 +520,8 @@ def _row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
     last = max(need)
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     out = {}
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level, log.level = log.level, logging.CRITICAL  # a failed shape probe is not an error here
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
             x = tuple(mode.from_tensor(t) for t in inputs)
@@ -529,6 +532,8 @@ def _row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
                 x = rows.modules[i](*x) if isinstance(x, tuple) else rows.modules[i](x)
     except Exception:  # shapes are a hint to the rewrite; it infers them for gpt/llama rows
         return out
+    finally:
+        log.setLevel(level)
     return out
 
 
