@@ -23,6 +23,7 @@ the evaluator. The tests check that both agree on small spaces.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import sys
@@ -51,6 +52,7 @@ class SearchStats:
     bounded: int = 0                # full terms computed
     pruned_memory: int = 0          # dropped: memory bound above HBM
     pruned_target: int = 0          # dropped: cannot reach the target (fewest_gpus)
+    pruned_bound: int = 0           # CP-SAT proved no split beats the k-th plan found
     solved: int = 0                 # CP-SAT runs
     infeasible: int = 0             # CP-SAT proved no split fits
     not_proved: int = 0             # CP-SAT stopped before proving
@@ -125,6 +127,27 @@ def _key(objective: str, config: Config, step_time: float):
     return (step_time,)
 
 
+def _step_bound(objective: str, c: Config, exact_keys: list, top: int, target: float | None):
+    """The step time a split of ``c`` must beat to enter the top ``top`` (None: no bound yet)."""
+    bound = target
+    if len(exact_keys) >= top:
+        kth = exact_keys[top - 1]
+        if objective == "throughput_per_gpu":
+            b = kth[0] / c.gpus
+        elif objective == "fewest_gpus":
+            if c.gpus < kth[0]:
+                b = None
+            elif c.gpus == kth[0]:
+                b = kth[1]
+            else:
+                b = 0.0
+        else:
+            b = kth[0]
+        if b is not None:
+            bound = b if bound is None else min(bound, b)
+    return bound
+
+
 def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, top: int = 5,
                objective: str = "step_time", target_step_time_s: float | None = None,
                allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
@@ -165,6 +188,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
                                                             allow_cross_node_tp, objective))
     results: list[Candidate] = []
+    exact_keys: list = []         # keys of every exact plan found (popped or still on the heap)
     optimal = True
     memory_dropped: list = []     # (memory lower bound, config) for the explanation
     best_seen = lambda: (f"best {results[0].prediction['step_time_s']:.4g} s" if results else "no plan yet")
@@ -192,11 +216,15 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
             terms = payload
             from autopar.search.model import SplitModel
             left = time_limit_s - (time.perf_counter() - t0)
+            ub = _step_bound(objective, c, exact_keys, top, target_step_time_s)
             res = SplitModel(terms, time_limit_s=max(0.05, min(solve_limit_s, left)),
-                             fixed_stages=fixed_stages).solve()
+                             fixed_stages=fixed_stages, upper_bound_s=ub).solve()
             stats.solved += 1
             stats.solver_s += res.wall_s
             if res.status == "infeasible":
+                if ub is not None:        # no split fits *and* beats the k-th plan: out
+                    stats.pruned_bound += 1
+                    continue
                 stats.infeasible += 1
                 memory_dropped.append((terms.memory_lower_bound(), c))
                 continue
@@ -219,7 +247,9 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                 stats.pruned_target += 1
                 continue
             cand = Candidate(c, plan, pred, res.objective_s, res.status)
-            heapq.heappush(heap, (_key(objective, c, pred["step_time_s"]), next(tie), 2, c, cand))
+            k2 = _key(objective, c, pred["step_time_s"])
+            bisect.insort(exact_keys, k2)
+            heapq.heappush(heap, (k2, next(tie), 2, c, cand))
         else:
             results.append(payload)
     progress.done()
