@@ -46,8 +46,9 @@ def main() -> None:
               f"(target ≤ {target:g} s, {'met' if wall <= target else 'MISSED'}), "
               f"{'proved optimal' if res.optimal else 'NOT proved optimal'}; trace {trace_s:.2f} s")
         print(f"  {st.configurations} configurations, {st.bounded} bounded, {st.pruned_memory} dropped by "
-              f"the memory bound, {st.solved} CP-SAT splits ({st.infeasible} infeasible, "
-              f"{st.not_proved} unproved), solver {st.solver_s:.2f} s")
+              f"the memory bound, {st.solved} CP-SAT splits ({st.infeasible} infeasible, {st.pruned_bound} "
+              f"proved unable to enter the top {args.top}, {st.not_proved} unproved), "
+              f"solver {st.solver_s:.2f} s")
         print(f"  best: dp={best['dp']} tp={best['tp']} pp={best['pp']} vpp={best['vpp']} "
               f"mbs={best['micro_batch_size']} zero={best['zero']} recompute={best['recompute']} "
               f"sp={best['sequence_parallel']} {best['schedule']}: {best['step_time_s']:.3f} s/step, "

@@ -84,6 +84,7 @@ class SearchResult:
                 "search": {"configurations": self.stats.configurations,
                            "bounded": self.stats.bounded, "solved_cp_sat": self.stats.solved,
                            "cp_sat_infeasible": self.stats.infeasible,
+                           "cp_sat_cut_by_kth_plan": self.stats.pruned_bound,
                            "pruned_by_memory_bound": self.stats.pruned_memory,
                            "solver_s": round(self.stats.solver_s, 4),
                            "solver_objective_s": [c.solver_objective_s for c in self.plans]}}
