@@ -60,7 +60,6 @@ def run(args) -> int:
 
 def print_table(data: dict) -> None:
     from rich.table import Table
-    from autopar.cli.common import console, human
     GiB = 1024 ** 3
     t = Table(title=f"autopar search: {data['model']} on {data['gpus']} × {data['hardware']}, "
                     f"global batch {data['global_batch']}, seq {data['seq']}")
@@ -70,15 +69,17 @@ def print_table(data: dict) -> None:
     for p in data["plans"]:
         st = p.get("stages") or []
         sizes = [b - a for a, b in st]
-        stages = (f"{len(st)}×~{round(sum(sizes) / len(sizes))} rows ({min(sizes)}–{max(sizes)})"
-                  if st else "balanced")
+        stages = ("balanced" if not st else f"all {sizes[0]} rows" if len(st) == 1 else
+                  f"{len(st)} × {min(sizes)}–{max(sizes)} rows")
         t.add_row(str(p["rank"]), str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
-                  f"{p['step_time_s']:.4g}", human(p["tokens_per_s"]), f"{p['tflops_per_gpu']:.1f}",
+                  f"{p['step_time_s']:.4g}", f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
-    c = console()
+    import shutil
+    from rich.console import Console
+    c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 150))
     c.print(t)
     s = data.get("search", {})
     c.print(f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
