@@ -7,7 +7,6 @@ objective is ``estimate``'s step time up to integer rounding, and ``evaluate`` *
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 

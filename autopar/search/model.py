@@ -73,8 +73,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from itertools import combinations
-from typing import Sequence
 
 import numpy as np
 
