@@ -190,6 +190,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                                                             allow_cross_node_tp, objective))
     results: list[Candidate] = []
     exact_keys: list = []         # keys of every exact plan found (popped or still on the heap)
+    unresolved: list = []         # (config, proved lower bound on its step time) of unfinished proofs
     optimal = True
     memory_dropped: list = []     # (memory lower bound, config) for the explanation
     best_seen = lambda: (f"best {results[0].prediction['step_time_s']:.4g} s" if results else "no plan yet")
@@ -230,11 +231,13 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                 memory_dropped.append((terms.memory_lower_bound(), c))
                 continue
             if res.status not in ("optimal", "feasible"):
+                # out of time before any split: what CP-SAT proved still bounds the configuration
                 stats.not_proved += 1
-                optimal = False
+                unresolved.append((c, res.bound_s))
                 continue
             if res.status != "optimal":
-                optimal = False
+                stats.not_proved += 1
+                unresolved.append((c, res.bound_s))
             te = time.perf_counter()
             plan = c.plan(res.stages)
             pred = costs.evaluate(plan)
@@ -254,6 +257,15 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         else:
             results.append(payload)
     progress.done()
+    # a CP-SAT run cut short leaves its configuration between its proved bound and the split it
+    # found; the ranking is still proved when that bound cannot beat the last plan returned
+    if unresolved:
+        if len(results) < top and heap:
+            optimal = False
+        for c, bound in unresolved:
+            if bound is None or not results or _key(objective, c, bound) < _key(
+                    objective, results[-1].config, results[-1].prediction["step_time_s"]):
+                optimal = False
     for i, cand in enumerate(results):
         cand.prediction["rank"] = i + 1
     ctx = context or {}

@@ -253,6 +253,7 @@ class SplitResult:
     stages: tuple[tuple[int, int], ...] | None
     objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
     wall_s: float
+    bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
 
 
 def time_unit(step_bound_s: float) -> float:
@@ -536,11 +537,17 @@ class SplitModel:
         if code in (cp.OPTIMAL, cp.FEASIBLE):
             xs = [int(solver.Value(x)) for x in self.x]
             stages = tuple((xs[v], xs[v + 1]) for v in range(self.S))
+            bound = None
             if self.objective == "memory":
                 obj = float(solver.Value(self.M))
             else:
                 obj = solver.ObjectiveValue() / self.vpp * self.unit
-            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall)
+                # CP-SAT's proved bound, less the rounding slack: no split does better than this
+                bound = (solver.BestObjectiveBound() / self.vpp - 4 * self.n * (self.t.m + 2)) * self.unit
+            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
-        return SplitResult("unknown", None, None, wall)
+        bound = None
+        if self.objective != "memory":
+            bound = (solver.BestObjectiveBound() / self.vpp - 4 * self.n * (self.t.m + 2)) * self.unit
+        return SplitResult("unknown", None, None, wall, bound)
