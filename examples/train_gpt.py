@@ -105,6 +105,8 @@ def main() -> None:
     state = runner.full_state_dict()
     if lead:
         print(f"gathered {len(state)} tensors of the serial model's state dict on rank 0")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # a clean exit: no gloo thread left running
 
 
 if __name__ == "__main__":
