@@ -7,6 +7,7 @@ code of every rank's rows (``autopar.rewrite.emit``).
 """
 from autopar.rewrite.collectives import FakeGroup
 from autopar.rewrite.state import gather_row_state_dict, collectives_of
-from autopar.rewrite.tp import ShardSpec, rewrite_row
+from autopar.rewrite.shard_layers import ShardSpec
+from autopar.rewrite.tp import rewrite_row
 
 __all__ = ["rewrite_row", "FakeGroup", "ShardSpec", "gather_row_state_dict", "collectives_of"]

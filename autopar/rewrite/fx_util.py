@@ -1,0 +1,171 @@
+"""torch.fx plumbing the tensor-parallel rewrite stands on: tracing a row, running one node on
+``meta`` values, and small predicates over nodes and module paths.
+
+Kept apart from the rewrite passes so those read as the parallel layout they build, not as fx
+bookkeeping; nothing here knows about tensor parallelism.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from costmodels.errors import PlanError, TraceError
+
+
+def drop_stale_fx_wraps() -> None:
+    """torch.fx keeps a global table of ``torch.fx.wrap``-ed names per module globals. Code that
+    fx generated for a graph holding a qualified wrapped call (e.g. ``_assert_is_none`` from
+    ``concrete_args``) registers a dotted name its globals do not hold, and every later
+    ``symbolic_trace`` in the process then fails with a KeyError. Drop such entries."""
+    try:
+        import builtins
+        from torch.fx import _symbolic_trace as st
+        table = st._wrapped_fns_to_patch
+        for key, frame in list(table.items()):
+            if key[1] not in frame and not hasattr(builtins, key[1]):
+                del table[key]
+    except Exception:  # noqa: BLE001 - private torch state; tracing reports its own errors
+        pass
+
+
+def trace_row(module: nn.Module) -> fx.GraphModule:
+    """``module`` as a GraphModule (buffers proxied, stack traces kept for error messages)."""
+    drop_stale_fx_wraps()
+    tracer = fx.Tracer()
+    tracer.proxy_buffer_attributes = True
+    tracer.record_stack_traces = True
+    try:
+        graph = tracer.trace(module)
+    except Exception as e:  # noqa: BLE001 - report the user's line
+        raise TraceError(f"cannot trace {type(module).__name__} with torch.fx for the rewrite: "
+                         f"{type(e).__name__}: {e}") from None
+    return fx.GraphModule(module, graph)
+
+
+def meta_like(t):
+    """A ``meta`` tensor of ``t``'s shape and dtype; anything else unchanged."""
+    if isinstance(t, torch.Tensor):
+        return torch.empty_like(t, device="meta")
+    return t
+
+
+def meta_call(mod: nn.Module, args, kwargs):
+    """Call ``mod`` with its parameters and buffers on ``meta`` (no copy of real weights)."""
+    if all(p.is_meta for p in mod.parameters()) and all(b.is_meta for b in mod.buffers()):
+        return mod(*args, **kwargs)
+    state = {n: meta_like(t) for n, t in list(mod.named_parameters()) + list(mod.named_buffers())}
+    return torch.func.functional_call(mod, state, args, kwargs)
+
+
+def eval_node(node: fx.Node, vals: dict, fetch_attr, fetch_module, fail):
+    """The value of ``node`` (get_attr / call_*) given its inputs' values ``vals``, computed on
+    ``meta``. Collective modules (those with a ``group``) run as they are: on meta or a FakeGroup
+    they only reshape. An op that raises becomes ``fail(exception)`` (a TraceError naming the
+    user's line); Plan/Trace errors pass through."""
+    args = fx.node.map_arg(node.args, lambda a: vals[a])
+    kwargs = fx.node.map_arg(node.kwargs, lambda a: vals[a])
+    try:
+        with torch.no_grad():
+            if node.op == "get_attr":
+                return meta_like(fetch_attr(node.target))
+            if node.op == "call_function":
+                return node.target(*args, **kwargs)
+            if node.op == "call_method":
+                return getattr(args[0], node.target)(*args[1:], **kwargs)
+            if node.op == "call_module":
+                mod = fetch_module(node.target)
+                if hasattr(mod, "group"):
+                    return mod(*args, **kwargs)
+                return meta_call(mod, args, kwargs)
+    except (PlanError, TraceError):
+        raise
+    except Exception as e:  # noqa: BLE001 - reported with the user's line
+        raise fail(e) from None
+    raise AssertionError(node.op)
+
+
+def serial_values(traced: fx.GraphModule, example: tuple, fail) -> dict:
+    """{node: value} of the serial row on ``meta`` for the serial ``example`` inputs (placeholders
+    past the example take their default)."""
+    full: dict[fx.Node, object] = {}
+    phs = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    for n in traced.graph.nodes:
+        if n.op == "placeholder":
+            i = phs.index(n)
+            full[n] = meta_like(example[i]) if i < len(example) else (n.args[0] if n.args else None)
+        elif n.op == "output":
+            full[n] = fx.node.map_arg(n.args[0], lambda a: full[a])
+        else:
+            full[n] = eval_node(n, full, lambda path: getattr_path(traced, path), traced.get_submodule,
+                                lambda e, n=n: fail(n, e))
+    return full
+
+
+def where(node: fx.Node) -> str:
+    """' at FILE:LINE: code' of the user's line that made ``node`` (or its name)."""
+    st = node.meta.get("stack_trace") or ""
+    lines = [ln.strip() for ln in st.strip().splitlines() if ln.strip()]
+    if len(lines) >= 2:
+        return f" at {lines[-2]}: {lines[-1]}"
+    return f" (node {node.name})"
+
+
+def is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+def tensor_like(v) -> bool:
+    """A tensor or a non-empty tuple/list of tensors (the parts of a split)."""
+    return is_tensor(v) or (isinstance(v, (tuple, list)) and v and all(is_tensor(x) for x in v))
+
+
+def is_size_node(n: fx.Node) -> bool:
+    """``x.size()`` / ``x.dim()`` / ``x.shape`` / ``x.ndim``: reads a shape, carries no data."""
+    return ((n.op == "call_method" and n.target in ("size", "dim")) or
+            (n.op == "call_function" and n.target is getattr and len(n.args) > 1
+             and n.args[1] in ("shape", "ndim")))
+
+
+def divisors(n: int) -> str:
+    """'{1, 2, ...}': the tp values a size allows, for error messages."""
+    return "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
+
+
+def reaches(a: fx.Node, b: fx.Node) -> bool:
+    """Whether data flows from ``a`` to ``b``."""
+    stack, seen = [a], set()
+    while stack:
+        x = stack.pop()
+        if x is b:
+            return True
+        if x in seen:
+            continue
+        seen.add(x)
+        stack.extend(x.users)
+    return False
+
+
+def getattr_path(obj, path: str):
+    for p in path.split("."):
+        obj = getattr(obj, p)
+    return obj
+
+
+def owner_of(root: nn.Module, path: str):
+    """(module holding ``path``'s tensor, its leaf name), or (None, leaf) if there is none."""
+    owner, _, leaf = path.rpartition(".")
+    try:
+        return (root.get_submodule(owner) if owner else root), leaf
+    except AttributeError:
+        return None, leaf
+
+
+def is_nonpersistent(root: nn.Module, path: str) -> bool:
+    mod, leaf = owner_of(root, path)
+    return mod is not None and leaf in getattr(mod, "_non_persistent_buffers_set", ())
+
+
+def has_tensor(root: nn.Module, path: str) -> bool:
+    mod, leaf = owner_of(root, path)
+    return mod is not None and (leaf in mod._parameters or leaf in mod._buffers)
