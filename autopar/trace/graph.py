@@ -9,7 +9,6 @@ figures of their group's measured block). Attributes: ``row`` (row index), ``row
 from __future__ import annotations
 
 import networkx as nx
-import torch
 import torch.fx as fx
 import torch.nn as nn
 

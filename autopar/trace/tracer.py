@@ -14,12 +14,9 @@ blocks (each block is traced on its own, once per structurally identical group).
 """
 from __future__ import annotations
 
-import inspect
 import linecache
 import os
-import sys
 import traceback
-from typing import Any, Callable
 
 import torch
 import torch.fx as fx
