@@ -1,0 +1,95 @@
+"""One training step's forward and backward: micro-batches run locally (pp=1, gradient sync
+only on the last) or through a ``torch.distributed.pipelining`` schedule (pp>1).
+
+Kept apart from the Runner, which decides *what* runs on this rank; this module is *how* a step
+runs it, and what a schedule refuses is turned into a PlanError naming the fix here.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from costmodels.errors import PlanError
+from costmodels.plan import Plan
+
+
+def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: int,
+              loss_fn: Callable) -> float:
+    """Forward and backward of ``n_micro`` micro-batches through one (DDP / FSDP / plain)
+    module, gradients synced only on the last; returns the mean micro-batch loss."""
+    fsdp = is_fsdp(module)
+    total = 0.0
+    for i in range(n_micro):
+        last = i == n_micro - 1
+        sl = slice(i * micro_batch_size, (i + 1) * micro_batch_size)
+        if fsdp:
+            module.set_requires_gradient_sync(last)
+            ctx = contextlib.nullcontext()
+        elif hasattr(module, "no_sync") and not last:
+            ctx = module.no_sync()
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx:
+            out = module(*(t[sl] for t in inputs))
+            loss = loss_fn(out, targets[sl] if targets is not None else None)
+            (loss / n_micro).backward()
+        total += float(loss.detach())
+    return total / n_micro
+
+
+def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage: bool) -> float:
+    """One step of a pipelining schedule; returns the mean micro-batch loss on the rank holding
+    the last stage, 0.0 elsewhere."""
+    args, kwargs, losses = (), {}, []
+    if first_stage:
+        args = inputs
+    if last_stage:
+        kwargs = dict(target=targets, losses=losses)
+    schedule.step(*args, **kwargs)
+    if not losses:
+        return 0.0
+    return float(sum(float(x.detach()) for x in losses) / len(losses))
+
+
+def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable):
+    """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
+    from torch.distributed import pipelining as pl
+    if plan.schedule == "interleaved-1f1b":
+        rounds = max(1, n_micro // plan.pp)
+        if n_micro % rounds:
+            raise PlanError(f"{n_micro} micro-batches do not fit the interleaved 1F1B "
+                            f"schedule with pp={plan.pp} (needs a multiple of pp); change "
+                            "the global batch or 'micro_batch_size'")
+        return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)
+    cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
+    try:
+        return cls(pipe_stages[0], n_micro, loss_fn=loss_fn)
+    except ValueError as e:
+        raise PlanError(f"schedule '{plan.schedule}' with pp={plan.pp} cannot run "
+                        f"{n_micro} micro-batch(es) per step ({e}); raise the global "
+                        "batch or lower 'micro_batch_size'") from None
+
+
+def all_reduce_tied(stages: list, tied: list[tuple[int, str, object]]) -> None:
+    """Sum the gradients of parameters tied across pipeline ranks (``tied``: (stage index,
+    parameter name, group of the ranks using it))."""
+    for s, name, g in tied:
+        grad = stages[s].get_parameter(name).grad
+        if grad is not None:
+            dist.all_reduce(_local(grad), group=g)
+
+
+def is_fsdp(module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(module, FSDPModule)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The local shard of a DTensor (a plain tensor as is)."""
+    return t.to_local() if hasattr(t, "to_local") else t
