@@ -5,10 +5,10 @@ one tensor, so any contiguous range of rows is a pipeline stage.
 
 * Built-in models (``autopar/models``) have top-level children ``embedding``, ``blocks``
   (ModuleList) and ``head``: the rows are those modules themselves.
-* Any other model (a user's nanoGPT-style code): the largest ModuleList of same-class modules
-  gives the blocks. The top-level ``forward`` is traced with torch.fx keeping the blocks as leaf
-  calls; what runs before the first block becomes the embedding row and what runs after the last
-  becomes the head row (two GraphModules that share the original submodules and parameters, so a
+* Any other model (a user's nanoGPT-style code): the largest ModuleList / Sequential of
+  same-class modules (the trace's rule) gives the blocks. The top-level ``forward`` is traced
+  with torch.fx keeping the blocks as leaf calls; what runs before the first block becomes the
+  embedding row and what runs after the last becomes the head row (two GraphModules that share the original submodules and parameters, so a
   tied embedding stays one Parameter). Arguments with defaults (``targets=None``) are traced at
   their default; a Python ``assert`` on a shape in that top-level forward is taken as true.
 """
@@ -44,15 +44,15 @@ def model_rows(model: nn.Module) -> Rows:
     return _split_with_fx(model)
 
 
-def _largest_block_list(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    best = None
-    for name, m in model.named_modules():
-        if isinstance(m, nn.ModuleList) and len(m) > 0 and len({type(c) for c in m}) == 1:
-            if best is None or len(m) > len(best[1]):
-                best = (name, m)
+def _largest_block_list(model: nn.Module) -> tuple[str, nn.Module]:
+    """The same block list the trace picks (``autopar.trace.blocks.find_block_list``), so the
+    runtime's rows are the layer table's rows."""
+    from autopar.trace.blocks import find_block_list
+    best = find_block_list(model)
     if best is None:
         raise PlanError(f"cannot find the repeated blocks of {type(model).__name__}: autopar cuts a "
-                        "model at the largest nn.ModuleList of same-class blocks, and there is none")
+                        "model at its largest nn.ModuleList / nn.Sequential of same-class blocks, "
+                        "and there is none")
     return best
 
 
