@@ -10,7 +10,8 @@ one tensor, so any contiguous range of rows is a pipeline stage.
   with torch.fx keeping the blocks as leaf calls; what runs before the first block becomes the
   embedding row and what runs after the last becomes the head row (two GraphModules that share
   the original submodules and parameters, so a tied embedding stays one Parameter). Arguments
-  with defaults (``targets=None``) are traced at their default; a Python ``assert`` on a shape in that top-level forward is taken as true.
+  with defaults (``targets=None``) are traced at their default; a Python ``assert`` on a shape
+  in that top-level forward is taken as true.
 """
 from __future__ import annotations
 
