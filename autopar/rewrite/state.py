@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from autopar.rewrite.collectives import _all_gather, _Collective, group_rank, group_size
+from autopar.rewrite.collectives import _all_gather, _Collective, group_size
 
 
 def _unshard(parts: list[torch.Tensor], dim: int, segments) -> torch.Tensor:
