@@ -8,9 +8,11 @@ For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
 
     F_c = Σ fwd_i + Σ tp_fwd_i + p2p(out)        B_c = Σ bwd_i + Σ tp_bwd_i + p2p(grad in)
     R_c = Σ recompute_i + Σ tp_recompute_i       Z_c = ZeRO-3 gathers exposed (comm docstring)
-    T_r = Σ_{c on rank r} (F_c + B_c + R_c + Z_c)       (chunk c runs on rank c mod pp)
+    t_c = F_c + B_c + R_c + Z_c,   T_r = Σ_{c on rank r} t_c   (chunk c runs on rank c mod pp)
 
-    pipeline time, bubble = pipeline.pipeline_time([T_r], m, vpp)
+    pipeline time, bubble = pipeline.pipeline_time([[t_c for c on r] for r], m, vpp)
+        (v = 1: m·T_max + Σ_r T_r − T_max; interleaved: m·Σ_j C_j + (pp − 1)·max_j C_j with
+         C_j the slowest j-th chunk over ranks — pipeline's docstring)
     dp_exposed = max_r max(0, t_dp,r − overlap_r),  overlap_r = backward (+recompute) of one
                  micro-batch on rank r + the backward of ranks 0..r−1 that still follows it
     step_time  = pipeline time + dp_exposed + optimizer step (Adam, memory-bound, compute.py)
@@ -214,7 +216,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     chunks = [chunk_cost(table, profile, plan, s, e, c, tiers) for c, (s, e) in enumerate(stages)]
     rank_chunks = [[c for c in range(len(stages)) if c % p == r] for r in range(p)]
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
-    pipe_s, bubble_s = pipeline_time(T, m, v)
+    pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
     # data-parallel gradient sync, overlapped with the tail of the backward
     bwd_r = [sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs) for cs in rank_chunks]

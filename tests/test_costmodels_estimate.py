@@ -97,7 +97,7 @@ def test_estimate_equals_its_pieces(plan, gpus, batch):
     tiers = plan_tiers(plan, prof.gpus_per_node)
     chunks = [chunk_cost(t, prof, plan, s, e_, c, tiers) for c, (s, e_) in enumerate(stages)]
     ranks = [[chunks[c] for c in range(len(stages)) if c % plan.pp == r] for r in range(plan.pp)]
-    pipe, _ = pipeline_time([sum(c.total_s for c in cs) for cs in ranks], m, plan.vpp)
+    pipe, _ = pipeline_time([[c.total_s for c in cs] for cs in ranks], m, plan.vpp)
     bwd = [sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]
     params = [sum(c.params for c in cs) for cs in ranks]
     dp_exp = max(max(0.0, dp_sync(params[r], plan, prof, tiers["dp"])[2] - bwd[r] - sum(bwd[:r]))

@@ -158,8 +158,10 @@ def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
 
 def test_schedule_simulation_agrees_with_the_cost_model_bubble():
     """Cross-check of two independent models: simulating the whole step's schedule with the
-    estimate's per-chunk times gives the estimate's own bubble for balanced stages (gpipe, 1f1b,
-    interleaved), and a warning when a rank's virtual chunks are uneven."""
+    estimate's per-chunk times gives the estimate's own bubble for balanced stages (gpipe, 1f1b;
+    interleaved: at most 0.5 % of the step above, the closed form's per-chunk-column maxima count
+    the embedding and head chunks in full), and a warning when a rank's virtual chunks are
+    very uneven."""
     from autopar.report.load import parse
     from autopar.report.timeline import schedule_check
     table, profile = gpt3_175b(), load_profile("a100-80g-sxm")
@@ -171,9 +173,13 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
         [r] = parse(d)
         c = schedule_check(r)
         assert c is not None and not c.flagged, kw
-        assert c.simulated_bubble_s == pytest.approx(c.estimated_bubble_s, rel=1e-3, abs=1e-3 * c.step_time_s)
+        if "vpp" in kw:
+            assert 0 <= c.estimated_bubble_s - c.simulated_bubble_s <= 5e-3 * c.step_time_s, kw
+        else:
+            assert c.simulated_bubble_s == pytest.approx(c.estimated_bubble_s, rel=1e-3, abs=1e-3 * c.step_time_s)
     # same per-rank totals, uneven chunks: rank 0 runs the embedding then 48 blocks, rank 1 one
-    # block then 47 blocks and the head
+    # block then 47 blocks and the head — chunks 48× apart, beyond what the closed form tracks
+    # (costmodels.pipeline; the search balances chunk columns and does not pick such a split)
     uneven = Plan(dp=16, tp=8, pp=2, vpp=2, schedule="interleaved-1f1b", zero=3, recompute="full",
                   stages=((0, 1), (1, 2), (2, 50), (50, 98)))
     [r] = parse(estimate(table, profile, uneven, 256, 1536).to_dict())

@@ -37,7 +37,8 @@ Constraints (one method of ``SplitModel`` per family):
    ``Σ_v`` (Σσ), ``U_v`` (Σα), ``K_v`` (blocks in the stage);
 3. ``_communication``  per stage: ``Q_v = SEND[x_{v+1}]·[v < S−1] + GRAD[x_v]·[v > 0]`` (element
    constraints), ZeRO-3 exposure ``Z_v = max(0, G_v − F_v) + max(0, G_v − Bk_v)`` with ``G_v = Σg``;
-4. ``_rank_time``      ``T_r = Σ_{v ≡ r} (A_v + Q_v + Z_v)``, ``T = max_r T_r``;
+4. ``_rank_time``      ``t_v = A_v + Q_v + Z_v`` (chunk time), ``T_r = Σ_{v ≡ r} t_v``, ``T = max_r T_r``;
+   interleaved: ``C_c = max_r t_{c·pp+r}`` (the slowest chunk of column c), ``Ĉ = max_c C_c``;
 5. ``_data_parallel``  ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the gradient sync of rank
    ``r`` hides behind its own backward and those of the ranks before it) and the optimizer step
    ``O = max_r γ_o Π_r``, where ``Π_r``, ``Bk_r`` sum over rank ``r``'s stages;
@@ -45,24 +46,25 @@ Constraints (one method of ``SplitModel`` per family):
    ``R + Σ_{v ≡ r} (Σ_v + φ_v U_v) + 2·(two largest π_i on r, ZeRO-3 only) + w·[r holds a block]
    ≤ HBM`` — a stage's memory depends on its position through ``φ_v``; the two largest rows
    are counted exactly through per-size prefix counts (``_top2_rows``);
-7. ``_objective``      minimise the step time
-   ``m·T + (Σ_r T_r − T)/vpp + D + O`` (``pipeline.pipeline_time`` + dp exposure + optimizer), or,
-   for the explanation of infeasibility, the most loaded GPU's memory.
+7. ``_objective``      minimise the step time ``P + D + O`` with the pipeline time ``P``
+   (``pipeline.pipeline_time``) ``m·T + (Σ_r T_r − T)`` for vpp = 1 and ``m·Σ_c C_c + (pp − 1)·Ĉ``
+   interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory.
 
 Every coefficient is rounded per row to an integer (times in units of ``time_unit``: 1 ns for
 steps of seconds, finer for small models; bytes
-rounded up, so a split CP-SAT accepts also fits in the evaluator), and the objective is
-multiplied by ``vpp``. The objective CP-SAT proves optimal therefore equals
-``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per rank
-time term, times ``m``), which the tests assert.
+rounded up, so a split CP-SAT accepts also fits in the evaluator). The objective CP-SAT proves optimal therefore equals
+``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per time
+term, times ``m + pp``), which the tests assert.
 
 Decomposition, and why the result is still optimal under the model
 -------------------------------------------------------------------
 The configuration is a few thousand discrete points; the split is the hard, combinatorial part.
 ``autopar.search.engine`` runs a best-first search over configurations keyed by lower bounds that
-hold for *every* split: ``(m − 1/vpp)·max(Στ/pp, max τ) + Στ/vpp + O_min`` (the slowest rank does
-at least its share and at least the largest row; communication and exposure are ≥ 0; the
-optimizer step is at least the mean) and, for memory, the LP-relaxation bound of
+hold for *every* split: ``(m − 1)·T* + Στ + O_min`` for vpp = 1 and
+``m·T* + (pp − 1)·max(T*/vpp, max τ) + O_min`` interleaved, ``T* = max(Στ/pp, max τ)`` (the
+slowest rank does at least its share and at least the largest row, ``Σ_c C_c ≥ T``, a column's
+maximum is at least its mean; communication and exposure are ≥ 0; the optimizer step is at
+least the mean) and, for memory, the LP-relaxation bound of
 ``Terms.memory_lower_bound``. A configuration reaches this CP-SAT model only when its bound beats
 the k-th best plan found so far; the search stops once the next bound is no better than the k-th
 exact plan. Each CP-SAT solve ends ``OPTIMAL`` or ``INFEASIBLE`` (otherwise the result says
@@ -72,179 +74,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
-
-
-@dataclass
-class Terms:
-    """Coefficients of the split program for one configuration (SI units; module docstring)."""
-    config: object
-    m: int
-    pp: int
-    vpp: int
-    tau: np.ndarray            # τ_i  s
-    fwd: np.ndarray            # f_i  s
-    bwdrec: np.ndarray         # β_i  s
-    params: np.ndarray         # π_i  parameters per GPU (params / tp)
-    static: np.ndarray         # σ_i  bytes
-    act: np.ndarray            # α_i  bytes per micro-batch in flight
-    is_block: np.ndarray       # bool
-    act_none: np.ndarray       # activation bytes without recompute (full-recompute working set)
-    send: np.ndarray           # SEND[x], x = 0..n  s
-    grad: np.ndarray           # GRAD[x]
-    inflight: list[int]        # φ_v per virtual stage v
-    reserve: float
-    hbm: float
-    zero3: bool                # ZeRO-3 buffer (zero == 3); gathers when also dp > 1
-    z_on: bool
-    zgather: np.ndarray        # per-row all-gather time of a ZeRO-3 gather (one per row and pass)
-    d_on: bool
-    d_lat: float               # λ_d
-    d_per_param: float         # γ_d
-    o_per_param: float         # γ_o
-    full_recompute: bool
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.tau)
-
-    @property
-    def n_virtual(self) -> int:
-        return self.pp * self.vpp
-
-    # ---- bounds that hold for every split -----------------------------------------------------
-    def time_lower_bound(self) -> float:
-        """A bound on the step time that holds for every split (see the module docstring).
-
-        ``Σ_r T_r ≥ Στ + Q_min + Z_min`` where ``Q_min`` are the ``S − 1`` activation sends and
-        gradient sends at their cheapest cut, and ``Z_min`` the ZeRO-3 exposure summed over
-        stages (``Σ_v max(0, a_v) ≥ max(0, Σ_v a_v)``); ``T ≥ max(Σ_r T_r / pp, max τ)``; the
-        optimizer step is at least the mean over ranks; data-parallel exposure ≥ 0."""
-        S = self.n_virtual
-        total = float(self.tau.sum())
-        if self.pp > 1 and S > 1:
-            total += (S - 1) * (float(self.send[1:self.n].min()) + float(self.grad[1:self.n].min()))
-        if self.zero3 and self.z_on:
-            g = float(self.zgather.sum())
-            total += max(0.0, g - float(self.fwd.sum())) + max(0.0, g - float(self.bwdrec.sum()))
-        tsum = float(self.tau.sum())
-        tstar = max(total / self.pp, self.rank_time_bound())
-        opt = self.o_per_param * float(self.params.sum()) / self.pp
-        a = self.m - 1.0 / self.vpp
-        return self._t_and_dp_bound(a, tsum, total, tstar) + total / self.vpp + opt
-
-    def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float) -> float:
-        """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split.
-
-        Rank 0's gradient sync hides only behind its own backward, so with ``y`` the row time
-        (Σ τ) on rank 0 its exposure is ``D ≥ D(y) = max(0, λ + κ·(y − τ_0))``, where row 0
-        (always on rank 0) enters exactly and ``κ = min_i (γ_d π_i − β_i)/τ_i`` over the rows that
-        may join it (row n−1 sits on rank pp−1). Meanwhile ``T ≥ g1(y) = max(y, (Στ − y)/(pp−1))``
-        and, since rank 0 adds at most ``Q0`` of p2p time to ``y`` (unbounded with ZeRO-3),
-        ``T ≥ g2(y) = h(clamp(Σ/pp, y, y + Q0))`` with ``h(s) = max(s, (Σ − s)/(pp − 1))``, Σ the
-        total rank time bound. Both ``a·g_k + D`` are convex piecewise linear in ``y``, so their
-        minima sit at breakpoints; the bound is the larger of the two minima and of
-        ``a·T* + min D``."""
-        pp = self.pp
-        if not self.d_on:
-            return a * tstar
-        if pp == 1:
-            exact = max(0.0, self.d_lat + self.d_per_param * float(self.params.sum()) - float(self.bwdrec.sum()))
-            return a * tstar + exact
-        mid = slice(1, self.n - 1)
-        pos = self.tau[mid] > 0
-        if not pos.any():
-            return a * tstar
-        kappa = float(np.min((self.d_per_param * self.params[mid][pos] - self.bwdrec[mid][pos])
-                             / self.tau[mid][pos]))
-        lo = float(self.tau[0])
-        lam = self.d_lat + self.d_per_param * float(self.params[0]) - float(self.bwdrec[0])
-
-        def D(y):
-            return max(0.0, lam + kappa * (y - lo))
-        kinks = [lo, tsum]
-        if kappa != 0:
-            kinks.append(lo - lam / kappa)
-        if self.zero3 and self.z_on:
-            q0 = float("inf")
-        else:
-            q0 = self.vpp * (float(self.send[1:self.n].max()) + float(self.grad[1:self.n].max()))
-        star = total / pp
-
-        def g1(y):
-            return max(y, (tsum - y) / (pp - 1))
-
-        def g2(y):
-            s_ = min(max(star, y), y + q0)
-            return max(s_, (total - s_) / (pp - 1))
-        pts1 = kinks + [tsum / pp]
-        pts2 = kinks + [star] + ([star - q0] if q0 != float("inf") else [])
-        clamp = lambda ys: [min(max(y, lo), tsum) for y in ys]  # noqa: E731
-        b1 = min(a * g1(y) + D(y) for y in clamp(pts1))
-        b2 = min(a * g2(y) + D(y) for y in clamp(pts2))
-        b3 = a * tstar + min(D(lo), D(tsum))
-        return max(b1, b2, b3)
-
-    def rank_time_bound(self) -> float:
-        """Integer bound on the slowest rank's time ``T`` (seconds) that every split respects.
-
-        Rows with the most common time ``b`` (the repeated blocks, ``L`` of them) are indivisible
-        units; row 0 always sits on rank 0 and row n−1 on rank pp−1 (``e``, ``h``); every other
-        row is treated as divisible (fluid). ``T`` is feasible only if the ranks can hold the
-        ``L`` blocks, ``Σ_r ⌊(T − pinned_r)/b⌋ ≥ L``, and the total fits, ``pp·T ≥ Στ``; the
-        smallest such ``T`` is found among the candidates ``k·b + pinned_r``."""
-        tau = self.tau
-        n, pp = self.n, self.pp
-        total = float(tau.sum())
-        base = max(total / pp, float(tau.max()))
-        if pp < 2 or n < 3:
-            return base
-        vals, counts = np.unique(np.round(tau[1:-1], 15), return_counts=True)
-        b = float(vals[np.argmax(counts)])
-        L = int(counts.max())
-        if b <= 0 or L < 2:
-            return base
-        pinned = np.zeros(pp)
-        pinned[0] += float(tau[0])
-        pinned[pp - 1] += float(tau[-1])
-
-        def ok(T):
-            room = np.floor((T - pinned) / b + 1e-9)
-            return np.all(room >= 0) and room.sum() >= L and pp * T >= total - 1e-12
-        cands = sorted({k * b + p for p in set(pinned.tolist()) for k in range(0, L + 1)})
-        cands = [c for c in cands if c >= base - 1e-12] + [base]
-        best = None
-        for c in sorted(cands):
-            if ok(c):
-                best = c
-                break
-        return max(base, best) if best is not None else base
-
-    def memory_lower_bound(self) -> float:
-        """A bound on the most loaded GPU's memory that holds for every split.
-
-        LP relaxation of assigning rows to ranks (a row may be cut in pieces): for any weights
-        ``λ_r ≥ 0`` with ``Σλ_r = 1``, ``M ≥ R + Σ_i min_r λ_r (σ_i + φ̂_r α_i)``, where ``φ̂_r`` is
-        the smallest in-flight count among rank ``r``'s stages. The ZeRO-3 buffer (two largest
-        rows of a rank) and the recompute working set are ≥ 0 and left out. The weights are the
-        homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
-        """
-        pp, S = self.pp, self.n_virtual
-        static = self.static
-        phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
-        tot_s, tot_a = float(static.sum()), float(self.act.sum())
-        denom = tot_s + phi * tot_a
-        if np.any(denom <= 0):
-            return self.reserve
-        lam = 1.0 / denom
-        lam /= lam.sum()
-        per_row = np.min(lam[None, :] * (static[:, None] + phi[None, :] * self.act[:, None]), axis=1)
-        return self.reserve + float(per_row.sum())
+from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -254,14 +88,6 @@ class SplitResult:
     objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
     wall_s: float
     bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
-
-
-def time_unit(step_bound_s: float) -> float:
-    """Seconds per integer time unit for a configuration: a power of ten that keeps the step near
-    1e10 units (1 ns for steps of seconds, finer for small models), at most ``TIME_UNIT``."""
-    if not step_bound_s > 0:
-        return TIME_UNIT
-    return min(TIME_UNIT, max(1e-13, 10.0 ** math.floor(math.log10(step_bound_s / 1e10))))
 
 
 def _up(x) -> list[int]:
@@ -398,8 +224,28 @@ class SplitModel:
         md.AddMaxEquality(self.T, self.Tr)
         # redundant cut (the integer bound of Terms.rank_time_bound, in rounded units): it does not
         # change the optimum, it closes the LP gap that identical blocks leave
-        cut = int(math.floor(self.t.rank_time_bound() / self.unit - len(self.t.tau)))
-        md.Add(self.T >= max(0, cut))
+        cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - len(self.t.tau))))
+        md.Add(self.T >= cut)
+        if self.vpp > 1:
+            # interleaved: C_c = max_r t_{r,c}, the slowest chunk of column c; Cmax = max_c C_c
+            chunk = [self.A[s] + self.Q[s] + self.Z[s] for s in range(self.S)]
+            self.C = []
+            # ≥ rather than = max: the objective grows with every C_c and Ĉ, so at the optimum
+            # each equals its maximum, and the LP of plain inequalities is tighter
+            for c in range(self.vpp):
+                cc = md.NewIntVar(0, ub, f"C{c}")
+                for e in chunk[c * self.pp:(c + 1) * self.pp]:
+                    md.Add(cc >= e)
+                self.C.append(cc)
+            self.Cmax = md.NewIntVar(0, ub, "Cmax")
+            for cc in self.C:
+                md.Add(self.Cmax >= cc)
+            # redundant cuts (they do not change the optimum; they close the LP gap of integral
+            # blocks): each rank's chunks sit in the columns, the columns hold every block
+            md.Add(sum(self.C) >= self.T)
+            md.Add(self.vpp * self.Cmax >= sum(self.C))
+            col = int(math.floor(self.t.column_sum_bound() / self.unit - len(self.t.tau)))
+            md.Add(sum(self.C) >= max(0, col))
 
     # 5. -------------------------------------------------------------------------------------
     def _data_parallel(self):
@@ -483,16 +329,22 @@ class SplitModel:
         if self.objective == "memory":
             self.model.Minimize(self.M)
             return
-        v, m = self.vpp, self.t.m
-        # vpp · (m·T + (ΣT_r − T)/vpp + D + O)
-        self.obj = (v * m - 1) * self.T + sum(self.Tr) + v * self.D + v * self.O
+        m, p = self.t.m, self.pp
+        if self.vpp == 1:     # m·T + (Σ_r T_r − T) + D + O
+            self.obj = (m - 1) * self.T + sum(self.Tr) + self.D + self.O
+        else:                 # m·Σ_c C_c + (pp − 1)·max_c C_c + D + O
+            self.obj = m * sum(self.C) + (p - 1) * self.Cmax + self.D + self.O
         if self.upper_bound_s is not None:
             # only splits that could still enter the top k matter (the search's incumbent): with
             # this cut CP-SAT either finds one or proves none exists, usually far sooner than it
             # proves the optimum; the slack covers the integer rounding, so nothing is lost
-            slack = 4 * self.n * (m + 2)
-            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s / self.unit * v)) + slack * v)
+            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s / self.unit)) + self.slack())
         self.model.Minimize(self.obj)
+
+    def slack(self) -> int:
+        """Integer units by which the rounded objective may differ from the exact one (each row
+        rounds by ≤ ½ unit; m steady-state terms plus pp − 1 fill terms, with room to spare)."""
+        return 4 * self.n * (self.t.m + self.pp + 2)
 
     def _hint(self):
         """Start from the min-max split of the row times (``costmodels.split.partition``)."""
@@ -541,13 +393,13 @@ class SplitModel:
             if self.objective == "memory":
                 obj = float(solver.Value(self.M))
             else:
-                obj = solver.ObjectiveValue() / self.vpp * self.unit
+                obj = solver.ObjectiveValue() * self.unit
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                bound = (solver.BestObjectiveBound() / self.vpp - 4 * self.n * (self.t.m + 2)) * self.unit
+                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
         bound = None
         if self.objective != "memory":
-            bound = (solver.BestObjectiveBound() / self.vpp - 4 * self.n * (self.t.m + 2)) * self.unit
+            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
         return SplitResult("unknown", None, None, wall, bound)

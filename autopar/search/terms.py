@@ -1,0 +1,223 @@
+"""The coefficients of one configuration's split program, and the bounds that hold for every
+split (the search's best-first keys). The program itself is ``autopar.search.model``."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
+
+
+@dataclass
+class Terms:
+    """Coefficients of the split program for one configuration (SI units; module docstring)."""
+    config: object
+    m: int
+    pp: int
+    vpp: int
+    tau: np.ndarray            # τ_i  s
+    fwd: np.ndarray            # f_i  s
+    bwdrec: np.ndarray         # β_i  s
+    params: np.ndarray         # π_i  parameters per GPU (params / tp)
+    static: np.ndarray         # σ_i  bytes
+    act: np.ndarray            # α_i  bytes per micro-batch in flight
+    is_block: np.ndarray       # bool
+    act_none: np.ndarray       # activation bytes without recompute (full-recompute working set)
+    send: np.ndarray           # SEND[x], x = 0..n  s
+    grad: np.ndarray           # GRAD[x]
+    inflight: list[int]        # φ_v per virtual stage v
+    reserve: float
+    hbm: float
+    zero3: bool                # ZeRO-3 buffer (zero == 3); gathers when also dp > 1
+    z_on: bool
+    zgather: np.ndarray        # per-row all-gather time of a ZeRO-3 gather (one per row and pass)
+    d_on: bool
+    d_lat: float               # λ_d
+    d_per_param: float         # γ_d
+    o_per_param: float         # γ_o
+    full_recompute: bool
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.tau)
+
+    @property
+    def n_virtual(self) -> int:
+        return self.pp * self.vpp
+
+    # ---- bounds that hold for every split -----------------------------------------------------
+    def time_lower_bound(self) -> float:
+        """A bound on the step time that holds for every split (``autopar.search.model``).
+
+        ``Σ_r T_r ≥ Στ + Q_min + Z_min`` where ``Q_min`` are the ``S − 1`` activation sends and
+        gradient sends at their cheapest cut, and ``Z_min`` the ZeRO-3 exposure summed over
+        stages (``Σ_v max(0, a_v) ≥ max(0, Σ_v a_v)``); ``T ≥ max(Σ_r T_r / pp, max τ)``; the
+        optimizer step is at least the mean over ranks; data-parallel exposure ≥ 0."""
+        S = self.n_virtual
+        total = float(self.tau.sum())
+        if self.pp > 1 and S > 1:
+            total += (S - 1) * (float(self.send[1:self.n].min()) + float(self.grad[1:self.n].min()))
+        if self.zero3 and self.z_on:
+            g = float(self.zgather.sum())
+            total += max(0.0, g - float(self.fwd.sum())) + max(0.0, g - float(self.bwdrec.sum()))
+        tsum = float(self.tau.sum())
+        tstar = max(total / self.pp, self.rank_time_bound())
+        opt = self.o_per_param * float(self.params.sum()) / self.pp
+        if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
+            return self._t_and_dp_bound(self.m - 1.0, tsum, total, tstar) + total + opt
+        # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
+        # at least the slowest rank's chunk in it) and max_c C_c ≥ max(T*/vpp, max τ)
+        fill = (self.pp - 1) * max(tstar / self.vpp, float(self.tau.max()))
+        return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + fill + opt
+
+    def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float) -> float:
+        """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split.
+
+        Rank 0's gradient sync hides only behind its own backward, so with ``y`` the row time
+        (Σ τ) on rank 0 its exposure is ``D ≥ D(y) = max(0, λ + κ·(y − τ_0))``, where row 0
+        (always on rank 0) enters exactly and ``κ = min_i (γ_d π_i − β_i)/τ_i`` over the rows that
+        may join it (row n−1 sits on rank pp−1). Meanwhile ``T ≥ g1(y) = max(y, (Στ − y)/(pp−1))``
+        and, since rank 0 adds at most ``Q0`` of p2p time to ``y`` (unbounded with ZeRO-3),
+        ``T ≥ g2(y) = h(clamp(Σ/pp, y, y + Q0))`` with ``h(s) = max(s, (Σ − s)/(pp − 1))``, Σ the
+        total rank time bound. Both ``a·g_k + D`` are convex piecewise linear in ``y``, so their
+        minima sit at breakpoints; the bound is the larger of the two minima and of
+        ``a·T* + min D``."""
+        pp = self.pp
+        if not self.d_on:
+            return a * tstar
+        if pp == 1:
+            exact = max(0.0, self.d_lat + self.d_per_param * float(self.params.sum()) - float(self.bwdrec.sum()))
+            return a * tstar + exact
+        mid = slice(1, self.n - 1)
+        pos = self.tau[mid] > 0
+        if not pos.any():
+            return a * tstar
+        kappa = float(np.min((self.d_per_param * self.params[mid][pos] - self.bwdrec[mid][pos])
+                             / self.tau[mid][pos]))
+        lo = float(self.tau[0])
+        lam = self.d_lat + self.d_per_param * float(self.params[0]) - float(self.bwdrec[0])
+
+        def D(y):
+            return max(0.0, lam + kappa * (y - lo))
+        kinks = [lo, tsum]
+        if kappa != 0:
+            kinks.append(lo - lam / kappa)
+        if self.zero3 and self.z_on:
+            q0 = float("inf")
+        else:
+            q0 = self.vpp * (float(self.send[1:self.n].max()) + float(self.grad[1:self.n].max()))
+        star = total / pp
+
+        def g1(y):
+            return max(y, (tsum - y) / (pp - 1))
+
+        def g2(y):
+            s_ = min(max(star, y), y + q0)
+            return max(s_, (total - s_) / (pp - 1))
+        pts1 = kinks + [tsum / pp]
+        pts2 = kinks + [star] + ([star - q0] if q0 != float("inf") else [])
+        clamp = lambda ys: [min(max(y, lo), tsum) for y in ys]  # noqa: E731
+        b1 = min(a * g1(y) + D(y) for y in clamp(pts1))
+        b2 = min(a * g2(y) + D(y) for y in clamp(pts2))
+        b3 = a * tstar + min(D(lo), D(tsum))
+        return max(b1, b2, b3)
+
+    def rank_time_bound(self) -> float:
+        """Integer bound on the slowest rank's time ``T`` (seconds) that every split respects.
+
+        Rows with the most common time ``b`` (the repeated blocks, ``L`` of them) are indivisible
+        units; row 0 always sits on rank 0 and row n−1 on rank pp−1 (``e``, ``h``); every other
+        row is treated as divisible (fluid). ``T`` is feasible only if the ranks can hold the
+        ``L`` blocks, ``Σ_r ⌊(T − pinned_r)/b⌋ ≥ L``, and the total fits, ``pp·T ≥ Στ``; the
+        smallest such ``T`` is found among the candidates ``k·b + pinned_r``."""
+        tau = self.tau
+        n, pp = self.n, self.pp
+        total = float(tau.sum())
+        base = max(total / pp, float(tau.max()))
+        if pp < 2 or n < 3:
+            return base
+        vals, counts = np.unique(np.round(tau[1:-1], 15), return_counts=True)
+        b = float(vals[np.argmax(counts)])
+        L = int(counts.max())
+        if b <= 0 or L < 2:
+            return base
+        pinned = np.zeros(pp)
+        pinned[0] += float(tau[0])
+        pinned[pp - 1] += float(tau[-1])
+
+        def ok(T):
+            room = np.floor((T - pinned) / b + 1e-9)
+            return np.all(room >= 0) and room.sum() >= L and pp * T >= total - 1e-12
+        cands = sorted({k * b + p for p in set(pinned.tolist()) for k in range(0, L + 1)})
+        cands = [c for c in cands if c >= base - 1e-12] + [base]
+        best = None
+        for c in sorted(cands):
+            if ok(c):
+                best = c
+                break
+        return max(base, best) if best is not None else base
+
+    def column_sum_bound(self) -> float:
+        """Integer bound on ``Σ_c C_c`` (interleaved: the sum over chunk columns of the slowest
+        chunk in each) that every split respects.
+
+        As in ``rank_time_bound``, the ``L`` rows of the most common time ``b`` are indivisible,
+        row 0 sits in chunk (column 0, rank 0) and row n−1 in (column vpp−1, rank pp−1), other
+        rows are dropped (they only add time). A column whose slowest chunk takes ``C`` holds at
+        most ``pp·⌊C/b⌋`` blocks, one block less per ``⌊·⌋`` where a pinned row takes room; every
+        chunk of the other columns holds a block. The least ``C_first + C_last + b·max(vpp − 2,
+        ⌈rest/pp⌉)`` over the candidates ``k·b`` and ``k·b + pinned`` of the two pinned columns
+        that still hold all ``L`` blocks is the bound."""
+        tau, n, pp, v = self.tau, self.n, self.pp, self.vpp
+        if pp < 2 or v < 2 or n < 3:
+            return 0.0
+        vals, counts = np.unique(np.round(tau[1:-1], 15), return_counts=True)
+        b = float(vals[np.argmax(counts)])
+        L = int(counts.max())
+        if b <= 0 or L < 2:
+            return 0.0
+        ks = np.arange(0, L + 1, dtype=float)
+
+        def options(e):
+            """(column maximum, blocks it holds) for a column with one pinned row of time e."""
+            c = np.concatenate([ks * b, ks * b + e])
+            c = c[c >= e - 1e-12]
+            cap = np.floor((c - e) / b + 1e-9) + (pp - 1) * np.floor(c / b + 1e-9)
+            return c, cap
+        c0, k0 = options(float(tau[0]))
+        c1, k1 = options(float(tau[-1]))
+        rest = L - (k0[:, None] + k1[None, :])
+        mid = b * np.maximum(v - 2, np.ceil(np.maximum(rest, 0) / pp))
+        return float(np.min(c0[:, None] + c1[None, :] + mid))
+
+    def memory_lower_bound(self) -> float:
+        """A bound on the most loaded GPU's memory that holds for every split.
+
+        LP relaxation of assigning rows to ranks (a row may be cut in pieces): for any weights
+        ``λ_r ≥ 0`` with ``Σλ_r = 1``, ``M ≥ R + Σ_i min_r λ_r (σ_i + φ̂_r α_i)``, where ``φ̂_r`` is
+        the smallest in-flight count among rank ``r``'s stages. The ZeRO-3 buffer (two largest
+        rows of a rank) and the recompute working set are ≥ 0 and left out. The weights are the
+        homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
+        """
+        pp, S = self.pp, self.n_virtual
+        static = self.static
+        phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
+        tot_s, tot_a = float(static.sum()), float(self.act.sum())
+        denom = tot_s + phi * tot_a
+        if np.any(denom <= 0):
+            return self.reserve
+        lam = 1.0 / denom
+        lam /= lam.sum()
+        per_row = np.min(lam[None, :] * (static[:, None] + phi[None, :] * self.act[:, None]), axis=1)
+        return self.reserve + float(per_row.sum())
+
+
+def time_unit(step_bound_s: float) -> float:
+    """Seconds per integer time unit for a configuration: a power of ten that keeps the step near
+    1e10 units (1 ns for steps of seconds, finer for small models), at most ``TIME_UNIT``."""
+    if not step_bound_s > 0:
+        return TIME_UNIT
+    return min(TIME_UNIT, max(1e-13, 10.0 ** math.floor(math.log10(step_bound_s / 1e10))))
