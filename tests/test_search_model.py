@@ -73,8 +73,8 @@ def test_interleaved_split_is_the_best_of_every_split_and_its_bounds_hold(pp, vp
             best = min(best, e.step_time_s)
             t = [[f + b for f, b in zip(s["fwd_s"], s["bwd_s"])] for s in e.stages_detail]
             best_cols = min(best_cols, sum(max(row[j] for row in t) for j in range(vpp)))
-        assert terms.time_lower_bound() <= best * (1 + 1e-12)
-        assert terms.column_sum_bound() <= best_cols * (1 + 1e-12)
+        assert terms.time_lower_bound() <= best * (1 + 1e-9)
+        assert terms.column_sum_bound() <= best_cols * (1 + 1e-9)   # tight: float summation order
         r = SplitModel(terms).solve()
         tol = time_unit(terms.time_lower_bound()) * len(table.rows) * 4 * (terms.m + pp + 2)
         assert r.status == "optimal" and abs(r.objective_s - best) <= tol, (c, r.objective_s, best)

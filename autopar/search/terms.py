@@ -166,11 +166,13 @@ class Terms:
 
         As in ``rank_time_bound``, the ``L`` rows of the most common time ``b`` are indivisible,
         row 0 sits in chunk (column 0, rank 0) and row n−1 in (column vpp−1, rank pp−1), other
-        rows are dropped (they only add time). A column whose slowest chunk takes ``C`` holds at
-        most ``pp·⌊C/b⌋`` blocks, one block less per ``⌊·⌋`` where a pinned row takes room; every
-        chunk of the other columns holds a block. The least ``C_first + C_last + b·max(vpp − 2,
-        ⌈rest/pp⌉)`` over the candidates ``k·b`` and ``k·b + pinned`` of the two pinned columns
-        that still hold all ``L`` blocks is the bound."""
+        rows are dropped (they only add time; with none, every chunk holds a block); every chunk also pays its cheapest p2p sends
+        (``q``: activation out and gradient in; the first chunk only the first, the last only
+        the second). A column whose slowest chunk takes ``C`` holds at most ``⌊(C − q)/b⌋``
+        blocks per chunk (``⌊(C − pinned)/b⌋`` in a pinned one).
+        The least ``C_first + C_last + (vpp − 2)·q + b·max(vpp − 2, ⌈rest/pp⌉)`` over the
+        candidates ``k·b + q`` and ``k·b + pinned`` of the two pinned columns that still hold
+        all ``L`` blocks is the bound."""
         tau, n, pp, v = self.tau, self.n, self.pp, self.vpp
         if pp < 2 or v < 2 or n < 3:
             return 0.0
@@ -179,18 +181,22 @@ class Terms:
         L = int(counts.max())
         if b <= 0 or L < 2:
             return 0.0
+        send, grad = float(self.send[1:n].min()), float(self.grad[1:n].min())
+        q = send + grad
         ks = np.arange(0, L + 1, dtype=float)
 
         def options(e):
-            """(column maximum, blocks it holds) for a column with one pinned row of time e."""
-            c = np.concatenate([ks * b, ks * b + e])
-            c = c[c >= e - 1e-12]
-            cap = np.floor((c - e) / b + 1e-9) + (pp - 1) * np.floor(c / b + 1e-9)
+            """(column maximum, blocks it holds) for a column with one pinned chunk whose fixed
+            time (pinned row + its one p2p send) is e."""
+            c = np.concatenate([ks * b + e, ks * b + q])
+            c = c[c >= max(e, q) - 1e-15]
+            cap = np.floor((c - e) / b + 1e-9) + (pp - 1) * np.floor((c - q) / b + 1e-9)
             return c, cap
-        c0, k0 = options(float(tau[0]))
-        c1, k1 = options(float(tau[-1]))
+        c0, k0 = options(float(tau[0]) + send)
+        c1, k1 = options(float(tau[-1]) + grad)
         rest = L - (k0[:, None] + k1[None, :])
-        mid = b * np.maximum(v - 2, np.ceil(np.maximum(rest, 0) / pp))
+        every = v - 2 if L == n - 2 else 0   # every middle chunk holds a block (no other rows)
+        mid = (v - 2) * q + b * np.maximum(every, np.ceil(np.maximum(rest, 0) / pp))
         return float(np.min(c0[:, None] + c1[None, :] + mid))
 
     def memory_lower_bound(self) -> float:
