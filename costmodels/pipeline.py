@@ -19,16 +19,21 @@ predicted, 94 s simulated). For v = 1 the steady state is paced by the slowest r
 drain traverse every other rank once (Huang et al. 2019; Narayanan et al. 2021, §2.2).
 
 Both equal the schedule simulator (``costmodels.schedule_sim``) for uniform chunks
-(``t_{r,c} = t``): ``(m + p − 1)·T`` and ``(m + (p − 1)/v)·T``. For non-uniform chunks, measured
-against the simulator over random per-chunk times (``tests/test_costmodels_pipeline.py``):
+(``t_{r,c} = t``): ``(m + p − 1)·T`` and ``(m + (p − 1)/v)·T``. For non-uniform chunks,
+formula / simulator measured over random per-chunk times (hypothesis,
+``tests/test_costmodels_pipeline.py``; "jitter": forward times within 10 %, backward 2–2.2×
+forward; "uneven": chunks 4× apart, backward 2–3× forward):
 
-* 1F1B: never below the simulator (an upper bound), at most +17 % with ranks differing 10×,
-  ≤ +7 % with ±10 % jitter;
-* GPipe: never above the simulator, at most −14 % with forward and backward maxima on
-  different ranks (10× spread), ≥ −1 % with ±10 % jitter;
-* interleaved 1F1B: −10 % … +56 % with chunks differing 6×, −1 % … +11 % with ±10 % jitter.
-  The over-estimate penalises uneven chunks, so the search (which minimises this same formula)
-  balances every chunk column, where the formula is tight.
+    schedule           jitter           uneven
+    1F1B               1.00 … 1.07      1.00 … 1.30     (never below: an upper bound here)
+    GPipe              0.98 … 1.00      0.92 … 1.00     (forward / backward maxima on different ranks)
+    interleaved 1F1B   0.995 … 1.12     0.86 … 1.65
+
+On real plans: gpt3-175b splits whose columns are even up to the embedding and head rows are
+0.1–0.4 % above the simulator; splits the HBM forces into uneven columns (early ranks hold
+more micro-batches in flight, e.g. columns of 1, 4, 4, 3 blocks) stall at every change of
+column, which per-column maxima do not see: up to ~10–20 % below (the report's schedule check
+flags those). Chunks far apart (1 and 48 blocks on one rank) are worse still.
 
 GPipe and 1F1B take the same time and differ only in memory (memory.in_flight).
 ``bubble = pipeline time − m·T_max`` (the slowest rank's idle time).
