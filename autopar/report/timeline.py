@@ -84,8 +84,9 @@ MAX_CHECK_OPS = 400_000  # full-step simulations larger than this are skipped
 @dataclass
 class ScheduleCheck:
     """The whole step's schedule simulated with the estimate's per-chunk times, against the
-    estimate's own bubble term (the cost model's closed form uses per-rank totals; uneven chunks
-    on a rank stall the interleaved schedule in ways that form does not see)."""
+    estimate's own bubble term (the cost model's closed form takes the slowest chunk of each chunk
+    column; chunks that change size from column to column stall the interleaved schedule in ways
+    that form does not see)."""
     micro_batches: int
     simulated_s: float          # makespan of all micro-batches through the schedule
     busiest_rank_s: float       # the busiest rank's own work
