@@ -36,9 +36,10 @@ class Report:
         return (f"simulating the whole {r.plan.schedule} schedule ({c.micro_batches} micro-batches) with "
                 f"this plan's per-chunk times gives a {secs(c.simulated_bubble_s)} bubble, not the "
                 f"estimate's {secs(c.estimated_bubble_s)}: step ≈ {secs(c.simulated_step_s)} instead of "
-                f"{secs(c.step_time_s)} (+{100 * c.extra_s / c.step_time_s:.0f}%). Its virtual chunks differ "
-                "in size from one chunk column to the next, which stalls the schedule in ways the "
-                "estimate's closed form (slowest chunk per column) does not see")
+                f"{secs(c.step_time_s)} (+{100 * c.extra_s / c.step_time_s:.0f}%). Its virtual "
+                "chunks are uneven (their size changes from one chunk column to the next), which "
+                "stalls the schedule in ways the estimate's closed form (slowest chunk per column) "
+                "does not see")
 
     @property
     def title(self) -> str:
