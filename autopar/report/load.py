@@ -121,6 +121,8 @@ def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
                             "version 1 — re-run 'autopar search -o' to regenerate it")
         meta = {k: data[k] for k in ("objective", "optimal", "search_time_s") if k in data}
         context = {k: data[k] for k in CONTEXT_KEYS if k in data}
+        if isinstance(data.get("validate"), dict):   # autopar validate output: chart in render
+            meta["validate"] = data
     elif isinstance(data, dict) and "step_time_s" in data:
         items, context = [data], {}
     elif isinstance(data, list) and data and all(isinstance(x, dict) and "step_time_s" in x for x in data):
@@ -147,7 +149,7 @@ def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
             raise PlanError(f"{where} has no prediction(s) {missing}: it is a bare plan, not an "
                             f"estimate; score it with 'autopar estimate --json' first")
         try:
-            plan = Plan.from_dict(d)
+            plan = Plan.from_dict(_plan_fields(d) if "validate" in meta else d)
         except PlanError as e:
             raise PlanError(f"{where}: {e}") from None
         _check_numbers(d, where)
@@ -155,6 +157,13 @@ def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
         records.append(PlanRecord(data=d, plan=plan, source=path,
                                   file_rank=int(rank) if isinstance(rank, int) else i, file_meta=meta))
     return records
+
+
+def _plan_fields(d: dict) -> dict:
+    """A validate output's plan without the measured fields autopar validate adds."""
+    from costmodels.plan import PREDICTION_KEYS
+    from autopar.validate import PLAN_KEYS
+    return {k: v for k, v in d.items() if k in PLAN_KEYS or k in PREDICTION_KEYS or k == "version"}
 
 
 def _check_numbers(d: dict, where: str) -> None:

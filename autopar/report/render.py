@@ -234,6 +234,15 @@ def to_html(report) -> str:
                              for r in report.groups[report.why.index(w)] if report.check_text(r))
                    + "</ul>")
     S.append(("why", "Why this plan", "".join(why)))
+    validated = {id(r.file_meta["validate"]): r.file_meta["validate"] for r in report.records
+                 if "validate" in r.file_meta}
+    if validated:   # inputs written by autopar validate: predicted vs measured
+        from autopar.validate.chart import validation_chart
+        S.append(("validate", "Predicted vs measured (autopar validate)", "".join(
+            _figure("validate", validation_chart(v), "Each point is a plan run for real (label: its "
+                    "rank in the validate file); on the line the prediction is exact. Method: "
+                    + _e(str(v["validate"].get("method", {}).get("clock_meaning", ""))))
+            for v in validated.values())))
     S.append(("step-time", "Step time by term",
               _figure("step-time", charts.step_time_chart(report.records),
                       "Compute, recompute, pipeline bubble and the exposed (not overlapped) DP / TP / PP "
