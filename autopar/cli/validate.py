@@ -32,21 +32,15 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     import json
-    import os
-    import tempfile
-
     from autopar.cli.common import console, human, print_json
+    from costmodels.files import write_text_atomic
     from autopar.validate import validate
     res = validate(args.model, args.hardware, args.nproc, args.global_batch, args.plans,
                    steps=args.steps, warmup=args.warmup, seq=args.seq,
                    progress=not args.no_progress, count=args.count, amp=not args.fp32,
                    clock=args.clock)
     if args.output:
-        d = os.path.dirname(os.path.abspath(args.output))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".validate.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(res, f, indent=1)
-        os.replace(tmp, args.output)
+        write_text_atomic(args.output, json.dumps(res, indent=1))
     if args.json:
         print_json(res)
         return 0

@@ -35,11 +35,11 @@ import datetime as _dt
 import os
 import platform
 import socket
-import tempfile
 import tomllib
 from pathlib import Path
 
 from costmodels.errors import ProfileError
+from costmodels.files import write_text_atomic
 
 from autopar.profile.fit import AlphaBeta, bus_bandwidth, fit_alpha_beta, fit_joint
 
@@ -244,18 +244,5 @@ def write_profile(path: str | os.PathLike, text: str) -> Path:
     from costmodels.hardware import parse_profile
     path = Path(path)
     parse_profile(tomllib.loads(text), str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_text_atomic(path, text)
     return path

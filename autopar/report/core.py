@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 from costmodels.errors import PlanError
+from costmodels.files import write_text_atomic
 from autopar.report import analysis
 from autopar.report.load import PlanRecord, parse, read_inputs
 from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
@@ -155,17 +155,7 @@ def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | Non
 
 
 def write_atomic(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".report-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text)
 
 
 __all__ = ["Report", "build", "make_report", "write_atomic", "FORMATS"]

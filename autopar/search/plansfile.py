@@ -7,11 +7,10 @@ the runtime (``Plan.load`` takes the first plan) and ``autopar explain``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from typing import Any
 
-from costmodels.errors import PlanError
+from costmodels.errors import AutoparError, PlanError
+from costmodels.files import write_text_atomic
 from costmodels.plan import read_json
 
 PLANS_FILE_VERSION = 1
@@ -20,23 +19,10 @@ PLANS_FILE_VERSION = 1
 def write_plans_file(path: str, data: dict[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` atomically: a temporary file in the same folder, fsync,
     then ``os.replace`` — a reader never sees half a file, and a failed write leaves the old one."""
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(folder):
-        raise PlanError(f"cannot write '{path}': folder '{folder}' does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=".autopar-plans-", suffix=".json.tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        write_text_atomic(path, json.dumps(data, indent=2) + "\n", create_folder=False)
+    except AutoparError as e:
+        raise PlanError(str(e)) from None
 
 
 def read_plans_file(source: str) -> dict[str, Any]:
