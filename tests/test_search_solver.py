@@ -113,6 +113,14 @@ def test_pinned_stages_are_kept():
     assert all(c.plan.stages == ((0, 1), (1, 6)) for c in res.plans)
 
 
+def test_pinned_stages_short_of_the_last_row_are_refused_like_estimate():
+    t = table(4, 64, 4, 32)                       # 6 rows: embedding, 4 blocks, head
+    costs = Costs(t, small_profile(1e12), 8)
+    from costmodels.errors import PlanError
+    with pytest.raises(PlanError, match="ends at row 4 but the model has 6 rows"):
+        run_search(costs, gpus=2, global_batch=8, fix=parse_fix("pp=2,stages=0:2;2:4"), top=2)
+
+
 def test_heterogeneous_rows_balance_real_cost():
     """A user's odd block (3× the others) moves the split points away from an even count."""
     t = table(6, 64, 4, 64)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from costmodels.errors import NoFeasiblePlanError, PlanError
+from costmodels.estimate import check_plan
 from autopar.search.space import Config, Shape, configurations, gpu_counts, check_fix_against
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
@@ -167,6 +168,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     fix = dict(fix or {})
     check_fix_against(fix, gpus if objective == "step_time" else None)
     fixed_stages = fix.get("stages")
+    stages_checked = False
     shape = Shape.of(costs.table)
     counts = [gpus] if objective == "step_time" else [
         g for g in gpu_counts(gpus, costs.profile.gpus_per_node)]
@@ -178,8 +180,12 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
                                 allow_cross_node_tp, max_micro_batch):
             stats.configurations += 1
-            if fixed_stages is not None and len(fixed_stages) != c.pp * c.vpp:
-                continue
+            if fixed_stages is not None:
+                if len(fixed_stages) != c.pp * c.vpp:
+                    continue
+                if not stages_checked:   # same one-line PlanError as 'autopar estimate'
+                    check_plan(costs.table, c.plan(fixed_stages), g, global_batch)
+                    stages_checked = True
             lb = costs.quick_bound(c)
             if target_step_time_s is not None and lb > target_step_time_s:
                 stats.pruned_target += 1
