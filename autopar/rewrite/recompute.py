@@ -12,32 +12,31 @@
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-_MATMUL = (operator.matmul, torch.matmul, torch.bmm)
+# One definition of "attention core" for the cost model and the rewrite: what the trace counts as
+# recomputed is exactly what is wrapped here.
+from autopar.trace.tp import _is_act_matmul as _is_matmul
+from autopar.trace.tp import _is_softmax as _trace_is_softmax
+from autopar.trace.tp import attention_core_nodes
+from costmodels.errors import PlanError
 
 
 def apply_recompute(gm: fx.GraphModule, recompute: str) -> fx.GraphModule:
     if recompute == "selective":
         selective(gm)
+        _, left = attention_core_nodes(gm, [])   # softmax cores still outside a checkpoint
+        if left:
+            raise PlanError(f"recompute='selective': {type(gm).__name__} has a softmax between "
+                            f"activation matmuls (after {sorted(left)[0]}) but its attention core "
+                            "could not be isolated for checkpointing (an intermediate is used "
+                            "outside it); use recompute='full' or 'none' for this model")
     elif recompute == "full":
         gm = full(gm)
     return gm
-
-
-def _is_matmul(n):
-    return ((n.op == "call_function" and n.target in _MATMUL)
-            or (n.op == "call_method" and n.target in ("matmul", "bmm")))
-
-
-def _is_softmax(n):
-    return ((n.op == "call_function" and n.target in (F.softmax, torch.softmax))
-            or (n.op == "call_method" and n.target == "softmax"))
 
 
 def _is_sdpa(n):
@@ -80,7 +79,7 @@ def selective(gm: fx.GraphModule) -> int:
     for n in list(g.nodes):
         if _is_sdpa(n):
             cores.append(([n], n))
-        elif _is_softmax(n):
+        elif _trace_is_softmax(gm, n):
             m1 = _nearest(n, lambda x: x.all_input_nodes, _is_matmul)
             m2 = _nearest(n, lambda x: list(x.users), _is_matmul)
             if m1 is None or m2 is None:
