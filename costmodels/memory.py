@@ -74,11 +74,9 @@ def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str
     """Bytes saved for backward per micro-batch, per row, on one GPU (formula in the docstring)."""
     if recompute == "none":
         return activation_bytes_none(arr, tp, sp, b, attention)
+    if recompute == "selective":  # the attention core is recomputed: what flash never saves
+        return activation_bytes_none(arr, tp, sp, b, "flash")
     k = b / arr.table.micro_batch
-    if recompute == "selective":
-        saved, tpb = arr.saved - arr.core, arr.act_tp - arr.core
-        rest = saved - tpb
-        return k * (tpb / tp + (rest / tp if sp else rest))
     # full: block rows keep their input (the previous row's output)
     base = activation_bytes_none(arr, tp, sp, b, attention)
     inputs = np.concatenate(([arr.boundary[0]], arr.boundary[:-1]))

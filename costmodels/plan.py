@@ -19,6 +19,7 @@ Lives in ``costmodels`` (torch-free) so the cost model can score a plan without 
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -86,6 +87,9 @@ class Plan:
     def num_micro_batches(self, global_batch: int) -> int:
         """global batch / (dp · micro_batch_size); raises PlanError when it does not divide."""
         per = self.dp * self.micro_batch_size
+        if isinstance(global_batch, bool) or not isinstance(global_batch, numbers.Integral) or global_batch < 1:
+            raise PlanError(f"global batch {global_batch!r} must be a positive integer (samples per "
+                            "optimizer step, over all data-parallel ranks)")
         if global_batch % per:
             raise PlanError(f"global batch {global_batch} is not divisible by dp·micro_batch_size = "
                             f"{self.dp}·{self.micro_batch_size} = {per}; change the batch, dp or "

@@ -29,6 +29,7 @@ A100 = "a100-80g-sxm"
     (Plan(dp=2, tp=8, pp=4), 16, 64, r"dp·tp·pp = 2·8·4 = 64 but --gpus is 16"),
     (Plan(tp=5), 5, 8, r"tp=5 does not divide heads=96"),
     (Plan(dp=3, micro_batch_size=2), 3, 8, r"global batch 8 is not divisible by dp·micro_batch_size"),
+    (Plan(dp=2), 2, 0, r"global batch=0 must be a positive integer"),
     (Plan(pp=4, vpp=2, schedule="interleaved-1f1b"), 4, 6, r"multiple of pp=4"),
     (Plan(pp=64, vpp=2, schedule="interleaved-1f1b"), 64, 128, r"only 98 layer rows"),
     (Plan(pp=2, stages=((0, 40), (40, 90))), 2, 8, r"ends at row 90 but the model has 98 rows"),
@@ -40,6 +41,13 @@ def test_check_plan_names_the_constraint(plan, gpus, batch, match):
     else:
         with pytest.raises(PlanError, match=match):
             check_plan(t, plan, gpus, batch)
+
+
+@pytest.mark.parametrize("batch", [0, -4, 2.5, True])
+def test_plan_refuses_a_batch_that_is_not_a_positive_integer(batch):
+    # runtime / validate / verify ask the Plan directly, without check_plan
+    with pytest.raises(PlanError, match="must be a positive integer"):
+        Plan(dp=2).num_micro_batches(batch)
 
 
 def test_tp_must_divide_kv_heads():

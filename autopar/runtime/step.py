@@ -57,15 +57,14 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
 def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable):
     """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
     from torch.distributed import pipelining as pl
-    if plan.schedule == "interleaved-1f1b":
-        rounds = max(1, n_micro // plan.pp)
-        if n_micro % rounds:
-            raise PlanError(f"{n_micro} micro-batches do not fit the interleaved 1F1B "
-                            f"schedule with pp={plan.pp} (needs a multiple of pp); change "
-                            "the global batch or 'micro_batch_size'")
-        return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)
-    cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
+    if plan.schedule == "interleaved-1f1b" and n_micro % plan.pp:
+        raise PlanError(f"{n_micro} micro-batches do not fit the interleaved 1F1B schedule with "
+                        f"pp={plan.pp} (it needs a multiple of pp, as the cost model assumes); "
+                        "change the global batch or 'micro_batch_size'")
     try:
+        if plan.schedule == "interleaved-1f1b":
+            return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)
+        cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
         return cls(pipe_stages[0], n_micro, loss_fn=loss_fn)
     except ValueError as e:
         raise PlanError(f"schedule '{plan.schedule}' with pp={plan.pp} cannot run "

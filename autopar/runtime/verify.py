@@ -183,6 +183,9 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
            seed: int = 0) -> tuple[list[float], list[float], int]:
     """Run the comparison; returns (parallel losses, serial losses, global batch)."""
     from costmodels.errors import PlanError
+    if nproc is not None and nproc < 1:
+        raise PlanError(f"--nproc {nproc} must be at least 1; pass --nproc {plan.world_size} "
+                        "(dp·tp·pp of the plan) or leave it out")
     nproc = nproc or plan.world_size
     if nproc != plan.world_size:
         raise PlanError(f"--nproc {nproc} != dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = "

@@ -288,7 +288,8 @@ def summarize(plans: list[dict]) -> dict:
 def _summarize(plans: list[dict], key: str) -> dict:
     ok = [p for p in plans if p.get("measured_step_s")]
     ps, ms = [p["predicted_step_s"] for p in ok], [p[key] for p in ok]
-    pm, mm = [p["predicted_memory_bytes"] for p in ok], [p["measured_memory_bytes"] for p in ok]
+    okm = [p for p in ok if p.get("measured_memory_bytes")]
+    pm, mm = [p["predicted_memory_bytes"] for p in okm], [p["measured_memory_bytes"] for p in okm]
     mem_err = [abs(a - b) / b for a, b in zip(pm, mm)]
     return {"plans": len(plans), "plans_measured": len(ok),
             "step_time_mape": mape(ps, ms), "step_time_spearman": spearman(ps, ms),
@@ -373,7 +374,10 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
             d["measured_memory_bytes_per_rank"] = rec["peak_bytes_per_rank"]
             d["measured_memory_total_bytes"] = max(rec["peak_total_bytes_per_rank"])
             d["step_time_error"] = d["predicted_step_s"] / d["measured_step_s"] - 1.0
-            d["memory_error"] = d["predicted_memory_bytes"] / d["measured_memory_bytes"] - 1.0
+            if d["measured_memory_bytes"] > 0:  # RSS growth can be 0 for a tiny plan: unmeasured
+                d["memory_error"] = d["predicted_memory_bytes"] / d["measured_memory_bytes"] - 1.0
+            else:
+                d["measured_memory_bytes"] = None
             d["loss"] = rec["loss"]
         out_plans.append(d)
     # rank by measured step time (unmeasured last)
