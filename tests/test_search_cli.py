@@ -63,7 +63,26 @@ def test_explain_rejects_a_non_plans_file(tmp_path, capsys):
     p = tmp_path / "x.json"
     p.write_text('{"hello": 1}')
     assert main(["explain", str(p)]) == 2
-    assert "no predictions" in capsys.readouterr().err
+    assert "not a plans file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("step_time_s", None, "'step_time_s'=None must be a non-negative number"),
+    ("breakdown_s", {"compute": "fast"}, "'breakdown_s.compute'='fast' must be a number"),
+    ("mfu", "high", "'mfu'='high' must be a number"),
+])
+def test_explain_names_the_file_and_field_of_a_bad_prediction(tmp_path, capsys, field, value, needle):
+    out = tmp_path / "plans.json"
+    assert main(["search", TINY, "--hardware", "a100-80g-sxm", "--gpus", "2", "--global-batch", "8",
+                 "--top", "2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    data["plans"][-1][field] = value
+    out.write_text(json.dumps(data))
+    assert main(["explain", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(out) in err and "Traceback" not in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_gpt3_on_8_gpus_explains_why_nothing_fits():

@@ -94,6 +94,11 @@ def read_inputs(paths: list[str], allow_mixed: bool = False) -> list[PlanRecord]
 
 
 def read_file(path: str) -> list[PlanRecord]:
+    return parse(load_json(path), path)
+
+
+def load_json(path: str) -> Any:
+    """The JSON in ``path``, or ``PlanError`` naming the file and what is wrong with it."""
     if not os.path.exists(path):
         raise PlanError(f"'{path}' does not exist; {HINT}")
     if os.path.isdir(path):
@@ -106,7 +111,7 @@ def read_file(path: str) -> list[PlanRecord]:
     except json.JSONDecodeError as e:
         raise PlanError(f"'{path}' is not a plans file: not valid JSON ({e.msg} at line {e.lineno} "
                         f"column {e.colno}); {HINT}") from None
-    return parse(data, path)
+    return data
 
 
 def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
@@ -177,6 +182,17 @@ def _check_numbers(d: dict, where: str) -> None:
     for k in ("breakdown_s", "comm_bytes"):
         if k in d and not isinstance(d[k], dict):
             raise PlanError(f"{where}: '{k}' must be an object")
+    for k in ("breakdown_s", "memory_bytes"):        # explain and the charts do arithmetic on these
+        for part, v in (d.get(k) or {}).items():
+            if not _is_number(v):
+                raise PlanError(f"{where}: '{k}.{part}'={v!r} must be a number")
+    for k in ("mfu", "tflops_per_gpu", "hbm_bytes"):  # optional, but a number when given
+        if d.get(k) is not None and not _is_number(d[k]):
+            raise PlanError(f"{where}: '{k}'={d[k]!r} must be a number")
     for k in ("stages_detail", "comm"):
         if k in d and d[k] is not None and not isinstance(d[k], list):
             raise PlanError(f"{where}: '{k}' must be an array")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v

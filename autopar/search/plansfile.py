@@ -26,17 +26,17 @@ def write_plans_file(path: str, data: dict[str, Any]) -> None:
 
 
 def read_plans_file(source: str) -> dict[str, Any]:
-    """A plans file (path or JSON text) as a dict; a bare list of plans or a single estimate result
-    is wrapped so that ``explain`` can read what ``autopar estimate --json`` writes too."""
-    data = read_json(source, what="plans")
-    if isinstance(data, list):
-        data = {"plans": data}
-    elif isinstance(data, dict) and "plans" not in data:
-        data = {"plans": [data]}
-    if not isinstance(data, dict) or not isinstance(data.get("plans"), list) or not data["plans"]:
-        raise PlanError(f"'{source}' holds no plans; write one with 'autopar search ... -o plans.json'")
-    for i, p in enumerate(data["plans"]):
-        if not isinstance(p, dict) or "step_time_s" not in p:
-            raise PlanError(f"plan {i + 1} in '{source}' has no predictions (no 'step_time_s'); "
-                            "explain reads files written by 'autopar search -o' or 'autopar estimate --json'")
-    return data
+    """A plans file (path or JSON text) as a dict ``{<header fields>, "plans": [...]}``; a bare
+    list of plans or a single estimate result is wrapped, so ``explain`` reads what ``autopar
+    estimate --json`` writes too. The checks are the report's (``autopar.report.load.parse``), so
+    a missing or non-numeric prediction is one line naming the file, the plan and the field."""
+    from autopar.report.load import load_json, parse
+    if source.strip().startswith(("{", "[")):
+        data, label = read_json(source, what="plans"), "<plans JSON>"
+    else:
+        data, label = load_json(source), source
+    records = parse(data, label)
+    header = data if isinstance(data, dict) and "plans" in data else {}
+    out = {k: v for k, v in header.items() if k != "plans"}
+    out["plans"] = [dict(r.data, rank=r.file_rank) for r in records]
+    return out
