@@ -108,24 +108,14 @@ def test_scale_runs_the_search_at_each_count(files, capsys, monkeypatch, tmp_pat
     assert "--scale needs a model" in capsys.readouterr().err
 
 
-def _search_module():
-    search_mod = pytest.importorskip("autopar.search")
-    if not hasattr(search_mod, "search"):
-        pytest.skip("autopar.search.search is not in this checkout yet")
-    return search_mod
-
-
 def test_scale_with_the_real_search(monkeypatch):
-    search_mod = _search_module()
-    try:
-        from autopar.report import scale_search
-        table = tiny_gpt(layers=4, hidden=64, heads=4, vocab=256, seq=32)
-        real = search_mod.search
-        monkeypatch.setattr(search_mod, "search", lambda *a, **k: real(*a, table=table, **k))
-        data = [scale_search("gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32", "a100-80g-sxm", n, 16, top=2)
-                for n in (1, 2, 4)]
-    except ImportError as e:   # the search is not complete in this checkout
-        pytest.skip(f"search not available: {e}")
+    import autopar.search as search_mod
+    from autopar.report import scale_search
+    table = tiny_gpt(layers=4, hidden=64, heads=4, vocab=256, seq=32)
+    real = search_mod.search
+    monkeypatch.setattr(search_mod, "search", lambda *a, **k: real(*a, table=table, **k))
+    data = [scale_search("gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32", "a100-80g-sxm", n, 16, top=2)
+            for n in (1, 2, 4)]
     text = make_report([], fmt="md", extra=data,
                        one_gpu_time=lambda *k: one_gpu_time_from_cost_model(*k, table=table))
     assert "## Scaling" in text and "| 4 |" in text
@@ -134,17 +124,14 @@ def test_scale_with_the_real_search(monkeypatch):
 def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
     """The must-show run through the Python API: search gpt3-175b on 256, 512, 1024 × A100-80G
     (global batch 1536), write the plans files, report them."""
-    search_mod = _search_module()
+    from autopar.search import search, write_plans_file
     table = gpt3_175b()
     paths = []
-    try:
-        for n in (256, 512, 1024):
-            res = search_mod.search("gpt3-175b", "a100-80g-sxm", n, 1536, top=3, table=table)
-            p = tmp_path / f"g{n}.json"
-            search_mod.write_plans_file(str(p), res.plans_file())
-            paths.append(str(p))
-    except ImportError as e:
-        pytest.skip(f"search not available: {e}")
+    for n in (256, 512, 1024):
+        res = search("gpt3-175b", "a100-80g-sxm", n, 1536, top=3, table=table)
+        p = tmp_path / f"g{n}.json"
+        write_plans_file(str(p), res.plans_file())
+        paths.append(str(p))
     t1 = lambda *k: one_gpu_time_from_cost_model(*k, table=table)
     html = make_report(paths, one_gpu_time=t1)
     for s in ("ranked", "why", "step-time", "memory", "timeline", "comm", "scaling", "diff"):

@@ -17,11 +17,6 @@ __all__ = ["FORMATS", "Report", "build", "make_report", "write_atomic", "scale_s
 def scale_search(model: str, hardware: str, gpus: int, global_batch: int, seq: int | None = None,
                  top: int = 3) -> dict:
     """Run the search (``autopar.search.search``) at one GPU count; the plans-file dict."""
-    from costmodels.errors import PlanError
-    try:
-        from autopar.search import search
-    except ImportError:
-        raise PlanError("--scale needs the search (autopar.search.search), which this installation "
-                        "lacks; run 'autopar search ... -o gN.json' per count and pass the files") from None
-    res = search(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq=seq, top=top)
-    return res.plans_file() if hasattr(res, "plans_file") else res
+    from autopar.search import search
+    return search(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq=seq,
+                  top=top).plans_file()
