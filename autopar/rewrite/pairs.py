@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, reaches, tensor_like
+from autopar.trace.tp import _is_linear_module, _is_softmax, find_tp_pairs
 from costmodels.errors import PlanError
 
 
@@ -37,6 +38,7 @@ def find_layout(traced: fx.GraphModule, full: dict, kind: str, tp: int, row_name
     row (none when tp is 1). ``row_name`` (the row's class) goes into error messages."""
     finder = _PairFinder(traced, full, kind, tp, row_name)
     finder.find_pairs()
+    finder.check_trace_pairs()
     finder.find_vocab()
     return finder.layout
 
@@ -56,10 +58,14 @@ def fused_view_parts(u: fx.Node, full: dict) -> int:
     return 0
 
 
-def _is_attention_op(n: fx.Node) -> bool:
-    if n.op == "call_function" and n.target in (F.softmax, torch.softmax, F.scaled_dot_product_attention):
+_FUNC_NAMES = {F.linear: "F.linear", torch.addmm: "torch.addmm"}
+
+
+def _is_attention_op(gm: fx.GraphModule, n: fx.Node) -> bool:
+    """Softmax as the trace (cost model) recognises it, or fused attention."""
+    if n.op == "call_function" and n.target is F.scaled_dot_product_attention:
         return True
-    return n.op == "call_method" and n.target == "softmax"
+    return _is_softmax(gm, n)
 
 
 class _PairFinder:
@@ -95,9 +101,37 @@ class _PairFinder:
             for c in cols:
                 lay.cols[c] = r
                 lay.segments[c] = self._segments_of(c)
-            attention = any(_is_attention_op(a) for a in region)
+            attention = any(_is_attention_op(self.traced, a) for a in region)
             lay.pair_kind[r] = "attention" if attention else "mlp"
             self._check_divisible(cols, region, attention)
+
+    def check_trace_pairs(self):
+        """The trace (and so the cost model) also counts pairs built from ``F.linear``,
+        ``torch.addmm`` or HF ``Conv1D``; this rewrite shards only ``nn.Linear`` modules, so such
+        a pair would run replicated while costed as sharded: refuse it in one line instead."""
+        if self.kind != "block" or self.tp == 1:
+            return
+        added = [n for n in self.graph.nodes if "val" not in n.meta and is_tensor(self.full.get(n))]
+        for n in added:
+            n.meta["val"] = self.full[n]
+        try:
+            pairs = find_tp_pairs(self.traced)
+        finally:
+            for n in added:
+                del n.meta["val"]
+        by_name = {n.name: n for n in self.graph.nodes}
+        sharded = {r.name for r in self.layout.rows}
+        for p in pairs:
+            if p.row_node in sharded:
+                continue
+            for name in (*p.column_nodes, p.row_node):
+                n = by_name[name]
+                if not self._is_linear(n):
+                    what = (type(self._mod(n)).__name__ if n.op == "call_module" and
+                            _is_linear_module(self._mod(n)) else _FUNC_NAMES.get(n.target, str(n.target)))
+                    raise PlanError(f"plan field 'tp'={self.tp}: {self.row_name} applies a weight with "
+                                    f"{what} (node {n.name}), which the tensor-parallel rewrite cannot shard "
+                                    "(only nn.Linear modules); use tp=1 or make it an nn.Linear")
 
     def _columns_before(self, r):
         """(linears reached backwards from ``r``'s input through tensor ops, the ops between);
