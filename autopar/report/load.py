@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodels.errors import PlanError
+from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS as ESTIMATE_MEMORY_KEYS
 from costmodels.plan import Plan
 
 CONTEXT_KEYS = ("model", "hardware", "gpus", "global_batch", "seq")
 # predictions every plan must carry for the report to say anything about it
 REQUIRED = ("step_time_s", "tokens_per_s", "memory_bytes", "fits")
-BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
-                  "zero_exposed")
-MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve")
+# the memory parts the report stacks; 'total' is their sum and is shown on its own
+MEMORY_KEYS = tuple(k for k in ESTIMATE_MEMORY_KEYS if k != "total")
 COMM_KINDS = ("dp", "tp", "pp", "zero")
 HINT = "pass a file written by 'autopar search -o' or 'autopar estimate --json'"
 
