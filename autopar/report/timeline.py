@@ -1,23 +1,9 @@
-"""Pipeline timelines: the order of forward / backward passes on every stage, and when they run
-(simulated by ``costmodels.schedule_sim``, imported here; the report draws and checks them).
+"""Pipeline timelines for the report: which plan gets one, each stage's per-micro-batch times,
+and a check that the simulated bubble agrees with the estimate's.
 
-For each schedule the report knows, ``stage_order`` lists, per pipeline rank, the sequence of
-``(kind, chunk, micro_batch)`` operations that rank executes (``kind`` is ``"F"`` or ``"B"``,
-``chunk`` the virtual chunk, 0 unless interleaved):
-
-* ``gpipe``: every forward, then every backward (Huang et al. 2019).
-* ``1f1b``: rank ``r`` runs ``min(pp - r - 1, M)`` warm-up forwards, then alternates one forward
-  and one backward, then drains the remaining backwards (PipeDream-Flush / Megatron).
-* ``interleaved-1f1b``: micro-batches go in groups of ``pp``; forwards visit chunks 0..vpp-1 per
-  group, backwards visit them in reverse; rank ``r`` warms up with ``2 (pp - r - 1) + (vpp - 1) pp``
-  forwards (Narayanan et al. 2021, Megatron-LM's ``forward_backward_pipelining_with_interleaving``).
-
-``simulate`` then places every operation in time: virtual stage ``v = chunk·pp + rank``; the
-forward of ``(v, m)`` waits for the forward of ``(v - 1, m)``, the backward of ``(v, m)`` for the
-backward of ``(v + 1, m)`` and the forward of ``(v, m)``; a rank runs its operations in order, one
-at a time. Durations are the estimate's per-micro-batch ``fwd_s`` / ``bwd_s`` of each stage and
-chunk (``stages_detail``); point-to-point transfer time is not drawn. The idle time this leaves is
-the pipeline bubble.
+The schedules themselves (the order of forward / backward passes per rank, and when each runs)
+are ``costmodels.schedule_sim``'s — see its docstring; ``Op``, ``Timeline``, ``simulate``,
+``stage_order`` and ``warmup`` are re-exported from there.
 """
 from __future__ import annotations
 
