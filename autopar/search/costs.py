@@ -2,7 +2,8 @@
 
 Everything here calls the same pure functions ``costmodels.estimate`` composes
 (``compute.row_times``, ``memory.activation_bytes`` / ``in_flight`` / ``model_state_bytes``,
-``comm.collective_time`` / ``plan_tiers``, ``compute.optimizer_step_s``), so the integer model's
+``comm.collective_time`` / ``collective_steps`` / ``plan_tiers``, ``estimate.dp_sync``,
+``compute.optimizer_step_s``), so the integer model's
 objective is ``estimate``'s step time up to integer rounding, and ``evaluate`` *is* ``estimate``.
 """
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodels.comm import collective_time, plan_tiers
+from costmodels.comm import collective_steps, collective_time, plan_tiers
 from costmodels.compute import activation_bytes_none, optimizer_step_s, row_times, table_arrays
-from costmodels.estimate import estimate
-from costmodels.memory import BYTES_GRAD, BYTES_PARAM, activation_bytes, in_flight, model_state_bytes
+from costmodels.estimate import dp_sync, estimate
+from costmodels.memory import BYTES_PARAM, activation_bytes, in_flight, model_state_bytes
 from autopar.search.model import Terms
 from autopar.search.space import Config
 
@@ -93,14 +94,10 @@ class Costs:
                                                  dtier)[1], dtype=float)
         d_on = c.dp > 1
         d_lat = d_pp = 0.0
-        if d_on:
-            if c.zero == 3:      # reduce-scatter of the grads
-                d_lat = (c.dp - 1) * dtier.latency_s
-                d_pp = (c.dp - 1) / c.dp * BYTES_GRAD / dtier.bandwidth_bytes_per_s
-            else:                # all-reduce, or reduce-scatter + all-gather: the same bytes and steps
-                d_lat = 2 * (c.dp - 1) * dtier.latency_s
-                d_pp = (c.dp - 1) / c.dp * (BYTES_GRAD + (BYTES_PARAM if c.zero else BYTES_GRAD)) \
-                    / dtier.bandwidth_bytes_per_s
+        if d_on:   # estimate's dp_sync, split into its fixed latency and its cost per parameter
+            kind, bytes_per_param, _ = dp_sync(1.0, c, prof, tiers["dp"])
+            d_lat = sum(collective_steps(k, c.dp) for k in kind.split("+")) * dtier.latency_s
+            d_pp = bytes_per_param / dtier.bandwidth_bytes_per_s
         o_pp = optimizer_step_s(1.0, prof) / (c.dp if c.zero >= 1 else 1)
         return Terms(config=c, m=m, pp=c.pp, vpp=c.vpp, tau=tau, fwd=np.asarray(rt.fwd_s),
                      bwdrec=rt.bwd_s + rt.recompute_s, params=params, static=static, act=act,
