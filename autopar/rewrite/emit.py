@@ -1,8 +1,8 @@
 """``autopar apply MODEL --plan P --emit DIR``: every rank's rewritten rows as readable Python.
 
 The model is built on ``meta`` (no weight memory, so the largest presets emit in seconds), cut
-into rows and pipeline stages exactly as the runtime cuts them (``autopar.runtime.rows`` and the
-plan's ``stages`` or the balanced split), and each row is rewritten with ``rewrite_row`` for each
+into rows and pipeline stages by the runtime's own functions (``runtime.rows.model_rows``,
+``runtime.stages.stage_ranges`` / ``row_inputs``), and each row is rewritten with ``rewrite_row`` for each
 tp rank against a :class:`FakeGroup` (no process group; collectives only reshape locally).
 
 Output:
@@ -21,15 +21,14 @@ import os
 import re
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn as nn
 
 from autopar.rewrite.collectives import FakeGroup
 from autopar.rewrite.emit_summary import collective_rows, summary
 from autopar.rewrite.state import collectives_of
 from autopar.rewrite.tp import rewrite_row
-from costmodels.errors import PlanError
-from costmodels.split import partition
+from autopar.runtime.rows import model_rows
+from autopar.runtime.stages import row_inputs, stage_ranges
 
 
 @dataclass
@@ -40,49 +39,8 @@ class EmitResult:
     summary_path: str = ""
 
 
-def _rows_of(model: nn.Module):
-    try:
-        from autopar.runtime.rows import model_rows
-        return model_rows(model)
-    except ImportError:  # pragma: no cover - the runtime ships with autopar
-        from types import SimpleNamespace
-        blocks = list(model.blocks)
-        names = ["embedding"] + [f"blocks.{i}" for i in range(len(blocks))] + ["head"]
-        return SimpleNamespace(modules=[model.embedding, *blocks, model.head],
-                               kinds=["embedding"] + ["block"] * len(blocks) + ["head"], names=names)
-
-
-def _stages(plan, rows, spec, seq):
-    n, v = len(rows.modules), plan.virtual_stages
-    if v > n:
-        raise PlanError(f"plan fields 'pp'·'vpp' = {plan.pp}·{plan.vpp} = {v} pipeline stages but the "
-                        f"model has only {n} rows; lower pp or vpp")
-    if plan.stages is not None:
-        if plan.stages[-1][1] != n:
-            raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model has "
-                            f"{n} rows; the last range must end at {n}")
-        return tuple(plan.stages)
-    try:
-        from autopar.trace import table_for
-        table = table_for(spec, micro_batch=plan.micro_batch_size, seq=seq)
-        if len(table.rows) == n:
-            from costmodels.split import balanced_stages
-            return balanced_stages(table, v)
-    except Exception:  # noqa: BLE001 - the trace is optional here; fall back to equal rows
-        pass
-    return partition([1.0] * n, v)
-
-
-def _row_inputs(rows, source, micro_batch, upto):
-    """Each row's serial input for one micro-batch, on meta (shapes only)."""
-    out = {}
-    x = source.example_inputs(micro_batch, "meta")
-    with torch.no_grad():
-        for i in range(upto):
-            first = x[0] if isinstance(x, tuple) else x
-            out[i] = first
-            x = rows.modules[i](*x) if isinstance(x, tuple) else rows.modules[i](x)
-    return out
+def _input_shape(x) -> str:
+    return "inferred by the rewrite" if x is None else str(tuple(x.shape))
 
 
 def _py_name(name: str) -> str:
@@ -138,9 +96,11 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
     model = source.build("meta", seed=None, attention=attention)
-    rows = _rows_of(model)
-    stages = _stages(plan, rows, spec, seq)
-    inputs = _row_inputs(rows, source, plan.micro_batch_size, len(rows.modules))
+    # the runtime's own row cut, stage split and row inputs, so --emit shows what it runs
+    rows = model_rows(model)
+    stages = tuple(stage_ranges(plan, rows, spec, None, seq))
+    inputs = row_inputs(rows, source.example_inputs(plan.micro_batch_size, "cpu"), stages,
+                        range(len(stages)))
     os.makedirs(out_dir, exist_ok=True)
     result = EmitResult(out_dir=out_dir, stages=stages)
     tp = plan.tp
@@ -149,8 +109,8 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
 
     def rewritten(i, r):
         mod, kind = rows.modules[i], rows.kinds[i]
-        x = inputs[i]
-        key = (kind, repr(mod), tuple(x.shape), str(x.dtype), r)
+        x = inputs.get(i)   # None: rewrite_row infers it, as in the runtime
+        key = (kind, repr(mod), None if x is None else (tuple(x.shape), str(x.dtype)), r)
         if key not in cache:
             cache[key] = rewrite_row(mod, kind=kind, tp_rank=r, tp_size=tp, tp_group=FakeGroup(r, tp),
                                      sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
@@ -174,7 +134,7 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
                     continue
                 seen_code[code_key] = cls
                 doc = [f"{name} ({kind}) for tensor-parallel rank {r} of {tp}; "
-                       f"serial input {tuple(inputs[i].shape)}.",
+                       f"serial input {_input_shape(inputs.get(i))}.",
                        f"rewritten: sequence_parallel={plan.sequence_parallel}, recompute={plan.recompute!r}",
                        "parameters and buffers (local shape, how split from the serial row):",
                        *(_param_doc(gm) or ["  (none)"])]
