@@ -116,7 +116,7 @@ class Plan:
             raise PlanError(f"a plan must be a JSON object, got {type(d).__name__}")
         names = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
-        unknown = sorted(k for k in d if k not in names and k not in PREDICTION_KEYS)
+        unknown = sorted(k for k in d if k not in names and not is_prediction_key(k))
         if unknown:
             raise PlanError(f"unknown plan field(s) {unknown}; allowed: {sorted(names)}")
         if kwargs.get("stages") is not None:
@@ -135,6 +135,16 @@ PREDICTION_KEYS = frozenset({
     "comm_bytes", "breakdown_s", "fits", "stages_detail", "comm", "num_micro_batches",
     "hbm_bytes", "rank", "gpus", "global_batch", "model", "hardware", "seq",
 })
+
+
+# Keys that ``autopar validate`` adds beside the predictions (measured figures and errors).
+MEASUREMENT_PREFIXES = ("measured_", "predicted_")
+MEASUREMENT_KEYS = frozenset({"step_time_error", "memory_error", "loss", "error"})
+
+
+def is_prediction_key(key: str) -> bool:
+    """True for keys that search / estimate / validate write beside the plan fields."""
+    return key in PREDICTION_KEYS or key in MEASUREMENT_KEYS or key.startswith(MEASUREMENT_PREFIXES)
 
 
 def load_plans(source: str) -> list[Plan]:

@@ -50,6 +50,14 @@ def test_plan_refuses_a_batch_that_is_not_a_positive_integer(batch):
         Plan(dp=2).num_micro_batches(batch)
 
 
+def test_plan_reads_search_and_validate_output_but_not_unknown_fields():
+    p = Plan.from_dict({"dp": 2, "step_time_s": 1.0, "measured_step_s": 2.0,
+                        "predicted_memory_bytes": 5, "memory_error": 0.1, "loss": 3.2})
+    assert p == Plan(dp=2)
+    with pytest.raises(PlanError, match=r"unknown plan field\(s\) \['tpp'\]"):
+        Plan.from_dict({"dp": 2, "tpp": 2})
+
+
 def test_tp_must_divide_kv_heads():
     t = llama3_70b()                    # 64 heads, 8 kv heads
     with pytest.raises(PlanError, match="kv_heads=8"):
