@@ -9,14 +9,11 @@ while ``autopar.rewrite.rewrite_row`` is not there.
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 pytestmark = pytest.mark.slow
 
@@ -29,80 +26,19 @@ SPECS = {
 }
 
 
-# ---- a user's own nanoGPT-style model (also usable as MODEL 'tests/test_runtime_parallel.py:nanogpt')
-class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
-        super().__init__()
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.n_head, self.n_embd = n_head, n_embd
-        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
-                             .view(1, 1, block_size, block_size))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+# ---- a user's own nanoGPT-style model: the fixture file, without dropout --------------------------
+def _fixture_gpt_class():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "nanogpt.py")
+    spec = importlib.util.spec_from_file_location("autopar_test_fixture_nanogpt", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.GPT
 
 
-class MLP(nn.Module):
-    def __init__(self, n_embd):
-        super().__init__()
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
-        self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
-        self.ln_2 = nn.LayerNorm(n_embd)
-        self.mlp = MLP(n_embd)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class NanoGPT(nn.Module):
-    def __init__(self, vocab_size=64, block_size=8, n_layer=3, n_head=4, n_embd=32):
-        super().__init__()
-        self.block_size = block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, n_embd),
-            wpe=nn.Embedding(block_size, n_embd),
-            h=nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)]),
-            ln_f=nn.LayerNorm(n_embd),
-        ))
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT does
-
-    def forward(self, idx, targets=None):
-        b, t = idx.size()
-        assert t <= self.block_size, f"sequence of {t} > block size {self.block_size}"
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-        for block in self.transformer.h:
-            x = block(x)
-        return self.lm_head(self.transformer.ln_f(x))
-
-
-def nanogpt(batch_size: int = 1):
-    model = NanoGPT()
-    idx = torch.randint(0, 64, (batch_size, 8))
-    return model, (idx,), torch.randint(0, 64, (batch_size, 8))
+def NanoGPT(**overrides):
+    kw = dict(vocab=64, block_size=8, n_layer=3, n_embd=32, n_head=4, dropout=0.0)
+    return _fixture_gpt_class()(**{**kw, **overrides})
 
 
 # ---- the cases ------------------------------------------------------------------------------
