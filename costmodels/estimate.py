@@ -42,7 +42,7 @@ from costmodels.layer_table import LayerTable
 from costmodels.memory import BYTES_GRAD, BYTES_PARAM, activation_bytes, in_flight, stage_memory
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
-from costmodels.split import balanced_stages
+from costmodels.split import balanced_stages, check_stage_rows
 
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
 BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
@@ -67,20 +67,14 @@ def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> t
                         f"{_divisors(table.kv_heads)}")
     m = plan.num_micro_batches(global_batch)
     n_rows = len(table.rows)
-    nvs = plan.pp * plan.vpp
-    if nvs > n_rows:
-        raise PlanError(f"pp·vpp = {nvs} pipeline stages but the model has only {n_rows} layer rows "
-                        f"({table.layers} blocks + embedding/head); lower pp or vpp")
+    check_stage_rows(plan, n_rows)
     if plan.schedule == "interleaved-1f1b" and m % plan.pp:
         raise PlanError(f"schedule 'interleaved-1f1b' needs the number of micro-batches ({m} = global "
                         f"batch / (dp·micro_batch_size)) to be a multiple of pp={plan.pp}; change the "
                         "batch, micro_batch_size or pp")
     if plan.stages is not None:
-        if plan.stages[-1][1] != n_rows:
-            raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model has "
-                            f"{n_rows} rows; the last range must end at {n_rows}")
         return plan.stages
-    return balanced_stages(table, nvs)
+    return balanced_stages(table, plan.pp * plan.vpp)
 
 
 def _divisors(n: int) -> list[int]:

@@ -27,6 +27,20 @@ from costmodels.errors import PlanError
 from costmodels.layer_table import LayerTable
 
 
+def check_stage_rows(plan, n_rows: int) -> None:
+    """The checks the cost model and the runtime share: no more virtual stages than rows, and
+    pinned ``stages`` that end at the last row (Plan itself checks they are contiguous)."""
+    v = plan.pp * plan.vpp
+    if v > n_rows:
+        raise PlanError(f"plan fields 'pp'·'vpp' = {plan.pp}·{plan.vpp} = {v} pipeline stages but "
+                        f"the model has only {n_rows} layer rows (embedding, {n_rows - 2} blocks, "
+                        "head); lower pp or vpp")
+    if plan.stages is not None and plan.stages[-1][1] != n_rows:
+        raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model has "
+                        f"{n_rows} rows (embedding, {n_rows - 2} blocks, head); the last range "
+                        f"must end at {n_rows}")
+
+
 def balanced_stages(table: LayerTable, n_stages: int) -> tuple[tuple[int, int], ...]:
     weights = tuple(float(r.fwd_flops + r.bwd_flops) for r in table.rows)
     return _partition(weights, int(n_stages))

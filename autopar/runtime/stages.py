@@ -18,7 +18,7 @@ from autopar.runtime import dist as adist
 from autopar.runtime.rows import Rows, StageModule, row_weights
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
-from costmodels.split import partition
+from costmodels.split import check_stage_rows, partition
 
 
 def stage_ranges(plan: Plan, rows: Rows, spec, table, seq=None) -> tuple[tuple[int, int], ...]:
@@ -26,15 +26,8 @@ def stage_ranges(plan: Plan, rows: Rows, spec, table, seq=None) -> tuple[tuple[i
     model's balanced split of the layer table (``table``, or traced from ``spec``), else the
     same partition over a FLOP proxy of the rows."""
     n, v = len(rows), plan.virtual_stages
-    if v > n:
-        raise PlanError(f"plan fields 'pp'·'vpp' = {plan.pp}·{plan.vpp} = {v} pipeline stages but "
-                        f"the model has only {n} rows (embedding, {n - 2} blocks, head); lower pp "
-                        "or vpp")
+    check_stage_rows(plan, n)
     if plan.stages is not None:
-        if plan.stages[-1][1] != n:
-            raise PlanError(f"plan field 'stages' ends at row {plan.stages[-1][1]} but the model "
-                            f"has {n} rows (embedding, {n - 2} blocks, head); the last range must "
-                            f"end at {n}")
         return plan.stages
     if table is None and spec is not None:
         try:
