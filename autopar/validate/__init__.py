@@ -59,9 +59,12 @@ def _plan_key(d: dict) -> tuple:
 
 def default_plans(spec: str, hardware, nproc: int, global_batch: int, seq: int | None = None,
                   count: int = 8) -> list[dict]:
-    """A spread of ``count`` distinct plans from the search's ranked list: the best plan of every
-    (dp, tp, pp) shape, then the best unseen (shape, micro-batch), then every recompute policy
-    and ZeRO stage not yet covered, then the next best."""
+    """A spread of ``count`` distinct plans from the search's ranked list, structure first: the
+    best plan of every (dp, tp, pp) shape, then of every recompute policy, sequence-parallel
+    setting, interleaving and ZeRO stage not yet covered, then the best unseen (shape,
+    micro-batch), then the next best. Plans that differ in structure differ in time by more than
+    plans that differ only in micro-batch, so the rank correlation measures the model rather
+    than timing noise."""
     from autopar.search import search
     res = search(spec, hardware if isinstance(hardware, str) else hardware.path, nproc, global_batch,
                  seq=seq, top=400)
@@ -81,16 +84,14 @@ def default_plans(spec: str, hardware, nproc: int, global_batch: int, seq: int |
         return list(got.values())
 
     shape = lambda p: (p["dp"], p["tp"], p["pp"])  # noqa: E731
-    for p in best_by(shape):
-        take(p)
-    for p in best_by(lambda p: p["recompute"]):
-        take(p)
-    for p in best_by(lambda p: (shape(p), p["micro_batch_size"])):
-        take(p)
-    for p in best_by(lambda p: (shape(p), p["recompute"])):
-        take(p)
-    for p in best_by(lambda p: p["zero"]):
-        take(p)
+    for key in (shape, lambda p: p["recompute"],
+                lambda p: (shape(p), p["sequence_parallel"]) if p["tp"] > 1 else None,
+                lambda p: (shape(p), p["vpp"] > 1) if p["pp"] > 1 else None,
+                lambda p: p["zero"] if p["dp"] > 1 else None,
+                lambda p: (shape(p), p["recompute"]),
+                lambda p: (shape(p), p["micro_batch_size"])):
+        for p in best_by(key):
+            take(p)
     for p in cands:
         take(p)
     return [{k: p[k] for k in PLAN_KEYS if k in p} for p in chosen]
