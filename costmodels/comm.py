@@ -2,7 +2,9 @@
 
 For a buffer of ``S`` bytes (the whole tensor, as nccl-tests define it) over ``n`` GPUs on a
 tier with per-GPU bandwidth ``β`` (bytes/s, one direction, achievable bus bandwidth) and per-step
-latency ``α``::
+latency ``α`` (a profile measured by ``autopar profile`` may give each collective its own α-β
+inside a node, ``LinkTier.alpha_beta``: gloo's all-gather and reduce-scatter are much slower per
+byte than its all-reduce)::
 
     all_reduce (ring)   bytes/GPU = 2(n-1)/n · S     time = 2(n-1)·α + bytes/β
     all_gather          bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
@@ -66,7 +68,8 @@ def collective_time(kind: str, nbytes, n: int, tier):
     ``tier`` is a ``hardware.LinkTier``. A zero-byte buffer costs 0 (nothing is launched)."""
     b = collective_bytes(kind, nbytes, n)
     steps = collective_steps(kind, n)
-    t = steps * tier.latency_s + b / tier.bandwidth_bytes_per_s
+    alpha, beta = tier.alpha_beta(kind)
+    t = steps * alpha + b / beta
     if isinstance(nbytes, np.ndarray):
         t = np.where(nbytes > 0, t, 0.0)
     elif nbytes <= 0:

@@ -26,6 +26,22 @@ about 1.4 per saved byte at full bandwidth, so the fit says the element-wise par
 roughly half the datasheet bandwidth in Megatron-LM. All FLOPs are divided by t (Megatron shards every
 matmul, the vocab-parallel head included; layer norms are negligible).
 
+Measured rates (``autopar profile`` writes them; a profile without them uses the defaults, so
+the GPU profiles and the calibration above are unchanged): ``W`` for the element-wise traffic is
+the profile's ``elementwise_bandwidth_bytes_per_s`` (default: HBM bandwidth) — on a CPU,
+layer norm, GeLU or softmax run well below copy bandwidth; with flash attention and a measured
+``attention_efficiency`` ``a``, the attention core's ``4·b·s²·h/t`` forward FLOPs (and twice
+that backward) run at ``P·a`` instead of the row's matmul efficiency.
+
+Loss (head row, models with a vocabulary): the cross-entropy over ``b·s·V`` logits is
+memory-bound: cast to fp32 (read 2 + write 4 bytes per logit), log-softmax (max, sum-exp and
+write passes: 16), then backward: the one-hot gradient (4), log-softmax backward (12) and the
+cast back (6): ``LOSS_BYTES_PER_LOGIT = 44``, half forward, half backward, at ``W``. autopar's
+runtime hands the user's loss function whole logits, so with ``t > 1`` every TP rank computes
+the full-vocabulary loss and the vocab-parallel logits are all-gathered first (forward TP
+time of the head row: an all-gather of ``b·s·V·dtype`` bytes). (Megatron's vocab-parallel
+cross-entropy would divide both by t; for GPT-3-sized models the term is < 1% of a step.)
+
 Recompute (per micro-batch, block rows only):
     none        0
     full        fwd_i (the whole block forward again, TP collectives included, see comm)
@@ -57,6 +73,8 @@ from costmodels.layer_table import LayerTable
 C_FWD = 3.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
 C_BWD = 6.0   # ... in the backward (= 2·C_FWD)
 OPTIMIZER_BYTES_PER_PARAM = 40.0
+LOSS_BYTES_PER_LOGIT = 44.0  # cross-entropy over the logits, forward + backward (docstring)
+ATTN_BWD_RATIO = 2.0         # attention-core backward FLOPs / forward (dQ, dK, dV, dP vs QK, PV)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +96,7 @@ class TableArrays:
     mm_row: np.ndarray             # row index of each matmul
     mm_flops: np.ndarray           # 2·m·n·k of each matmul at the table's micro-batch, no tp
     attn_core_flops: np.ndarray    # forward FLOPs of Q·Kᵀ and scores·V per row (blocks), table b0
+    loss_logits: np.ndarray        # logits the loss reads per row (b0·s·vocab on the head row)
 
 
 _ARRAYS: dict[int, TableArrays] = {}
@@ -107,12 +126,14 @@ def table_arrays(table: LayerTable) -> TableArrays:
                               4.0 * table.micro_batch * table.seq ** 2 * table.hidden, 0.0)
     ncoll = np.array([len(r.tp_pairs) if r.tp_pairs else (1 if r.tp_comm_bytes else 0) for r in rows],
                      dtype=float)
+    logits = np.array([float(table.micro_batch * table.seq * table.vocab)
+                       if (r.kind == "head" and table.vocab) else 0.0 for r in rows])
     a = TableArrays(table=table, n=len(rows), params=f("params"), fwd_flops=f("fwd_flops"),
                     bwd_flops=f("bwd_flops"), saved=f("saved_activation_bytes"), act_tp=f("act_tp_bytes"),
                     core=f("act_attention_core_bytes"), boundary=f("boundary_bytes"),
                     tp_comm_bytes=f("tp_comm_bytes"), tp_collectives=ncoll, is_block=is_block,
                     mm_row=np.array(mm_row, dtype=int), mm_flops=np.array(mm_flops, dtype=float),
-                    attn_core_flops=core_flops)
+                    attn_core_flops=core_flops, loss_logits=logits)
     if len(_ARRAYS) > 64:
         _ARRAYS.clear()
     _ARRAYS[id(table)] = a
@@ -174,16 +195,25 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     t = arr.table
     k = b / t.micro_batch
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
-    bw = profile.hbm_bandwidth_bytes_per_s
     # flops-weighted harmonic efficiency per row
     f_mm = arr.mm_flops * k / tp
     eff_mm = profile.matmul_efficiency(f_mm)
     num = np.bincount(arr.mm_row, weights=f_mm, minlength=arr.n)
     den = np.bincount(arr.mm_row, weights=f_mm / eff_mm, minlength=arr.n)
     eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    ew = profile.elementwise_bw
     act = activation_bytes_none(arr, tp, sp, b, attention)
-    fwd = k * arr.fwd_flops / (tp * peak * eff) + C_FWD * act / bw
-    bwd = k * arr.bwd_flops / (tp * peak * eff) + C_BWD * act / bw
+    fwd = k * arr.fwd_flops / (tp * peak * eff) + C_FWD * act / ew
+    bwd = k * arr.bwd_flops / (tp * peak * eff) + C_BWD * act / ew
+    if attention == "flash" and profile.attention_efficiency is not None:
+        # the fused attention core at its own measured efficiency instead of the row's
+        fa = k * arr.attn_core_flops / tp
+        fix = fa / peak * (1.0 / profile.attention_efficiency - 1.0 / eff)
+        fwd = fwd + fix
+        bwd = bwd + ATTN_BWD_RATIO * fix
+    loss = k * arr.loss_logits * LOSS_BYTES_PER_LOGIT / 2 / ew   # fwd and bwd alike (docstring)
+    fwd = fwd + loss
+    bwd = bwd + loss
 
     # TP collectives per direction
     zeros = np.zeros(arr.n)
@@ -200,8 +230,12 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
             one_b, one_s = collective_time("all_reduce", nbytes, tp, tier)
             tp_bytes, tp_time = arr.tp_collectives * one_b, arr.tp_collectives * one_s
         tp_time = np.where(nbytes > 0, tp_time, 0.0)
+        # the runtime all-gathers the vocab-parallel logits for the loss (forward only)
+        gb, gt = collective_time("all_gather", k * arr.loss_logits * t.act_dtype_bytes, tp, tier)
+        tp_fwd_b, tp_fwd_t = tp_bytes + gb, tp_time + np.where(arr.loss_logits > 0, gt, 0.0)
     else:
         tp_bytes, tp_time = zeros, zeros
+        tp_fwd_b, tp_fwd_t = zeros, zeros
 
     if recompute == "full":
         rec = np.where(arr.is_block, fwd, 0.0)
@@ -210,13 +244,13 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     elif recompute == "selective" and attention == "math":
         fc = arr.attn_core_flops * k / tp
         rec = np.where(fc > 0, fc / (peak * profile.matmul_efficiency(np.maximum(fc, 1.0))), 0.0)
-        rec = rec + C_FWD * arr.core * k / tp / bw
+        rec = rec + C_FWD * arr.core * k / tp / ew
         tp_rec_s = tp_rec_b = zeros
     else:
         rec = zeros
         tp_rec_s = tp_rec_b = zeros
-    return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_time, tp_bwd_s=tp_time,
-                    tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_bytes, tp_bytes_bwd=tp_bytes,
+    return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_fwd_t, tp_bwd_s=tp_time,
+                    tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_fwd_b, tp_bytes_bwd=tp_bytes,
                     tp_bytes_recompute=tp_rec_b)
 
 
@@ -224,5 +258,7 @@ def optimizer_step_s(params_per_gpu: float, profile: HardwareProfile) -> float:
     """Mixed-precision Adam step, memory-bound (Megatron-LM's optimizer): gradient-norm pass
     (read the grad, 4 B), Adam (read fp32 master, m, v, grad: 16 B; write master, m, v: 12 B),
     copy master to the bf16 weight (read 4, write 2), zero the grad (2): OPTIMIZER_BYTES_PER_PARAM
-    = 40 bytes per parameter this GPU updates, at HBM bandwidth."""
-    return OPTIMIZER_BYTES_PER_PARAM * params_per_gpu / profile.hbm_bandwidth_bytes_per_s
+    = 40 bytes per parameter this GPU updates, at HBM bandwidth — or at the profile's measured
+    ``optimizer_bandwidth_bytes_per_s`` (``autopar profile`` times torch.optim.AdamW itself and
+    counts the same 40 bytes per parameter, so per-tensor overheads are folded in)."""
+    return OPTIMIZER_BYTES_PER_PARAM * params_per_gpu / profile.optimizer_bw

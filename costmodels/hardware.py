@@ -41,6 +41,26 @@ bandwidth_bytes_per_s = { value = 23e9, source = "..." }
 latency_s = { value = 1e-5, source = "..." }
 ```
 
+Optional, written by ``autopar profile`` (measured on the user's machine); a profile without
+them behaves exactly as before (the defaults below):
+
+```toml
+[gpu]
+elementwise_bandwidth_bytes_per_s = { value = ..., source = "..." }  # non-matmul kernels
+                                 # (layer norm, GeLU, softmax, adds, casts); default hbm bandwidth
+optimizer_bandwidth_bytes_per_s = { value = ..., source = "..." }    # the optimizer step per
+                                 # OPTIMIZER_BYTES_PER_PARAM bytes per parameter; default hbm bandwidth
+attention_efficiency = { value = ..., source = "..." }  # fused attention core, fraction of peak;
+                                 # default: the row's matmul efficiency
+comm_overlap = { value = ..., source = "..." }  # fraction of dp / ZeRO communication that runs
+                                 # hidden behind compute (0..1); default 1 (separate NCCL streams)
+
+[collectives.all_reduce]         # (all_gather, reduce_scatter, p2p): measured per collective;
+alpha_s = ...                    # inside a node these replace the tier's one alpha-beta
+beta_bytes_per_s = ...
+source = "..."
+```
+
 Numbers are floats or integers (``80e9``, ``85_899_345_920``). A malformed profile raises
 ``ProfileError`` naming the file and the field, e.g. ``gpu.hbm_bytes.value``.
 """
@@ -68,6 +88,15 @@ class LinkTier:
     name: str                       # "intra_node" | "inter_node"
     bandwidth_bytes_per_s: float    # achievable per GPU, one direction (bus bandwidth)
     latency_s: float                # alpha, per ring step
+    collectives: tuple[tuple[str, float, float], ...] = ()  # (kind, alpha_s, beta) measured
+
+    def alpha_beta(self, kind: str) -> tuple[float, float]:
+        """(alpha per step, bus bandwidth) for ``kind``: its own measured fit when the profile
+        has one for this tier, else the tier's."""
+        for k, a, b in self.collectives:
+            if k == kind:
+                return a, b
+        return self.latency_s, self.bandwidth_bytes_per_s
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +115,18 @@ class HardwareProfile:
     inter_node: LinkTier
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    elementwise_bandwidth_bytes_per_s: float | None = None   # None: hbm bandwidth
+    optimizer_bandwidth_bytes_per_s: float | None = None     # None: hbm bandwidth
+    attention_efficiency: float | None = None                # None: the row's matmul efficiency
+    comm_overlap: float = 1.0
+
+    @property
+    def elementwise_bw(self) -> float:
+        return self.elementwise_bandwidth_bytes_per_s or self.hbm_bandwidth_bytes_per_s
+
+    @property
+    def optimizer_bw(self) -> float:
+        return self.optimizer_bandwidth_bytes_per_s or self.hbm_bandwidth_bytes_per_s
 
     def peak_flops_per_s(self, dtype_bytes: int = 2) -> float:
         """Dense peak for the activation dtype: 2 bytes -> bf16, 4 -> fp32 (tf32 not assumed)."""
@@ -237,16 +278,48 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         raise err("gpu.matmul_efficiency.source", "is missing or empty")
     sources["gpu.matmul_efficiency"] = eff["source"]
 
+    elem_bw = figure(gpu, "gpu", "elementwise_bandwidth_bytes_per_s", optional=True)
+    opt_bw = figure(gpu, "gpu", "optimizer_bandwidth_bytes_per_s", optional=True)
+    attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
+    overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node", integer=True)
     tiers = []
     for tname in ("intra_node", "inter_node"):
         t = table(tname)
         tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"),
-                              figure(t, tname, "latency_s", positive=False)))
+                              figure(t, tname, "latency_s", positive=False),
+                              _collectives(data, err, sources) if tname == "intra_node" else ()))
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
         peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
         hbm_bytes=hbm, hbm_bandwidth_bytes_per_s=hbm_bw, memory_reserve_bytes=reserve,
         eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
-        gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources)
+        gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
+        elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
+        attention_efficiency=attn_eff, comm_overlap=1.0 if overlap is None else overlap)
+
+
+def _collectives(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:
+    """The measured per-collective alpha-beta fits (``[collectives.<kind>]``), if any."""
+    out = []
+    colls = data.get("collectives", {})
+    if not isinstance(colls, dict):
+        raise err("collectives", "must be a table of [collectives.<kind>] tables")
+    for kind, t in colls.items():
+        full = f"collectives.{kind}"
+        if kind not in ("all_reduce", "all_gather", "reduce_scatter", "p2p"):
+            raise err(full, "names no collective (all_reduce, all_gather, reduce_scatter, p2p)")
+        if not isinstance(t, dict):
+            raise err(full, "must be a table")
+        a, b = t.get("alpha_s"), t.get("beta_bytes_per_s")
+        for key, x, lo in (("alpha_s", a, 0.0), ("beta_bytes_per_s", b, None)):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
+                    or x < 0 or (lo is None and x <= 0):
+                raise err(f"{full}.{key}", f"must be a {'positive' if lo is None else 'non-negative'} "
+                          f"number, got {x!r}")
+        if not isinstance(t.get("source"), str) or not t["source"].strip():
+            raise err(full + ".source", "is missing or empty")
+        sources[full] = t["source"]
+        out.append((kind, float(a), float(b)))
+    return tuple(out)

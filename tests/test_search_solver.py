@@ -74,7 +74,7 @@ def test_solver_best_equals_exhaustive_enumeration(s):
 
 def _check_plans(res, costs):
     times = [c.prediction["step_time_s"] for c in res.plans]
-    assert times == sorted(times)                                   # ordered
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(times, times[1:]))   # ordered (to rounding)
     keys = [c.config for c in res.plans]
     assert len(set(keys)) == len(keys)                              # distinct
     for c in res.plans:

@@ -96,8 +96,9 @@ class Costs:
         d_lat = d_pp = 0.0
         if d_on:   # estimate's dp_sync, split into its fixed latency and its cost per parameter
             kind, bytes_per_param, _ = dp_sync(1.0, c, prof, tiers["dp"])
-            d_lat = sum(collective_steps(k, c.dp) for k in kind.split("+")) * dtier.latency_s
-            d_pp = bytes_per_param / dtier.bandwidth_bytes_per_s
+            # per collective: its latency steps, and its bytes per parameter at its bandwidth
+            d_lat = sum(collective_steps(k, c.dp) * dtier.alpha_beta(k)[0] for k in kind.split("+"))
+            d_pp = dp_sync(1.0, c, prof, tiers["dp"])[2] - d_lat
         o_pp = optimizer_step_s(1.0, prof) / (c.dp if c.zero >= 1 else 1)
         return Terms(config=c, m=m, pp=c.pp, vpp=c.vpp, tau=tau, fwd=np.asarray(rt.fwd_s),
                      bwdrec=rt.bwd_s + rt.recompute_s, params=params, static=static, act=act,
