@@ -109,6 +109,12 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
             row.append(max(rates))
     raw["copy"]["bytes_per_s_per_rank"] = [r["copy"]["bytes_per_s"] for r in results]
     raw["copy"]["bytes_per_s"] = sum(raw["copy"]["bytes_per_s_per_rank"]) / nproc
+    for key, field in (("elementwise", "bytes_per_s"), ("attention", "flops_per_s"),
+                       ("optimizer", "bytes_per_s")):
+        if key in raw:
+            vals = [r[key][field] for r in results]
+            raw[key][field + "_per_rank"] = vals
+            raw[key][field] = sum(vals) / len(vals)
     raw["footprint_bytes_per_rank"] = [r["footprint_bytes"] for r in results]
     raw["footprint_bytes"] = max(raw["footprint_bytes_per_rank"])
     raw["host"] = socket.gethostname()
@@ -141,6 +147,29 @@ def fits(raw: dict) -> dict[str, AlphaBeta]:
         series.append((kind, n, sizes, times))
     if series:
         out["joint"] = fit_joint(series)
+    return out
+
+
+def _kernel_figures(raw: dict, peak_bf16: float) -> list[tuple[str, str, str]]:
+    """(field, value, how measured) of the optional rates (autopar.profile.kernels)."""
+    out = []
+    if "elementwise" in raw:
+        ew, at, op = raw["elementwise"], raw["attention"], raw["optimizer"]
+        out.append(("elementwise_bandwidth_bytes_per_s", _g(ew["bytes_per_s"]),
+                    "layer_norm + gelu + add + fp32 cast + log_softmax forward and backward on 2^20 bf16 "
+                    "elements, bytes of every aten op's tensors counted (autopar/profile/kernels.py),"))
+        out.append(("optimizer_bandwidth_bytes_per_s", _g(op["bytes_per_s"]),
+                    f"torch.optim.AdamW(lr=1e-4).step over {op['params']} fp32 parameters "
+                    "(4 x 2^21 + 16 x 2^16), 40 bytes per parameter / time,"))
+        out.append(("attention_efficiency", f"{min(1.0, at['flops_per_s'] / peak_bf16):.4f}",
+                    "causal scaled_dot_product_attention bf16 forward + backward, B*H = 8, D = 64, "
+                    "S = 256 and 512, 12*B*S^2*H*D FLOPs / time / peak bf16,"))
+    if "overlap" in raw:
+        ov = raw["overlap"]
+        out.append(("comm_overlap", f"{ov['overlap']:.4f}",
+                    f"{ov['all_reduces']} async all-reduces of {ov['bytes']} B alone {ov['comm_s']:.4f} s, "
+                    f"matmuls alone {ov['compute_s']:.4f} s, both at once {ov['both_s']:.4f} s: "
+                    "(alone + alone - both) / min(alone), slowest rank,"))
     return out
 
 
@@ -185,6 +214,8 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     copy_mib = cp["bytes"] >> 20
     L.append(f"hbm_bandwidth_bytes_per_s = {{ value = {_g(cp['bytes_per_s'])}, source = "
              f"{_s(f'{how}: tensor.copy_ of {copy_mib} MiB fp32, 2*bytes/time per rank ({who}), mean over ranks')} }}")
+    for key, value, what in _kernel_figures(raw, peak["bf16"]):
+        L.append(f"{key} = {{ value = {value}, source = {_s(f'{how}: {what} per rank ({who}), mean over ranks')} }}")
     res_src = ("CUDA memory in use not allocated by tensors after NCCL init (context, NCCL), max over ranks"
                if cuda else "VmRSS of a rank after importing torch and joining the gloo group, before "
                "any model (Python + torch + gloo), max over ranks")

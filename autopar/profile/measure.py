@@ -13,6 +13,7 @@ rates are what one rank gets while the others are busy too. On a GPU each rank o
   all-gather of S/n per rank into S, reduce-scatter of S into S/n, p2p send/recv of S between
   ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
   the same (agreed) repeat count; a run's time is the slowest rank's; the best run's time per op.
+* element-wise / attention / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
 * process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
   process group, before any model exists (CPU) / CUDA memory in use but not allocated by
   tensors (GPU: context, NCCL).
@@ -131,7 +132,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     sz = plan_sizes(device.type, quick)
     cpu_clock = clock == "cpu" and device.type == "cpu"
     colls = ["all_reduce", "all_gather", "reduce_scatter"] + (["p2p"] if n > 1 else [])
-    total = len(sz["dtypes"]) * len(sz["mm"]) + 1 + len(colls) * len(sz["coll"])
+    total = len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"]) + (n > 1)
     bar = _Bar(progress and rank == 0, total, "matmul")
     out: dict = {"rank": rank, "world_size": n, "device": device.type,
                  "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -171,6 +172,16 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         t = tc if cpu_clock else t
         out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
         del src, dst
+        # ---- element-wise, attention, optimizer (autopar.profile.kernels) -------------------
+        from costmodels.compute import OPTIMIZER_BYTES_PER_PARAM
+
+        from autopar.profile import kernels
+        bar.step("element-wise, attention, optimizer")
+        dist.barrier()
+        kt = max(sz["min_time_s"], 0.1)
+        out["elementwise"] = kernels.elementwise_rate(device, kt, cpu_clock)
+        out["attention"] = kernels.attention_rate(device, kt, cpu_clock)
+        out["optimizer"] = kernels.optimizer_rate(device, kt, cpu_clock, OPTIMIZER_BYTES_PER_PARAM)
         # ---- collectives ------------------------------------------------------------------
         coll: dict[str, list] = {}
         for kind in colls:
@@ -207,6 +218,9 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
                 rows.append([S, t])
             coll[kind] = rows
         out["collectives"] = coll
+        if n > 1:
+            bar.step("comm / compute overlap")
+            out["overlap"] = kernels.comm_overlap(device)
     finally:
         bar.close()
     return out

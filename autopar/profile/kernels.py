@@ -1,0 +1,179 @@
+"""What ``autopar profile`` measures besides matmuls, copies and collectives: the rates of the
+kernels a training step spends the rest of its time in (runs inside the spawned ranks).
+
+Each answers one question the cost model asks (``costmodels.compute`` / ``estimate``):
+
+* **element-wise bandwidth** — layer norm, GeLU, residual add, fp32 cast and log-softmax,
+  forward and backward through autograd, on ``2**20``-element bf16 activations (the size of a
+  transformer block's activations per micro-batch on a small host; large enough to leave the
+  per-op dispatch cost behind). Bytes moved are *counted*, not assumed: a ``TorchDispatchMode``
+  sums the bytes of every aten op's tensor arguments and results over one call; the rate is
+  those bytes over the call's time. On a GPU this is close to HBM bandwidth; on a CPU these
+  kernels run far below ``copy_`` bandwidth (exp, erf and reductions are compute-bound there).
+* **attention efficiency** — ``scaled_dot_product_attention`` (causal, bf16) forward +
+  backward at ``B·H = 8`` heads of 64, ``S`` = 256 and 512, with the FLOPs the cost model counts
+  for the attention core (``4·B·S²·H·D`` forward, twice that backward); the mean rate over the
+  two sizes, as a fraction of this rank's bf16 matmul peak (done in ``build_profile``).
+* **optimizer bandwidth** — ``torch.optim.AdamW(lr=1e-4)``, as ``autopar validate`` and the
+  examples build it, stepping fp32 tensors of 4 × ``2**21`` + 16 × ``2**16`` parameters (a few
+  large weights and many small ones: on a CPU the rate depends on the tensor sizes through the
+  caches and the temporaries' page faults by a factor of 2–3); the rate counts
+  ``OPTIMIZER_BYTES_PER_PARAM`` bytes per parameter, the figure the cost model divides by it.
+* **comm overlap** — does a data-parallel all-reduce hide behind compute? The time of a loop of
+  matmuls alone (``T_c``), of all-reduces alone (``T_a``, sized to take about as long), and of
+  both at once (all-reduces issued ``async_op=True`` before the matmuls, waited after):
+  ``overlap = (T_c + T_a − T_both) / min(T_c, T_a)``, clipped to [0, 1]. 1 = fully hidden
+  (separate NCCL streams), 0 = serialised (gloo on a CPU whose cores the ranks already use).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best(fn, device, min_time_s: float, cpu_clock: bool, chunks: int = 5) -> float:
+    """Best-of-``chunks`` seconds per call (wall, or this thread's CPU time with ``cpu_clock``)."""
+    clock = time.thread_time if cpu_clock else time.perf_counter
+    fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    reps = max(2, int(min_time_s / chunks / max(time.perf_counter() - t0, 1e-7)))
+    best = float("inf")
+    for _ in range(chunks):
+        t0 = clock()
+        for _ in range(reps):
+            fn()
+        _sync(device)
+        best = min(best, (clock() - t0) / reps)
+    return best
+
+
+def counted_bytes(fn) -> int:
+    """Bytes of the tensor arguments and results of every aten op ``fn`` runs (one call)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class _Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat, _ = tree_flatten((args, kwargs, out))
+            seen = set()
+            for t in flat:
+                if isinstance(t, torch.Tensor) and id(t) not in seen:
+                    seen.add(id(t))
+                    _Count.total += t.numel() * t.element_size()
+            return out
+
+    with _Count():
+        fn()
+    return _Count.total
+
+
+def elementwise_mix(device, numel: int = 1 << 20, hidden: int = 1024):
+    """The element-wise kernels of a transformer step (forward and backward), as one call."""
+    x = torch.randn(numel // hidden, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(numel // hidden, hidden, device=device)
+
+    def fn():
+        y = F.layer_norm(x, (hidden,), w)
+        z = F.gelu(y, approximate="tanh") + x
+        out = torch.log_softmax(z.float(), dim=-1)
+        out.backward(g)
+        x.grad = w.grad = None
+    return fn
+
+
+def elementwise_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
+    fn = elementwise_mix(device)
+    nbytes = counted_bytes(fn)
+    t = _best(fn, device, min_time_s, cpu_clock)
+    return {"bytes": nbytes, "seconds": t, "bytes_per_s": nbytes / t}
+
+
+def attention_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
+    rows = []
+    for s in (256, 512):
+        q, k, v = (torch.randn(2, 4, s, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        go = torch.randn(2, 4, s, 64, device=device, dtype=torch.bfloat16)
+
+        def fn():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
+            q.grad = k.grad = v.grad = None
+        flops = 12.0 * 2 * s * s * 4 * 64
+        t = _best(fn, device, min_time_s, cpu_clock)
+        rows.append([s, flops, flops / t])
+    return {"rows": rows, "flops_per_s": sum(r[2] for r in rows) / len(rows)}
+
+
+def optimizer_rate(device, min_time_s: float, cpu_clock: bool, bytes_per_param: float) -> dict:
+    sizes = [1 << 21] * 4 + [1 << 16] * 16      # a few large weights and many small ones
+    params = [torch.nn.Parameter(torch.randn(n, device=device)) for n in sizes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    n = sum(p.numel() for p in params)
+    t = _best(opt.step, device, min_time_s, cpu_clock)
+    return {"params": n, "seconds": t, "bytes_per_s": bytes_per_param * n / t}
+
+
+def _agreed_int(x: int, device) -> int:
+    t = torch.tensor([x], dtype=torch.int64, device=device)
+    dist.broadcast(t, 0)
+    return int(t.item())
+
+
+def comm_overlap(device, nbytes: int = 8 << 20) -> dict:
+    """Overlap of all-reduces with matmuls (module docstring); every rank runs the same calls."""
+    buf = torch.ones(nbytes // 4, device=device)
+    a = torch.randn(384, 384, device=device, dtype=torch.bfloat16)
+
+    def comm(reps):
+        for _ in range(reps):
+            dist.all_reduce(buf)
+        _sync(device)
+
+    def compute(reps):
+        for _ in range(reps):
+            torch.mm(a, a)
+        _sync(device)
+
+    def timed(fn):
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        el = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+        dist.all_reduce(el, op=dist.ReduceOp.MAX)
+        return float(el.item())
+
+    comm(1)
+    compute(2)
+    n_comm = 4
+    t_comm = min(timed(lambda: comm(n_comm)) for _ in range(3))
+    one_mm = min(timed(lambda: compute(20)) for _ in range(3)) / 20
+    n_mm = _agreed_int(max(1, int(t_comm / max(one_mm, 1e-7))), device)
+    t_mm = min(timed(lambda: compute(n_mm)) for _ in range(3))
+
+    def both():
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(n_comm)]
+        compute(n_mm)
+        for w in works:
+            w.wait()
+        _sync(device)
+    t_both = min(timed(both) for _ in range(3))
+    frac = (t_mm + t_comm - t_both) / max(min(t_mm, t_comm), 1e-9)
+    return {"compute_s": t_mm, "comm_s": t_comm, "both_s": t_both, "bytes": nbytes,
+            "all_reduces": n_comm, "overlap": min(1.0, max(0.0, frac))}
