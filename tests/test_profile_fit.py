@@ -55,3 +55,13 @@ def test_bus_bandwidth_follows_nccl_tests():
     assert bus_factor("p2p", 2) == 1.0
     # 1 GB all-reduced in 1 s on 8 ranks: algbw 1e9, busbw 1.75e9
     assert float(bus_bandwidth("all_reduce", 1e9, 8, 1.0)) == pytest.approx(1.75e9)
+
+
+def test_a_measured_collective_uses_its_own_alpha_beta_inside_a_node():
+    """A profile's [collectives.<kind>] fit replaces the tier's alpha-beta for that kind only."""
+    own = LinkTier("intra_node", 1e9, 1e-4, collectives=(("reduce_scatter", 5e-4, 2.5e8),))
+    plain = LinkTier("intra_node", 1e9, 1e-4)
+    n, S = 2, 8e6
+    _, t_rs = collective_time("reduce_scatter", S, n, own)
+    assert t_rs == pytest.approx(5e-4 + (n - 1) / n * S / 2.5e8)
+    assert collective_time("all_reduce", S, n, own) == collective_time("all_reduce", S, n, plain)

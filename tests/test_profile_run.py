@@ -36,6 +36,17 @@ def test_profile_round_trips_through_the_loader(raw, tmp_path):
     assert prof.intra_node.bandwidth_bytes_per_s == pytest.approx(j.beta_bytes_per_s)
     assert list(prof.eff_flops) == sorted(prof.eff_flops)
     assert max(prof.eff_values) == pytest.approx(1.0)
+    # the measured rates the cost model reads
+    assert prof.elementwise_bandwidth_bytes_per_s == pytest.approx(raw["elementwise"]["bytes_per_s"])
+    assert prof.optimizer_bandwidth_bytes_per_s == pytest.approx(raw["optimizer"]["bytes_per_s"])
+    assert prof.attention_efficiency == pytest.approx(
+        min(1.0, raw["attention"]["flops_per_s"] / summary["peak_flops_per_s"]["bf16"]), abs=1e-4)
+    assert 0.0 <= prof.comm_overlap <= 1.0
+    assert prof.comm_overlap == pytest.approx(raw["overlap"]["overlap"], abs=1e-4)
+    # each collective's own fit is the alpha-beta the cost model uses for it inside a node
+    for kind, f in fits(raw).items():
+        if kind != "joint":
+            assert prof.intra_node.alpha_beta(kind) == pytest.approx((f.alpha_s, f.beta_bytes_per_s))
     # every figure says how it was measured
     assert all("autopar profile" in s or "assumption" in s for s in prof.sources.values())
     # the per-collective measurements are kept in the file
