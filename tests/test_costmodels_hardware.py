@@ -97,6 +97,12 @@ def _raw():
     (lambda d: d["gpu"]["matmul_efficiency"].__setitem__("efficiency", [0.1, 0.2, 0.3, 1.5]), "gpu.matmul_efficiency.efficiency"),
     (lambda d: d["gpu"]["memory_reserve_bytes"].__setitem__("value", 1e12), "gpu.memory_reserve_bytes.value"),
     (lambda d: d.pop("name"), "name"),
+    (lambda d: d["gpu"].__setitem__("attention_efficiency", {"value": 1.5, "source": "x"}), "gpu.attention_efficiency.value"),
+    (lambda d: d["gpu"].__setitem__("comm_overlap", {"value": -0.1, "source": "x"}), "gpu.comm_overlap.value"),
+    (lambda d: d["gpu"].__setitem__("elementwise_bandwidth_bytes_per_s", {"value": 0, "source": "x"}), "gpu.elementwise_bandwidth_bytes_per_s.value"),
+    (lambda d: d.__setitem__("collectives", {"allreduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x"}}), "collectives.allreduce"),
+    (lambda d: d.__setitem__("collectives", {"all_reduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 0, "source": "x"}}), "collectives.all_reduce.beta_bytes_per_s"),
+    (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9}}), "collectives.p2p.source"),
 ])
 def test_malformed_profile_names_the_field(mutate, field):
     d = _raw()
