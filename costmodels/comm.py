@@ -29,11 +29,13 @@ GPU after tp/pp sharding, 2-byte grads and weights):
 * DP (gradient sync, once per step after the last micro-batch): ZeRO 0: all-reduce of 2·P_r;
   ZeRO 1/2: reduce-scatter of the grads + all-gather of the updated bf16 weights (same bytes as
   the all-reduce); ZeRO 3: reduce-scatter of the grads only. Overlapped with the backward of
-  the last micro-batch: exposed = max(0, t_dp − bwd time of one micro-batch on this stage).
+  the last micro-batch: exposed = max(0, t_dp − ov · bwd time of one micro-batch on this
+  stage), ``ov`` = the profile's ``comm_overlap`` (1 by default: NCCL on its own streams; a
+  CPU host running gloo beside one compute thread per core measures about 0).
 * ZeRO-3 parameter gathers: every micro-batch, each row's (layer's) weights are all-gathered
   before its forward and again before its backward (2·P_row bytes each, one collective per
   row, so the latency term counts once per row); prefetched behind compute, so per virtual stage
-  and pass only max(0, Σ_rows t_gather − compute time of that pass) is exposed.
+  and pass only max(0, Σ_rows t_gather − ov · compute time of that pass) is exposed.
 """
 from __future__ import annotations
 

@@ -173,7 +173,8 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
         zb, zt = collective_time("all_gather", BYTES_PARAM * arr.params[start:end] / tp, plan.dp,
                                  profile.tier(tiers["dp"]))
         zb, zt = float(np.sum(zb)), float(np.sum(zt))
-        z_s = max(0.0, zt - f) + max(0.0, zt - bw - rec)
+        ov = profile.comm_overlap   # the share of the gathers compute can hide (comm docstring)
+        z_s = max(0.0, zt - ov * f) + max(0.0, zt - ov * (bw + rec))
         z_b = 2 * zb
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
                      tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params)
@@ -213,7 +214,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
     # data-parallel gradient sync, overlapped with the tail of the backward
-    bwd_r = [sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs) for cs in rank_chunks]
+    bwd_r = [profile.comm_overlap * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
+             for cs in rank_chunks]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
     dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"]) for r in range(p)]
     dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) for r in range(p)]

@@ -21,13 +21,30 @@ def _random_split(rng, n, S):
     return tuple((b[i], b[i + 1]) for i in range(S))
 
 
+def _measured_like(name):
+    """A profile with the optional measured rates a CPU host's `autopar profile` writes: partial
+    comm/compute overlap, per-collective alpha-beta, slow element-wise kernels and optimizer."""
+    from costmodels.hardware import LinkTier
+    p = load_profile(name)
+    t = p.intra_node
+    own = (("all_reduce", 3 * t.latency_s, t.bandwidth_bytes_per_s / 2),
+           ("reduce_scatter", 5 * t.latency_s, t.bandwidth_bytes_per_s / 7),
+           ("all_gather", 4 * t.latency_s, t.bandwidth_bytes_per_s / 3))
+    return dataclasses.replace(
+        p, comm_overlap=0.3, attention_efficiency=0.25,
+        elementwise_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 3,
+        optimizer_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 2,
+        intra_node=LinkTier("intra_node", t.bandwidth_bytes_per_s, t.latency_s, own))
+
+
 @pytest.mark.parametrize("table_fn, gpus, batch, hw", [
     (gpt3_175b, 1024, 1536, "a100-80g-sxm"),
     (lambda: llama_table(16, 2048, 16, 4, 5632, 32000, 2048, model="llama-small"), 64, 256, "h100-80g-sxm"),
+    (lambda: llama_table(16, 2048, 16, 4, 5632, 32000, 2048, model="llama-small"), 16, 64, "measured-like"),
 ])
 def test_fixed_split_objective_and_memory_equal_estimate(table_fn, gpus, batch, hw):
     table = table_fn()
-    prof = load_profile(hw)
+    prof = _measured_like("h100-80g-sxm") if hw == "measured-like" else load_profile(hw)
     costs = Costs(table, prof, batch)
     configs = list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
                                   fix={"recompute": "selective", "attention": "math"}))
