@@ -39,8 +39,11 @@ def as_plans(plans: Any) -> tuple[list[Plan], bool]:
 
 
 def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int, plans: Any,
-                   seq: int | None = None, table=None) -> list[dict[str, Any]]:
-    """Estimate dicts, one per plan. ``table`` skips the trace (a LayerTable for the spec)."""
+                   seq: int | None = None, table=None, *,
+                   precision: str = "bf16-mixed") -> list[dict[str, Any]]:
+    """Estimate dicts, one per plan. ``table`` skips the trace (a LayerTable for the spec).
+    ``precision``: the memory model's recipe (``costmodels.memory``): "bf16-mixed" (Megatron, the
+    default), "amp" (autopar's runtime under autocast), "fp32"."""
     from costmodels.estimate import estimate
     from costmodels.hardware import load_profile
     profile = load_profile(hardware)
@@ -50,7 +53,7 @@ def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int,
         table = table_for(model_spec, micro_batch=1, seq=seq)
     out = []
     for plan in plan_list:
-        d = estimate(table, profile, plan, gpus, global_batch).to_dict()
+        d = estimate(table, profile, plan, gpus, global_batch, precision=precision).to_dict()
         d["model"] = model_spec
         out.append(d)
     return out

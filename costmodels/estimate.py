@@ -24,7 +24,8 @@ For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
 
 Breakdown (of the slowest rank r*, sums to step_time): compute = m·Σ(fwd + bwd) + optimizer,
 recompute = m·Σ recompute, tp_exposed / pp_exposed / zero_exposed = m·(their exposed time),
-bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the most loaded GPU.
+bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the most loaded GPU, in
+the ``precision`` recipe (memory.py; the time terms do not depend on it).
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ from costmodels.compute import optimizer_step_s, row_times, table_arrays
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
-from costmodels.memory import BYTES_GRAD, BYTES_PARAM, activation_bytes, in_flight, stage_memory
+from costmodels.memory import (BYTES_GRAD, BYTES_PARAM, activation_bytes, check_precision, in_flight,
+                               stage_memory)
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
 from costmodels.split import balanced_stages, check_stage_rows
@@ -197,9 +199,11 @@ def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: s
 
 
 def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,
-             global_batch: int) -> Estimate:
-    """Score ``plan`` for ``table`` on ``gpus`` GPUs of ``profile`` at ``global_batch`` sequences."""
+             global_batch: int, *, precision: str = "bf16-mixed") -> Estimate:
+    """Score ``plan`` for ``table`` on ``gpus`` GPUs of ``profile`` at ``global_batch`` sequences;
+    ``precision`` picks the memory model's recipe (costmodels.memory: "bf16-mixed", "amp", "fp32")."""
     profile = load_profile(profile)
+    check_precision(precision)
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
     stages = check_plan(table, plan, gpus, global_batch)
@@ -241,14 +245,15 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
 
     # memory per pipeline rank
     act_rows = activation_bytes(arr, plan.tp, plan.sequence_parallel, plan.micro_batch_size,
-                                plan.recompute, plan.attention)
+                                plan.recompute, plan.attention, precision)
     mems = []
     for r in range(p):
         infl = in_flight(plan.schedule, p, v, m, r)
         mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
-                                 reserve=profile.memory_reserve_bytes, act_rows=act_rows))
+                                 reserve=profile.memory_reserve_bytes, act_rows=act_rows,
+                                 precision=precision, m=m, pp=p, vpp=v))
     rm = int(np.argmax([mm["total"] for mm in mems]))
     memory = mems[rm]
 

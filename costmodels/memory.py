@@ -1,19 +1,28 @@
 """Memory model: bytes on one GPU, split into params, grads, optimizer, activations, reserve.
 
-Model states (bf16 mixed precision with fp32 master weights and Adam, as ZeRO Table 1 counts
-them: 2 + 2 + 12 bytes per parameter), for ``Ψ`` parameters on this GPU after tensor and
-pipeline sharding (``Ψ = Σ_rows params / t`` over the rows of its pipeline stages) and data
-parallel degree ``d``::
+**Precision** (``precision=``, default ``"bf16-mixed"``) says what the training loop keeps:
 
-    ZeRO 0:  params 2Ψ      grads 2Ψ      optimizer 12Ψ
-    ZeRO 1:  params 2Ψ      grads 2Ψ      optimizer 12Ψ/d
-    ZeRO 2:  params 2Ψ      grads 2Ψ/d    optimizer 12Ψ/d
-    ZeRO 3:  params 2Ψ/d    grads 2Ψ/d    optimizer 12Ψ/d   (+ gather buffer, below)
+* ``"bf16-mixed"`` — Megatron / DeepSpeed: bf16 weights and gradients, fp32 master weights and
+  Adam moments, loss in a fused vocab-parallel cross-entropy. The model's published figures
+  (ZeRO Table 1, Korthikanti Table 2) are in this recipe; the search uses it.
+* ``"amp"`` — autopar's own runtime under ``torch.autocast(bfloat16)`` (what ``autopar validate``
+  runs): fp32 parameters and gradients, AdamW's two fp32 moments, bf16 matmuls whose weight
+  casts autocast caches for the whole step, an unfused ``F.cross_entropy(logits.float())``.
+* ``"fp32"`` — the same runtime without autocast (``autopar validate --fp32``).
 
-ZeRO-3 also holds the gathered bf16 weights of the row (layer) being computed and of the one
-being prefetched (FSDP-style per-layer gathers): ``2·(largest two rows' params)/t`` more under
-``params`` in ``estimate``
-(not in ``model_state_bytes``, which is exactly ZeRO's Table 1).
+Model states for ``Ψ`` parameters on this GPU after tensor and pipeline sharding
+(``Ψ = Σ_rows params / t`` over the rows of its pipeline stages), data parallel degree ``d``,
+with ``(P, G, O)`` bytes per parameter = (2, 2, 12) for bf16-mixed (ZeRO Table 1) and (4, 4, 8)
+for amp and fp32 (``STATE_BYTES``)::
+
+    ZeRO 0:  params PΨ      grads GΨ      optimizer OΨ
+    ZeRO 1:  params PΨ      grads GΨ      optimizer OΨ/d
+    ZeRO 2:  params PΨ      grads GΨ/d    optimizer OΨ/d
+    ZeRO 3:  params PΨ/d    grads GΨ/d    optimizer OΨ/d   (+ gather buffer, below)
+
+ZeRO-3 also holds the gathered weights of the row (layer) being computed and of the one being
+prefetched (FSDP-style per-layer gathers): ``P·(largest two rows' params)/t`` more under
+``params`` (not in ``model_state_bytes``, which is exactly ZeRO's Table 1).
 
 Activations saved per micro-batch, per row, per GPU (Korthikanti et al. 2022, Table 2, with
 the table's categories; ``k = b/b0`` scales the traced micro-batch ``b0`` to the plan's ``b``)::
@@ -28,6 +37,36 @@ the table's categories; ``k = b/b0`` scales the traced micro-batch ``b0`` to the
 For GPT-3 175B (math attention) this is s·b·h·(34 + 5as/h) with no parallelism, s·b·h·(10 +
 24/t + 5as/(ht)) with TP, s·b·h·(34/t + 5as/(ht)) with TP+SP, the same without the 5as/h term
 with selective recompute, and 2·s·b·h with full recompute, as in the paper's Table 2.
+
+**The loss** (head row, ``L = b·s·vocab`` logits per micro-batch; not in the traced table,
+which stops at the logits). bf16-mixed: the fp32 logits Megatron's vocab-parallel cross-entropy
+keeps for backward, ``4·L/t`` (Korthikanti §4.1). amp / fp32: ``F.cross_entropy`` saves its
+fp32 log-softmax, ``4·L`` — full vocab on every TP rank, because autopar's TP head all-gathers
+the logits (rewrite contract).
+
+**Precision corrections to the traced (bf16, no autocast) table**, amp: autocast runs layer norms
+in fp32 and adds bf16 branch outputs to an fp32 residual stream (the embedding is not autocast),
+so every norm saves an fp32 input where the table counted bf16: ``+boundary_bytes_{i-1}`` per
+norm — two per (pre-norm) block, one on the head (its final norm) — scaled like ``R``; under full
+recompute the kept block input is that fp32 stream (×2). fp32: every activation is fp32,
+``×4/act_dtype_bytes``.
+
+**Runtime terms, amp / fp32 only** (autopar's runtime; Megatron has none of them), per GPU:
+
+* autocast's weight cache: ``2`` bytes per parameter of the block and head rows (their matmul
+  weights; the norms' are < 0.5%), the full weights even under ZeRO-2/3, for the whole step;
+* ZeRO 0/1 with dp > 1: DDP's gradient buckets, ``GΨ`` (a second copy of the gradients);
+  ZeRO 2/3 (FSDP2): ZeRO-2 keeps every gathered fp32 weight from forward to backward (``PΨ``
+  more); with several micro-batches FSDP2 accumulates *unsharded* gradients (``GΨ``, not /d);
+* the logits the step holds: the micro-batch's output until its backward (pp = 1), or every
+  micro-batch's output for the whole step on the last pipeline rank (``torch.distributed.
+  pipelining`` keeps them to merge), ``L·(2 amp | 4 fp32)`` each;
+* the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
+  (``8·L``), live together with the saved log-softmax, at the start of each backward.
+
+The peak of an amp / fp32 step is the start of a backward: model states + in-flight activations
++ the loss transient + held logits, with the gradients of earlier micro-batches (none with one
+micro-batch), or the end of backward (all gradients, no activations), whichever is larger.
 
 Full recompute also needs one block's full activations while it is being recomputed (a working
 set of ``max_i A_none,i`` over the stage's block rows) — added once per GPU.
@@ -50,16 +89,33 @@ from __future__ import annotations
 import numpy as np
 
 from costmodels.compute import TableArrays, activation_bytes_none
+from costmodels.errors import PlanError
 
-BYTES_PARAM = 2.0      # bf16 weights
-BYTES_GRAD = 2.0       # bf16 gradients
-BYTES_OPTIMIZER = 12.0  # fp32 master weights + Adam m and v
+PRECISIONS = ("bf16-mixed", "amp", "fp32")
+# bytes per parameter: (weights, gradients, optimizer state)
+STATE_BYTES = {"bf16-mixed": (2.0, 2.0, 12.0),   # bf16 weights/grads; fp32 master + Adam m, v
+               "amp": (4.0, 4.0, 8.0),            # fp32 weights/grads; AdamW m, v
+               "fp32": (4.0, 4.0, 8.0)}
+BYTES_PARAM, BYTES_GRAD, BYTES_OPTIMIZER = STATE_BYTES["bf16-mixed"]
+AUTOCAST_CACHE_BYTES = 2.0   # autocast's cached bf16 copy of each matmul weight
+LOSS_SAVED_BYTES = 4.0       # fp32 per logit kept by the loss for backward (docstring)
+LOSS_GRAD_BYTES = 8.0        # fp32 grads of log-probs and of logits, loss backward (amp / fp32)
+LOGIT_BYTES = {"amp": 2.0, "fp32": 4.0}   # the head's output dtype
 
 
-def model_state_bytes(params: float, dp: int, zero: int) -> tuple[float, float, float]:
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise PlanError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def model_state_bytes(params: float, dp: int, zero: int,
+                      precision: str = "bf16-mixed") -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes per GPU for ``params`` parameters held by this GPU's
-    model-parallel shard, data parallel degree ``dp`` and ZeRO stage ``zero`` (ZeRO Table 1)."""
-    p, g, o = BYTES_PARAM * params, BYTES_GRAD * params, BYTES_OPTIMIZER * params
+    model-parallel shard, data parallel degree ``dp`` and ZeRO stage ``zero`` (ZeRO Table 1,
+    with ``STATE_BYTES[precision]`` per parameter)."""
+    bp, bg, bo = STATE_BYTES[check_precision(precision)]
+    p, g, o = bp * params, bg * params, bo * params
     if zero >= 1:
         o /= dp
     if zero >= 2:
@@ -69,19 +125,36 @@ def model_state_bytes(params: float, dp: int, zero: int) -> tuple[float, float, 
     return p, g, o
 
 
+def logits(arr: TableArrays, b: int) -> np.ndarray:
+    """Logits the loss reads per row and micro-batch of ``b`` sequences (b·s·vocab on the head)."""
+    t = arr.table
+    return np.array([float(b * t.seq * t.vocab) if (r.kind == "head" and t.vocab) else 0.0
+                     for r in t.rows])
+
+
 def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str,
-                     attention: str) -> np.ndarray:
-    """Bytes saved for backward per micro-batch, per row, on one GPU (formula in the docstring)."""
-    if recompute == "none":
-        return activation_bytes_none(arr, tp, sp, b, attention)
-    if recompute == "selective":  # the attention core is recomputed: what flash never saves
-        return activation_bytes_none(arr, tp, sp, b, "flash")
+                     attention: str, precision: str = "bf16-mixed") -> np.ndarray:
+    """Bytes saved for backward per micro-batch, per row, on one GPU (formula in the docstring),
+    the loss's saved logits included on the head row."""
+    check_precision(precision)
     k = b / arr.table.micro_batch
-    # full: block rows keep their input (the previous row's output)
-    base = activation_bytes_none(arr, tp, sp, b, attention)
-    inputs = np.concatenate(([arr.boundary[0]], arr.boundary[:-1]))
-    kept = k * inputs / (tp if sp else 1)
-    return np.where(arr.is_block, kept, base)
+    if recompute in ("none", "selective"):  # selective: drop what flash never saves
+        out = activation_bytes_none(arr, tp, sp, b, "flash" if recompute == "selective" else attention)
+    else:   # full: block rows keep their input (the previous row's output)
+        base = activation_bytes_none(arr, tp, sp, b, attention)
+        out = np.where(arr.is_block, k * _inputs(arr) / (tp if sp else 1), base)
+    if precision == "amp":
+        norms = np.where(arr.is_block, 1.0 if recompute == "full" else 2.0, 0.0)
+        norms += np.array([1.0 if r.kind == "head" else 0.0 for r in arr.table.rows])
+        out = out + norms * k * _inputs(arr) / (tp if sp else 1)
+    elif precision == "fp32":
+        out = out * 4.0 / arr.table.act_dtype_bytes
+    shard = tp if precision == "bf16-mixed" else 1   # autopar gathers the logits on every rank
+    return out + LOSS_SAVED_BYTES * logits(arr, b) / shard
+
+
+def _inputs(arr: TableArrays) -> np.ndarray:
+    return np.concatenate(([arr.boundary[0]], arr.boundary[:-1]))
 
 
 def recompute_working_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str,
@@ -114,18 +187,50 @@ def in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> list[int]:
 
 def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp: int, zero: int,
                  sp: bool, b: int, recompute: str, attention: str, inflight: list[int],
-                 reserve: float, act_rows: np.ndarray | None = None) -> dict[str, float]:
+                 reserve: float, act_rows: np.ndarray | None = None, precision: str = "bf16-mixed",
+                 m: int = 1, pp: int = 1, vpp: int = 1) -> dict[str, float]:
     """Memory breakdown of one GPU whose pipeline rank runs ``chunks`` (row ranges, one per
-    virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight."""
-    params = sum(float(arr.params[s:e].sum()) for s, e in chunks) / tp
-    p, g, o = model_state_bytes(params, dp, zero)
+    virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight; ``m`` micro-batches
+    per step, ``pp``/``vpp`` the plan's (used by the amp / fp32 runtime terms only)."""
+    sizes = np.concatenate([arr.params[s:e] for s, e in chunks])
+    params = float(sizes.sum()) / tp
+    p, g, o = model_state_bytes(params, dp, zero, precision)
     if zero >= 3:
-        sizes = np.sort(np.concatenate([arr.params[s:e] for s, e in chunks]))[::-1]
-        p += BYTES_PARAM * float(sizes[:2].sum()) / tp
+        p += STATE_BYTES[precision][0] * float(np.sort(sizes)[::-1][:2].sum()) / tp
     if act_rows is None:
-        act_rows = activation_bytes(arr, tp, sp, b, recompute, attention)
+        act_rows = activation_bytes(arr, tp, sp, b, recompute, attention, precision)
     act = sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
     act += recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
+    if precision != "bf16-mixed":
+        p, g, act = _runtime_peak(arr, chunks, params, p, g, o, act, tp=tp, dp=dp, zero=zero, b=b,
+                                  precision=precision, m=m, pp=pp, vpp=vpp)
     total = p + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "activations": act, "reserve": reserve,
             "total": total}
+
+
+def _runtime_peak(arr, chunks, params, p, g, o, act, *, tp, dp, zero, b, precision, m, pp, vpp):
+    """(params, grads, activations) at the peak of autopar's runtime step (the amp / fp32 terms
+    of the module docstring): the start of a backward or the end of the last one."""
+    bp, bg, _ = STATE_BYTES[precision]
+    rows = [i for s, e in chunks for i in range(s, e)]
+    kinds = [arr.table.rows[i].kind for i in rows]
+    if precision == "amp":   # autocast's cached bf16 weights, full even when ZeRO shards them
+        p += AUTOCAST_CACHE_BYTES * sum(float(arr.params[i]) for i, kd in zip(rows, kinds)
+                                        if kd in ("block", "head")) / tp
+    buckets = 0.0
+    if dp > 1 and zero < 2 and not (pp > 1 and vpp > 1):
+        buckets = bg * params                 # DDP's gradient buckets
+    if dp > 1 and zero == 2:
+        p += bp * params                      # FSDP2 keeps the gathered weights through backward
+    if dp > 1 and zero >= 2 and m > 1:
+        g = bg * params                       # unsharded gradients accumulate between syncs
+    held = transient = 0.0
+    if "head" in kinds:
+        lg = float(logits(arr, b).sum())
+        held = (m if pp > 1 else 1) * LOGIT_BYTES[precision] * lg
+        transient = LOSS_GRAD_BYTES * lg
+    at_backward = (g if m > 1 else 0.0) + act + transient
+    if at_backward >= g:
+        return p, buckets + (g if m > 1 else 0.0), act + transient + held
+    return p, buckets + g, held

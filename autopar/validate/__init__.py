@@ -3,7 +3,10 @@
 ``validate(spec, hardware, nproc, global_batch, plans=None, steps=5, warmup=2) -> dict``
 
 * **Predictions**: ``autopar.estimate.estimate_plans`` (trace + ``costmodels.estimate``) on the
-  given profile; ``predicted_step_s`` = its ``step_time_s``, ``predicted_memory_bytes`` = its
+  given profile, with the memory model in ``precision="amp"`` (what the ranks run: fp32 weights,
+  grads and AdamW state, autocast's bf16 weight cache, the unfused fp32 loss, DDP / FSDP2 /
+  pipelining buffers; ``"fp32"`` with ``amp=False``; costmodels/memory.py);
+  ``predicted_step_s`` = its ``step_time_s``, ``predicted_memory_bytes`` = its
   ``memory_bytes.total − memory_bytes.reserve`` (what the plan itself puts in memory; the
   reserve is a constant per process and is reported apart).
 * **Plans**: ``plans`` (a plans file, a list of plan dicts, …: ``costmodels.plan.load_plans``) or,
@@ -12,18 +15,23 @@
 * **Measurement**: ``nproc`` local ranks are spawned once (gloo on CPU, NCCL on GPU) and run every
   plan in turn in the same processes (start-up shared). Per plan each rank builds the model from
   the same seed, ``autopar.apply``s the plan, makes an AdamW optimizer over ``runner.parameters()``
-  and runs ``warmup`` untimed then ``steps`` timed optimizer steps on the same global batch, under
-  ``torch.autocast(bfloat16)`` (bf16 matmuls and activations, fp32 master weights, grads and Adam
-  state: the mixed precision the cost model assumes: 16 bytes of model state per parameter).
+  and runs ``warmup`` untimed steps, one untimed *memory step* (after at least one step, so the
+  optimizer state exists), then ``steps`` timed optimizer steps on the same global batch, under
+  ``torch.autocast(bfloat16)`` (bf16 matmuls, fp32 weights, grads and AdamW state: 16 bytes of
+  model state per parameter plus autocast's 2-byte weight cache; ``amp=False``: fp32).
   A step = ``train_step`` + ``opt.step()`` + ``opt.zero_grad()``, timed from a barrier; the
   step's time is the slowest rank's; ``measured_step_s`` is the fastest timed step (timeit's
   rule: on a shared machine interference only adds time; ``measured_step_s_median`` and every
   step's time are kept beside it).
-* **Memory** per rank — CPU: *peak RSS growth*: ``VmHWM`` after the timed steps (the high-water
-  mark reset with ``/proc/self/clear_refs`` once the runner and optimizer exist) minus ``VmRSS``
-  before the model was built (after ``gc.collect`` and ``malloc_trim``); GPU: torch's allocator
-  ``max_memory_allocated`` minus ``memory_allocated`` before the model. ``measured_memory_bytes``
-  is the largest over ranks (the estimate is that of the most loaded GPU).
+* **Memory** per rank, *peak live tensor bytes* since before the model was built — GPU: torch's
+  allocator ``max_memory_allocated`` minus ``memory_allocated`` before the model; CPU: the same
+  meaning from the profiler's allocation events (``autopar.validate.rank.LiveBytes``): their
+  running sum from before the model is built to the end of the memory step, peak inside that
+  step. ``measured_memory_bytes`` is the largest over ranks (the estimate is that of the most
+  loaded GPU); ``measured_live_at_step_start_bytes`` is what was live when the step began (model
+  state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over the timed steps minus ``VmRSS``
+  before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
+  not what the cost model predicts.
 * **Summary**: step-time MAPE and Spearman rank correlation, memory MAPE / worst error / Spearman.
 
 The result (``--json`` / ``-o``) is a plans file (docs/CONTRACTS.md) whose plans are the estimate
@@ -183,7 +191,8 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
                             f"{nproc}; validate plans for {nproc} ranks (autopar search --gpus {nproc})")
         p.num_micro_batches(global_batch)
     preds = estimate_plans(spec, profile.path or profile.name, nproc, global_batch,
-                           [Plan.from_dict(d) for d in plan_dicts], seq=seq)
+                           [Plan.from_dict(d) for d in plan_dicts], seq=seq,
+                           precision="amp" if amp else "fp32")
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= nproc
     if torch.cuda.is_available() and not cuda:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -215,18 +224,21 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
             d["measured_cpu_step_s"] = min(cpu_timed)
             d["measured_cpu_step_s_all"] = cpu_timed
             d["measured_step_s"] = wall_min if clock == "wall" else d["measured_cpu_step_s"]
-            d["measured_rss_growth_bytes"] = max(rec["peak_bytes_per_rank"])
-            d["measured_rss_growth_bytes_per_rank"] = rec["peak_bytes_per_rank"]
+            peaks = rec["peak_bytes_per_rank"]
+            d["measured_rss_growth_bytes"] = max(rec["rss_growth_bytes_per_rank"])
+            d["measured_rss_growth_bytes_per_rank"] = rec["rss_growth_bytes_per_rank"]
             st = [results[r][i].get("state") or {} for r in range(nproc)]
-            worst = max(range(nproc), key=lambda r: rec["peak_bytes_per_rank"][r])
+            worst = max(range(nproc), key=lambda r: peaks[r])
             mb = dict(st[worst])
-            mb["activations_and_other"] = rec["peak_bytes_per_rank"][worst] - sum(st[worst].values())
+            mb["activations_and_other"] = peaks[worst] - sum(st[worst].values())
             d["measured_memory_breakdown_bytes"] = mb
-            d["measured_memory_bytes"] = d["measured_rss_growth_bytes"]
-            d["measured_memory_bytes_per_rank"] = rec["peak_bytes_per_rank"]
+            if not cuda:  # live tensor bytes when the memory step began (model state, buffers)
+                d["measured_live_at_step_start_bytes"] = rec["live_at_step_start_bytes_per_rank"][worst]
+            d["measured_memory_bytes"] = max(peaks)
+            d["measured_memory_bytes_per_rank"] = peaks
             d["measured_memory_total_bytes"] = max(rec["peak_total_bytes_per_rank"])
             d["step_time_error"] = d["predicted_step_s"] / d["measured_step_s"] - 1.0
-            if d["measured_memory_bytes"] > 0:  # RSS growth can be 0 for a tiny plan: unmeasured
+            if d["measured_memory_bytes"] > 0:  # 0: the profiler saw nothing (unmeasured)
                 d["memory_error"] = d["predicted_memory_bytes"] / d["measured_memory_bytes"] - 1.0
             else:
                 d["measured_memory_bytes"] = None
@@ -253,11 +265,14 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
                           "system), slowest rank: what the step costs the rank, without the time "
                           "other processes on a shared host take from it, and without time spent "
                           "blocked (pipeline bubbles, waiting on peers)"),
-        "memory": ("torch.cuda.max_memory_allocated minus allocated before the model (torch's "
-                   "allocator stats), largest rank" if cuda else
-                   "peak RSS growth: VmHWM (reset after apply + optimizer creation) minus VmRSS "
-                   "before the model was built, largest rank; predicted = estimate memory total "
-                   "minus the profile's memory_reserve_bytes"),
+        "memory": ("peak live tensor bytes: torch.cuda.max_memory_allocated minus allocated before "
+                   "the model (torch's allocator stats), largest rank" if cuda else
+                   "peak live tensor bytes of one untimed step (torch profiler allocation events, "
+                   "running sum from before the model was built), largest rank; "
+                   "measured_rss_growth_bytes (VmHWM over the timed steps minus VmRSS before the "
+                   "model) beside it")
+                  + "; predicted = estimate memory total minus the profile's memory_reserve_bytes, "
+                    f"precision {'amp' if amp else 'fp32'}",
         "wall_s": round(wall, 2),
         "loadavg_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

@@ -1,15 +1,33 @@
 """The rank side of ``autopar validate``: what each spawned process runs and measures.
 
 Kept apart from ``autopar.validate`` (which picks plans, predicts, spawns and summarises) so the
-measuring loop — build, apply, warm up, timed steps, peak memory, model-state bytes — reads on
-its own. See ``autopar.validate``'s docstring for the method.
+measuring loop — build, apply, warm up, one memory step, timed steps, model-state bytes — reads
+on its own. See ``autopar.validate``'s docstring for the method.
+
+Memory on CPU is *peak live tensor bytes*, the meaning ``torch.cuda.max_memory_allocated`` has
+on a GPU, because the cost model predicts tensor bytes. torch 2.13 has no CPU allocator
+statistics, but its profiler (``profile_memory=True``) records every allocation and free of
+torch's CPU allocator as a ``[memory]`` event; their running sum in time order is the bytes
+live since the window opened. The window opens before the model is built and closes after one
+untimed *memory step* (preceded by at least one step, so the optimizer state exists and the step
+is a steady one); the peak of the running sum inside that step is the measurement. What the
+profiler does not see: allocations made on threads other than the one that runs the step (the
+CPU autograd engine runs backward on the calling thread, and gloo allocates its collective
+temporaries there too — tests/test_memory_precision.py checks both), malloc's own overhead and
+non-tensor buffers. Peak RSS growth (``VmHWM`` over the timed steps minus ``VmRSS`` before the
+model) is kept beside it: it adds the allocator's retained and fragmented heap, which is what
+made it 2–4× the live bytes for small models.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
 from typing import Any
+
+MEMORY_STEP = "autopar.validate.memory_step"
+
 
 def _malloc_trim():
     try:
@@ -26,6 +44,95 @@ def _reset_hwm() -> bool:
         return True
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """fd 2 to /dev/null (kineto prints a line to the C stderr at each profiler start / stop)."""
+    try:
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+class LiveBytes:
+    """Live CPU tensor bytes from the profiler's allocation events (see the module docstring).
+
+    ``with LiveBytes() as lb: ...; with lb.step(): <the memory step>`` then ``lb.result()`` ->
+    ``(peak, at_start)``: the most bytes live during the step and the bytes live when it began,
+    both counted from the window's opening (allocations made before it are not counted, nor are
+    their frees). ``enabled=False`` measures nothing (GPU: the allocator has its own stats)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.prof, self._events = enabled, None, None
+
+    def __enter__(self):
+        if self.enabled:
+            from torch.profiler import ProfilerActivity, profile
+            self.prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            with _quiet_stderr():
+                self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.prof is not None:
+            with _quiet_stderr():
+                self.prof.__exit__(*exc)
+        return False
+
+    def step(self):
+        import torch
+        return torch.profiler.record_function(MEMORY_STEP) if self.enabled else contextlib.nullcontext()
+
+    def result(self) -> tuple[int, int]:
+        """(peak live bytes in the memory step, live bytes at its start)."""
+        if self.prof is None:
+            return 0, 0
+        from torch._C._profiler import _EventType
+        span, allocs, todo = None, [], list(self.prof.profiler.kineto_results.experimental_event_tree())
+        while todo:
+            e = todo.pop()
+            todo.extend(e.children)
+            if e.tag == _EventType.Allocation:
+                f = e.extra_fields
+                if str(f.device) == "cpu":
+                    allocs.append((e.start_time_ns, f.ptr, f.alloc_size))
+            elif e.name == MEMORY_STEP and span is None:
+                span = (e.start_time_ns, e.end_time_ns)
+        if span is None:
+            raise RuntimeError("the profiler did not record the memory step")
+        return live_peak(sorted(allocs, key=lambda a: a[0]), *span)
+
+
+def live_peak(allocs, t0: int, t1: int) -> tuple[int, int]:
+    """(peak, at_start) of the bytes live in [t0, t1] from ``(time, ptr, ±bytes)`` events in time
+    order. A free counts only when its block was allocated in the window: the profiler also
+    reports frees of blocks an *earlier* profiling session saw allocated (an earlier plan's)."""
+    live: dict[int, int] = {}
+    total, at_start, peak = 0, None, 0
+    for t, ptr, n in allocs:
+        if t > t1:
+            break
+        if t >= t0 and at_start is None:
+            at_start = peak = total
+        if n > 0:
+            total += n - live.get(ptr, 0)   # a pointer reused without a seen free: replace it
+            live[ptr] = n
+        elif ptr in live:
+            total -= live.pop(ptr)
+        if t >= t0:
+            peak = max(peak, total)
+    if at_start is None:   # nothing allocated or freed in the step
+        at_start = peak = total
+    return peak, at_start
 
 
 def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, progress, amp):
@@ -56,12 +163,13 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
             importlib.import_module(mod)
         except ImportError:
             pass
-    bar = _Bar(progress and rank == 0, len(plan_dicts) * (warmup + steps), "validate")
+    extra = 1 if warmup else 2   # the memory step, after at least one step
+    bar = _Bar(progress and rank == 0, len(plan_dicts) * (warmup + extra + steps), "validate")
     out = []
     for i, pd in enumerate(plan_dicts):
         plan = Plan.from_dict(pd)
         rec: dict[str, Any] = {"index": i}
-        runner = opt = None
+        runner = opt = live = None
         try:
             gc.collect()
             _malloc_trim()
@@ -69,55 +177,68 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
-            else:
-                base = rss_bytes()
-            runner = apply(src.build("cpu", seed=seed, attention=plan.attention), plan,
-                           loss_fn=src.loss, spec=spec)
-            opt = torch.optim.AdamW(runner.parameters(), lr=1e-4)
-            n = global_batch // runner.dp_size
-            sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
-            x = tuple(t[sl] for t in inputs)
-            y = targets[sl] if targets is not None else None
-            gc.collect()
-            _malloc_trim()
-            hwm_reset = cuda or _reset_hwm()
-            times, cpu = [], []
-            for s in range(warmup + steps):
-                bar.step(f"plan {i + 1}/{len(plan_dicts)} step {s + 1}")
+            base_rss = rss_bytes()
+            times, cpu, state = [], [], {}
+
+            def step(label: str, timed: bool = True, count: bool = False):
+                bar.step(f"plan {i + 1}/{len(plan_dicts)} {label}")
                 dist.barrier()
                 t0, c0 = time.perf_counter(), time.process_time()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                     loss = runner.train_step(x, y)
-                if s == warmup + steps - 1:  # count gradient bytes, off the clock
-                    tp_, cp_ = time.perf_counter(), time.process_time()
-                    grads = _state_bytes(runner, opt)["grads"]
-                    t0 += time.perf_counter() - tp_
-                    c0 += time.process_time() - cp_
+                if count:   # gradients exist only between backward and zero_grad
+                    state["grads"] = _state_bytes(runner, opt)["grads"]
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 if cuda:
                     torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
+                if timed:
+                    times.append(time.perf_counter() - t0)
+                    cpu.append(time.process_time() - c0)
+                return loss
+
+            with LiveBytes(enabled=not cuda) as live:
+                runner = apply(src.build("cpu", seed=seed, attention=plan.attention), plan,
+                               loss_fn=src.loss, spec=spec)
+                opt = torch.optim.AdamW(runner.parameters(), lr=1e-4)
+                n = global_batch // runner.dp_size
+                sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
+                x = tuple(t[sl] for t in inputs)
+                y = targets[sl] if targets is not None else None
+                for s in range(warmup):   # timed, and dropped by validate
+                    step(f"warm-up {s + 1}")
+                if not warmup:
+                    step("first step", timed=False)
+                with live.step():
+                    step("memory step", timed=False, count=True)
+            peak_live, live_at_start = live.result()
+            live = None   # the profiler's events go before the timed steps
+            gc.collect()
+            _malloc_trim()
+            hwm_reset = _reset_hwm()
+            for s in range(steps):
+                loss = step(f"step {s + 1}")
+            rss_growth = rss_bytes("VmHWM") - base_rss
             if cuda:
                 peak = torch.cuda.max_memory_allocated() - base
                 total = torch.cuda.max_memory_reserved()
             else:
-                peak = rss_bytes("VmHWM") - base
-                total = rss_bytes("VmHWM")
-            rec.update(times=times, cpu=cpu, peak_bytes=peak, peak_total_bytes=total, baseline_bytes=base,
-                       loss=loss, hwm_reset=hwm_reset)
-            rec["state"] = dict(_state_bytes(runner, opt), grads=grads)
+                peak, total = peak_live, rss_bytes("VmHWM")
+            rec.update(times=times, cpu=cpu, peak_bytes=peak, peak_total_bytes=total,
+                       rss_growth_bytes=rss_growth, live_at_step_start_bytes=live_at_start,
+                       baseline_bytes=base_rss, loss=loss, hwm_reset=hwm_reset)
+            rec["state"] = dict(_state_bytes(runner, opt), grads=state.get("grads", 0))
         except Exception as e:  # recorded; the other plans still run
             rec["error"] = f"{type(e).__name__}: {e}"[:500]
         finally:
-            del runner, opt
+            del runner, opt, live
             gc.collect()
         # agree across ranks: step times (max), memory (max), any error
         ok = torch.tensor([0.0 if "error" in rec else 1.0], device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         if ok.item() == 1.0:
-            t = torch.tensor(rec["times"] + rec["cpu"] + [float(rec["peak_bytes"]), float(rec["peak_total_bytes"])],
+            mem_keys = ("peak_bytes", "peak_total_bytes", "rss_growth_bytes", "live_at_step_start_bytes")
+            t = torch.tensor(rec["times"] + rec["cpu"] + [float(rec[k]) for k in mem_keys],
                              dtype=torch.float64, device=device)
             per_rank = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
             dist.all_gather(per_rank, t)
@@ -125,8 +246,8 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
             k_ = len(rec["times"])
             rec["times_max"] = [max(p[k] for p in per_rank) for k in range(k_)]
             rec["cpu_max"] = [max(p[k_ + k] for p in per_rank) for k in range(k_)]
-            rec["peak_bytes_per_rank"] = [p[-2] for p in per_rank]
-            rec["peak_total_bytes_per_rank"] = [p[-1] for p in per_rank]
+            for j, k in enumerate(mem_keys):
+                rec[k + "_per_rank"] = [p[2 * k_ + j] for p in per_rank]
         elif "error" not in rec:
             rec["error"] = "failed on another rank"
         out.append(rec)
