@@ -249,11 +249,12 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     mems = []
     for r in range(p):
         infl = in_flight(plan.schedule, p, v, m, r)
+        later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
         mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profile.memory_reserve_bytes, act_rows=act_rows,
-                                 precision=precision, m=m, pp=p, vpp=v))
+                                 precision=precision, m=m, pp=p, vpp=v, inflight_later=later))
     rm = int(np.argmax([mm["total"] for mm in mems]))
     memory = mems[rm]
 

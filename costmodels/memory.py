@@ -188,10 +188,12 @@ def in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> list[int]:
 def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp: int, zero: int,
                  sp: bool, b: int, recompute: str, attention: str, inflight: list[int],
                  reserve: float, act_rows: np.ndarray | None = None, precision: str = "bf16-mixed",
-                 m: int = 1, pp: int = 1, vpp: int = 1) -> dict[str, float]:
+                 m: int = 1, pp: int = 1, vpp: int = 1,
+                 inflight_later: list[int] | None = None) -> dict[str, float]:
     """Memory breakdown of one GPU whose pipeline rank runs ``chunks`` (row ranges, one per
-    virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight; ``m`` micro-batches
-    per step, ``pp``/``vpp`` the plan's (used by the amp / fp32 runtime terms only)."""
+    virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight at its first backward.
+    amp / fp32 only: ``m`` micro-batches per step, ``pp``/``vpp`` the plan's, and
+    ``inflight_later[c]`` in flight at a later backward (``in_flight(..., m - 1, rank)``)."""
     sizes = np.concatenate([arr.params[s:e] for s, e in chunks])
     params = float(sizes.sum()) / tp
     p, g, o = model_state_bytes(params, dp, zero, precision)
@@ -199,38 +201,56 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
         p += STATE_BYTES[precision][0] * float(np.sort(sizes)[::-1][:2].sum()) / tp
     if act_rows is None:
         act_rows = activation_bytes(arr, tp, sp, b, recompute, attention, precision)
-    act = sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
-    act += recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
+    work = recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
+    act = work + sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
     if precision != "bf16-mixed":
-        p, g, act = _runtime_peak(arr, chunks, params, p, g, o, act, tp=tp, dp=dp, zero=zero, b=b,
-                                  precision=precision, m=m, pp=pp, vpp=vpp)
+        later = None
+        if m > 1:
+            later = work + sum(n * float(act_rows[s:e].sum())
+                               for (s, e), n in zip(chunks, inflight_later or inflight))
+        p, g, act = _runtime_peak(arr, chunks, params, p, g, act, later, tp=tp, dp=dp, zero=zero,
+                                  sp=sp, b=b, precision=precision, m=m, pp=pp, vpp=vpp)
     total = p + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "activations": act, "reserve": reserve,
             "total": total}
 
 
-def _runtime_peak(arr, chunks, params, p, g, o, act, *, tp, dp, zero, b, precision, m, pp, vpp):
+def _runtime_peak(arr, chunks, params, p, g, act, later, *, tp, dp, zero, sp, b, precision, m,
+                  pp, vpp):
     """(params, grads, activations) at the peak of autopar's runtime step (the amp / fp32 terms
-    of the module docstring): the start of a backward or the end of the last one."""
+    of the module docstring): the first backward (no gradients yet), a later one (``later``
+    activations in flight, the gradients of earlier micro-batches), the end of the last one (all
+    gradients, no activations) or the optimizer step, whichever holds most."""
     bp, bg, _ = STATE_BYTES[precision]
     rows = [i for s, e in chunks for i in range(s, e)]
     kinds = [arr.table.rows[i].kind for i in rows]
+    p_rest, g_rest = p, g
     if precision == "amp":   # autocast's cached bf16 weights, full even when ZeRO shards them
         p += AUTOCAST_CACHE_BYTES * sum(float(arr.params[i]) for i, kd in zip(rows, kinds)
                                         if kd in ("block", "head")) / tp
-    buckets = 0.0
+    buckets = recv = 0.0
     if dp > 1 and zero < 2 and not (pp > 1 and vpp > 1):
         buckets = bg * params                 # DDP's gradient buckets
-    if dp > 1 and zero == 2:
-        p += bp * params                      # FSDP2 keeps the gathered weights through backward
+    if dp > 1 and zero == 2:                  # FSDP2: the shards at rest, and the gathered
+        p_rest = bp * params / dp             # weights kept from forward through backward
+        p += p_rest
     if dp > 1 and zero >= 2 and m > 1:
         g = bg * params                       # unsharded gradients accumulate between syncs
+    if pp > 1:   # pipelining's receive buffers, one per micro-batch: fp32 residual stream
+        k = m * b / arr.table.micro_batch * 4.0 / arr.table.act_dtype_bytes / (tp if sp else 1)
+        n = len(arr.table.rows)
+        recv = k * sum(float(arr.boundary[s - 1]) * (s > 0) + float(arr.boundary[e - 1]) * (e < n)
+                       for s, e in chunks)
     held = transient = 0.0
     if "head" in kinds:
         lg = float(logits(arr, b).sum())
         held = (m if pp > 1 else 1) * LOGIT_BYTES[precision] * lg
         transient = LOSS_GRAD_BYTES * lg
-    at_backward = (g if m > 1 else 0.0) + act + transient
-    if at_backward >= g:
-        return p, buckets + (g if m > 1 else 0.0), act + transient + held
-    return p, buckets + g, held
+    # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
+    t_opt = 4.0 * params / (dp if zero >= 1 else 1)
+    moments = [(p, buckets, act + transient + held + recv),                 # first backward
+               (p, buckets + g, held + recv),                               # end of backward
+               (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv)]  # optimizer
+    if later is not None:
+        moments.append((p, buckets + g, later + transient + held + recv))   # a later backward
+    return max(moments, key=sum)

@@ -205,6 +205,7 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
                 sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
                 x = tuple(t[sl] for t in inputs)
                 y = targets[sl] if targets is not None else None
+                gc.collect()   # the unsharded model apply dropped sits in reference cycles
                 for s in range(warmup):   # timed, and dropped by validate
                     step(f"warm-up {s + 1}")
                 if not warmup:
