@@ -197,8 +197,9 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
     sizes = np.concatenate([arr.params[s:e] for s, e in chunks])
     params = float(sizes.sum()) / tp
     p, g, o = model_state_bytes(params, dp, zero, precision)
+    gather = 0.0
     if zero >= 3:
-        p += STATE_BYTES[precision][0] * float(np.sort(sizes)[::-1][:2].sum()) / tp
+        gather = STATE_BYTES[precision][0] * float(np.sort(sizes)[::-1][:2].sum()) / tp
     if act_rows is None:
         act_rows = activation_bytes(arr, tp, sp, b, recompute, attention, precision)
     work = recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
@@ -208,19 +209,23 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
         if m > 1:
             later = work + sum(n * float(act_rows[s:e].sum())
                                for (s, e), n in zip(chunks, inflight_later or inflight))
-        p, g, act = _runtime_peak(arr, chunks, params, p, g, act, later, tp=tp, dp=dp, zero=zero,
-                                  sp=sp, b=b, precision=precision, m=m, pp=pp, vpp=vpp)
+        p, g, act = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp, dp=dp,
+                                  zero=zero, sp=sp, b=b, precision=precision, m=m, pp=pp, vpp=vpp)
+    else:
+        p += gather
     total = p + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "activations": act, "reserve": reserve,
             "total": total}
 
 
-def _runtime_peak(arr, chunks, params, p, g, act, later, *, tp, dp, zero, sp, b, precision, m,
-                  pp, vpp):
+def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero, sp, b,
+                  precision, m, pp, vpp):
     """(params, grads, activations) at the peak of autopar's runtime step (the amp / fp32 terms
     of the module docstring): the first backward (no gradients yet), a later one (``later``
     activations in flight, the gradients of earlier micro-batches), the end of the last one (all
-    gradients, no activations) or the optimizer step, whichever holds most."""
+    gradients, no activations) or the optimizer step, whichever holds most. ZeRO-3's gathered
+    rows (``gather``) are not live at a backward's start: FSDP2 re-gathers a unit in its
+    pre-backward hook, after the loss backward that makes that moment's peak."""
     bp, bg, _ = STATE_BYTES[precision]
     rows = [i for s, e in chunks for i in range(s, e)]
     kinds = [arr.table.rows[i].kind for i in rows]
@@ -249,7 +254,7 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, *, tp, dp, zero, sp, b,
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     moments = [(p, buckets, act + transient + held + recv),                 # first backward
-               (p, buckets + g, held + recv),                               # end of backward
+               (p + gather, buckets + g, held + recv),                      # end of backward
                (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv)]  # optimizer
     if later is not None:
         moments.append((p, buckets + g, later + transient + held + recv))   # a later backward
