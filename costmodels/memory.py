@@ -55,18 +55,27 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
 
 * autocast's weight cache: ``2`` bytes per parameter of the block and head rows (their matmul
   weights; the norms' are < 0.5%), the full weights even under ZeRO-2/3, for the whole step;
-* ZeRO 0/1 with dp > 1: DDP's gradient buckets, ``GΨ`` (a second copy of the gradients);
-  ZeRO 2/3 (FSDP2): ZeRO-2 keeps every gathered fp32 weight from forward to backward (``PΨ``
-  more); with several micro-batches FSDP2 accumulates *unsharded* gradients (``GΨ``, not /d);
+* ZeRO 0/1 with dp > 1: DDP's gradient buckets, ``GΨ`` (a second copy of the gradients; none
+  when an interleaved schedule syncs after the step). ZeRO 2/3 run FSDP2: ZeRO-2 holds the shards
+  (``PΨ/d``) and every gathered weight from forward to backward (``PΨ``); ZeRO-3's gathered rows
+  are not live at a backward's start (FSDP2 re-gathers a row in its pre-backward hook, after the
+  loss backward). With several micro-batches FSDP2 accumulates *unsharded* gradients (``GΨ``);
+* pp > 1: ``torch.distributed.pipelining``'s receive buffers, one per micro-batch for every
+  input (chunk start > 0) and output-gradient (chunk end < rows) of the rank's chunks:
+  ``m·k·boundary·4/act_dtype_bytes`` each (the fp32 residual stream), ``/t`` with sp;
 * the logits the step holds: the micro-batch's output until its backward (pp = 1), or every
-  micro-batch's output for the whole step on the last pipeline rank (``torch.distributed.
-  pipelining`` keeps them to merge), ``L·(2 amp | 4 fp32)`` each;
+  micro-batch's output for the whole step on the last pipeline rank (pipelining keeps them to
+  merge), ``L·(2 amp | 4 fp32)`` each;
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
-  (``8·L``), live together with the saved log-softmax, at the start of each backward.
+  (``8·L``), live together with the saved log-softmax, at the start of each backward;
+* the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor.
 
-The peak of an amp / fp32 step is the start of a backward: model states + in-flight activations
-+ the loss transient + held logits, with the gradients of earlier micro-batches (none with one
-micro-batch), or the end of backward (all gradients, no activations), whichever is larger.
+The peak of an amp / fp32 step is the largest of four moments: the first backward's start
+(in-flight activations + loss transient + held logits, no gradients yet), a later backward's
+start (``inflight_later`` micro-batches in flight and the gradients of the earlier ones; with
+one micro-batch there is none), the end of backward (all gradients, no activations) and the
+optimizer step (autocast's cache and the gathered weights released). On the validate plans of
+a 4-layer GPT at vocab 8192 the first two win: the loss terms are the largest activations.
 
 Full recompute also needs one block's full activations while it is being recomputed (a working
 set of ``max_i A_none,i`` over the stage's block rows) — added once per GPU.
