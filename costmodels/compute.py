@@ -262,3 +262,17 @@ def optimizer_step_s(params_per_gpu: float, profile: HardwareProfile) -> float:
     ``optimizer_bandwidth_bytes_per_s`` (``autopar profile`` times torch.optim.AdamW itself and
     counts the same 40 bytes per parameter, so per-tensor overheads are folded in)."""
     return OPTIMIZER_BYTES_PER_PARAM * params_per_gpu / profile.optimizer_bw
+
+
+def autocast_step_s(params_per_gpu: float, micro_batches: int, precision: str,
+                    profile: HardwareProfile) -> float:
+    """The casts ``torch.autocast`` adds to a step of autopar's runtime (``precision="amp"``:
+    fp32 parameters, bf16 matmuls), element-wise traffic at the profile's element-wise bandwidth:
+    each weight cast to bf16 once per step (autocast caches it: read 4 + write 2 bytes), each
+    micro-batch's bf16 weight gradient cast back to fp32 (read 2 + write 4) and, from the second
+    micro-batch on, added into ``.grad`` (read 4 + 4, write 4). Megatron's bf16-mixed recipe keeps
+    bf16 weights and accumulates into fp32 main grads inside the weight-gradient GEMM: 0."""
+    if precision != "amp":
+        return 0.0
+    m = max(1, int(micro_batches))
+    return params_per_gpu * (6.0 + 6.0 * m + 12.0 * (m - 1)) / profile.elementwise_bw

@@ -25,7 +25,10 @@ For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
 Breakdown (of the slowest rank r*, sums to step_time): compute = m·Σ(fwd + bwd) + optimizer,
 recompute = m·Σ recompute, tp_exposed / pp_exposed / zero_exposed = m·(their exposed time),
 bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the most loaded GPU, in
-the ``precision`` recipe (memory.py; the time terms do not depend on it).
+the ``precision`` recipe (memory.py). The recipe also sets the time of what it changes: the
+bytes per gradient and weight that dp / ZeRO communication moves (``STATE_BYTES``: 2 in
+bf16-mixed, 4 in autopar's fp32-parameter runtime), and for "amp" autocast's casts
+(``compute.autocast_step_s``, added to the optimizer step). The search plans in bf16-mixed.
 """
 from __future__ import annotations
 
@@ -36,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from costmodels.comm import collective_time, plan_tiers
-from costmodels.compute import optimizer_step_s, row_times, table_arrays
+from costmodels.compute import autocast_step_s, optimizer_step_s, row_times, table_arrays
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
-from costmodels.memory import (BYTES_GRAD, BYTES_PARAM, activation_bytes, check_precision, in_flight,
+from costmodels.memory import (STATE_BYTES, activation_bytes, check_precision, in_flight,
                                stage_memory)
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
@@ -141,7 +144,8 @@ class ChunkCost:
 
 
 def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: int, end: int,
-               virtual_stage: int, tiers: dict[str, str] | None = None) -> ChunkCost:
+               virtual_stage: int, tiers: dict[str, str] | None = None,
+               precision: str = "bf16-mixed") -> ChunkCost:
     """Cost of rows [start, end) as virtual stage ``virtual_stage`` of ``plan`` (pure function)."""
     if tiers is None:
         tiers = plan_tiers(plan, profile.gpus_per_node)
@@ -172,7 +176,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     params = float(arr.params[start:end].sum()) / tp
     z_s = z_b = 0.0
     if plan.zero == 3 and plan.dp > 1:
-        zb, zt = collective_time("all_gather", BYTES_PARAM * arr.params[start:end] / tp, plan.dp,
+        zb, zt = collective_time("all_gather", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
                                  profile.tier(tiers["dp"]))
         zb, zt = float(np.sum(zb)), float(np.sum(zt))
         ov = profile.comm_overlap   # the share of the gathers compute can hide (comm docstring)
@@ -182,19 +186,21 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
                      tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params)
 
 
-def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str) -> tuple[str, float, float]:
+def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
+            precision: str = "bf16-mixed") -> tuple[str, float, float]:
     """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp."""
     if plan.dp <= 1:
         return "none", 0.0, 0.0
     t = profile.tier(tier)
-    g = BYTES_GRAD * params_per_gpu
+    bytes_param, bytes_grad, _ = STATE_BYTES[precision]
+    g = bytes_grad * params_per_gpu
     if plan.zero == 0:
         b, s = collective_time("all_reduce", g, plan.dp, t)
         return "all_reduce", b, s
     b1, s1 = collective_time("reduce_scatter", g, plan.dp, t)
     if plan.zero == 3:
         return "reduce_scatter", b1, s1
-    b2, s2 = collective_time("all_gather", BYTES_PARAM * params_per_gpu, plan.dp, t)
+    b2, s2 = collective_time("all_gather", bytes_param * params_per_gpu, plan.dp, t)
     return "reduce_scatter+all_gather", b1 + b2, s1 + s2
 
 
@@ -212,7 +218,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     p, v = plan.pp, plan.vpp
     tiers = plan_tiers(plan, profile.gpus_per_node)
     arr = table_arrays(table)
-    chunks = [chunk_cost(table, profile, plan, s, e, c, tiers) for c, (s, e) in enumerate(stages)]
+    chunks = [chunk_cost(table, profile, plan, s, e, c, tiers, precision) for c, (s, e) in enumerate(stages)]
     rank_chunks = [[c for c in range(len(stages)) if c % p == r] for r in range(p)]
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
     pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
@@ -221,10 +227,11 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     bwd_r = [profile.comm_overlap * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
              for cs in rank_chunks]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
-    dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"]) for r in range(p)]
+    dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
     dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) for r in range(p)]
     dp_exposed = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile) for r in range(p)]
+    opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile)
+             + autocast_step_s(params_r[r], m, precision, profile) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed + opt_s
     if step <= 0.0:   # a table with no FLOPs and no bytes (nothing to run): avoid dividing by 0
@@ -280,7 +287,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "exposed_s": dp_exposed})
         if plan.zero == 3:
             zt = m * sum(2 * float(np.sum(collective_time(
-                "all_gather", BYTES_PARAM * arr.params[s:e] / plan.tp, plan.dp,
+                "all_gather", STATE_BYTES[precision][0] * arr.params[s:e] / plan.tp, plan.dp,
                 profile.tier(tiers["dp"]))[1])) for (s, e) in (stages[c] for c in rank_chunks[rs]))
             comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
