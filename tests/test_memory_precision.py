@@ -71,6 +71,11 @@ def test_live_peak_on_events():
     ev = [(1, 0xA, -100), (2, 0xB, 50), (3, 0xC, 30), (4, 0xB, -50), (5, 0xD, 10), (9, 0xE, 99)]
     assert live_peak(ev, 3, 5) == (80, 50)     # the free of 0xA (unknown block) is ignored
     assert live_peak([], 0, 1) == (0, 0)
+    # 0xB is allocated again without a reported free (freed on an unwatched thread): it counts
+    # only at its own allocation, not from there on
+    ghost = [(1, 0xB, 40), (2, 0xC, 30), (3, 0xB, 10), (4, 0xC, -30)]
+    assert live_peak(ghost, 0, 9) == (40, 0)        # 40 at t=1 alone; then 30, 30 + 10, 10
+    assert live_peak(ghost, 3, 9) == (40, 30)
 
 
 def _gloo_rank():

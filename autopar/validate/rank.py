@@ -10,10 +10,13 @@ statistics, but its profiler (``profile_memory=True``) records every allocation 
 torch's CPU allocator as a ``[memory]`` event; their running sum in time order is the bytes
 live since the window opened. The window opens before the model is built and closes after one
 untimed *memory step* (preceded by at least one step, so the optimizer state exists and the step
-is a steady one); the peak of the running sum inside that step is the measurement. What the
-profiler does not see: allocations made on threads other than the one that runs the step (the
-CPU autograd engine runs backward on the calling thread, and gloo allocates its collective
-temporaries there too — tests/test_memory_precision.py checks both), malloc's own overhead and
+is a steady one) and one more untimed step (its tail); the peak of the running sum inside the
+memory step is the measurement. What the profiler does not see: allocations made on threads
+other than the one that runs the step (the CPU autograd engine runs backward on the calling
+thread, and gloo allocates its collective temporaries there too — tests/test_memory_precision.py
+checks both), frees on such threads (gloo's worker often drops a collective's tensors last:
+``live_peak`` counts a block whose address is allocated again while it looks live only at its
+allocation; the tail step is there to re-allocate those addresses), malloc's own overhead and
 non-tensor buffers. Peak RSS growth (``VmHWM`` over the timed steps minus ``VmRSS`` before the
 model) is kept beside it: it adds the allocator's retained and fragmented heap, which is what
 made it 2–4× the live bytes for small models.
@@ -115,19 +118,37 @@ class LiveBytes:
 def live_peak(allocs, t0: int, t1: int) -> tuple[int, int]:
     """(peak, at_start) of the bytes live in [t0, t1] from ``(time, ptr, ±bytes)`` events in time
     order. A free counts only when its block was allocated in the window: the profiler also
-    reports frees of blocks an *earlier* profiling session saw allocated (an earlier plan's)."""
+    reports frees of blocks an *earlier* profiling session saw allocated (an earlier plan's).
+    Some frees are never reported: gloo's worker thread, which the profiler does not watch,
+    drops the last reference to a collective's tensors when the caller has already dropped its
+    own. Such a block shows up when its address is allocated again while it still looks live;
+    it is counted at its allocation only (as freed at once: these are the buffers and clones a
+    collective uses and its caller drops right after it)."""
     live: dict[int, int] = {}
+    ghost: set[int] = set()
+    for i, (_, ptr, n) in enumerate(allocs):   # allocations whose free went unreported
+        if n > 0:
+            if ptr in live:
+                ghost.add(live[ptr])
+            live[ptr] = i
+        else:
+            live.pop(ptr, None)
+    sizes: dict[int, int] = {}
     total, at_start, peak = 0, None, 0
-    for t, ptr, n in allocs:
+    for i, (t, ptr, n) in enumerate(allocs):
         if t > t1:
             break
         if t >= t0 and at_start is None:
             at_start = peak = total
+        if i in ghost:
+            if t >= t0:
+                peak = max(peak, total + n)
+            continue
         if n > 0:
-            total += n - live.get(ptr, 0)   # a pointer reused without a seen free: replace it
-            live[ptr] = n
-        elif ptr in live:
-            total -= live.pop(ptr)
+            sizes[ptr] = n
+            total += n
+        elif ptr in sizes:
+            total -= sizes.pop(ptr)
         if t >= t0:
             peak = max(peak, total)
     if at_start is None:   # nothing allocated or freed in the step
@@ -163,7 +184,7 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
             importlib.import_module(mod)
         except ImportError:
             pass
-    extra = 1 if warmup else 2   # the memory step, after at least one step
+    extra = 2 if warmup else 3   # the memory step, after at least one step, and its tail
     bar = _Bar(progress and rank == 0, len(plan_dicts) * (warmup + extra + steps), "validate")
     out = []
     for i, pd in enumerate(plan_dicts):
@@ -212,6 +233,7 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
                     step("first step", timed=False)
                 with live.step():
                     step("memory step", timed=False, count=True)
+                step("memory tail", timed=False)   # re-allocates what gloo freed unseen
             peak_live, live_at_start = live.result()
             live = None   # the profiler's events go before the timed steps
             gc.collect()
