@@ -64,8 +64,9 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
   input (chunk start > 0) and output-gradient (chunk end < rows) of the rank's chunks:
   ``m·k·boundary·4/act_dtype_bytes`` each (the fp32 residual stream), ``/t`` with sp;
 * the logits the step holds: the micro-batch's output until its backward (pp = 1), or every
-  micro-batch's output for the whole step on the last pipeline rank (pipelining keeps them to
-  merge), ``L·(2 amp | 4 fp32)`` each;
+  micro-batch's output for the whole step on the last pipeline rank (pipelining keeps them, and
+  at the end of the step concatenates them into a second copy to return), ``L·(2 amp | 4 fp32)``
+  each;
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
   (``8·L``), live together with the saved log-softmax, at the start of each backward;
 * the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor.
@@ -260,10 +261,11 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
         lg = float(logits(arr, b).sum())
         held = (m if pp > 1 else 1) * LOGIT_BYTES[precision] * lg
         transient = LOSS_GRAD_BYTES * lg
+    merged = 2.0 if pp > 1 else 1.0   # pipelining returns the held outputs concatenated
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     moments = [(p, buckets, act + transient + held + recv),                 # first backward
-               (p + gather, buckets + g, held + recv),                      # end of backward
+               (p + gather, buckets + g, merged * held + recv),             # end of backward
                (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv)]  # optimizer
     if later is not None:
         moments.append((p, buckets + g, later + transient + held + recv))   # a later backward
