@@ -36,10 +36,13 @@ that backward) run at ``P·a`` instead of the row's matmul efficiency.
 Loss (head row, models with a vocabulary): the cross-entropy over ``b·s·V`` logits is
 memory-bound: cast to fp32 (read 2 + write 4 bytes per logit), log-softmax (max, sum-exp and
 write passes: 16), then backward: the one-hot gradient (4), log-softmax backward (12) and the
-cast back (6): ``LOSS_BYTES_PER_LOGIT = 44``, half forward, half backward, at ``W``. autopar's
+cast back (6): ``LOSS_BYTES_PER_LOGIT = 44``, half forward, half backward, at ``W`` — or, when
+the profile measured it, ``b·s·V / cross_entropy_logits_per_s`` (on a CPU exp and log make the
+loss compute-bound, about twice its bytes' time). autopar's
 runtime hands the user's loss function whole logits, so with ``t > 1`` every TP rank computes
 the full-vocabulary loss and the vocab-parallel logits are all-gathered first (forward TP
-time of the head row: an all-gather of ``b·s·V·dtype`` bytes). (Megatron's vocab-parallel
+time of the head row: an all-gather of ``b·s·V·dtype`` bytes, then the ``cat`` that joins the
+pieces: one more read and write of the logits at HBM bandwidth). (Megatron's vocab-parallel
 cross-entropy would divide both by t; for GPT-3-sized models the term is < 1% of a step.)
 
 Recompute (per micro-batch, block rows only):
@@ -211,7 +214,10 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         fix = fa / peak * (1.0 / profile.attention_efficiency - 1.0 / eff)
         fwd = fwd + fix
         bwd = bwd + ATTN_BWD_RATIO * fix
-    loss = k * arr.loss_logits * LOSS_BYTES_PER_LOGIT / 2 / ew   # fwd and bwd alike (docstring)
+    if profile.cross_entropy_logits_per_s:   # measured (autopar profile), fwd and bwd alike
+        loss = k * arr.loss_logits / profile.cross_entropy_logits_per_s / 2
+    else:                                    # bytes at the element-wise rate (docstring)
+        loss = k * arr.loss_logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss
     bwd = bwd + loss
 
@@ -231,7 +237,10 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
             tp_bytes, tp_time = arr.tp_collectives * one_b, arr.tp_collectives * one_s
         tp_time = np.where(nbytes > 0, tp_time, 0.0)
         # the runtime all-gathers the vocab-parallel logits for the loss (forward only)
-        gb, gt = collective_time("all_gather", k * arr.loss_logits * t.act_dtype_bytes, tp, tier)
+        # (a list all-gather along the last dim, then a cat: one more read + write of the logits)
+        lb = k * arr.loss_logits * t.act_dtype_bytes
+        gb, gt = collective_time("all_gather", lb, tp, tier)
+        gt = gt + 2.0 * lb / profile.hbm_bandwidth_bytes_per_s
         tp_fwd_b, tp_fwd_t = tp_bytes + gb, tp_time + np.where(arr.loss_logits > 0, gt, 0.0)
     else:
         tp_bytes, tp_time = zeros, zeros

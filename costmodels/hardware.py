@@ -50,6 +50,8 @@ elementwise_bandwidth_bytes_per_s = { value = ..., source = "..." }  # non-matmu
                                  # (layer norm, GeLU, softmax, adds, casts); default hbm bandwidth
 optimizer_bandwidth_bytes_per_s = { value = ..., source = "..." }    # the optimizer step per
                                  # OPTIMIZER_BYTES_PER_PARAM bytes per parameter; default hbm bandwidth
+cross_entropy_logits_per_s = { value = ..., source = "..." }  # the token loss, forward +
+                                 # backward; default: LOSS_BYTES_PER_LOGIT at element-wise bandwidth
 attention_efficiency = { value = ..., source = "..." }  # fused attention core, fraction of peak;
                                  # default: the row's matmul efficiency
 comm_overlap = { value = ..., source = "..." }  # fraction of dp / ZeRO communication that runs
@@ -118,6 +120,7 @@ class HardwareProfile:
     elementwise_bandwidth_bytes_per_s: float | None = None   # None: hbm bandwidth
     optimizer_bandwidth_bytes_per_s: float | None = None     # None: hbm bandwidth
     attention_efficiency: float | None = None                # None: the row's matmul efficiency
+    cross_entropy_logits_per_s: float | None = None          # None: bytes at element-wise bandwidth
     comm_overlap: float = 1.0
 
     @property
@@ -281,6 +284,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     elem_bw = figure(gpu, "gpu", "elementwise_bandwidth_bytes_per_s", optional=True)
     opt_bw = figure(gpu, "gpu", "optimizer_bandwidth_bytes_per_s", optional=True)
     attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
+    ce_rate = figure(gpu, "gpu", "cross_entropy_logits_per_s", optional=True)
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node", integer=True)
@@ -297,7 +301,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
         gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
         elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
-        attention_efficiency=attn_eff, comm_overlap=1.0 if overlap is None else overlap)
+        attention_efficiency=attn_eff, cross_entropy_logits_per_s=ce_rate, comm_overlap=1.0 if overlap is None else overlap)
 
 
 def _collectives(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:

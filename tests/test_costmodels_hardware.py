@@ -99,6 +99,7 @@ def _raw():
     (lambda d: d.pop("name"), "name"),
     (lambda d: d["gpu"].__setitem__("attention_efficiency", {"value": 1.5, "source": "x"}), "gpu.attention_efficiency.value"),
     (lambda d: d["gpu"].__setitem__("comm_overlap", {"value": -0.1, "source": "x"}), "gpu.comm_overlap.value"),
+    (lambda d: d["gpu"].__setitem__("cross_entropy_logits_per_s", {"value": 1e9}), "gpu.cross_entropy_logits_per_s.source"),
     (lambda d: d["gpu"].__setitem__("elementwise_bandwidth_bytes_per_s", {"value": 0, "source": "x"}), "gpu.elementwise_bandwidth_bytes_per_s.value"),
     (lambda d: d.__setitem__("collectives", {"allreduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x"}}), "collectives.allreduce"),
     (lambda d: d.__setitem__("collectives", {"all_reduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 0, "source": "x"}}), "collectives.all_reduce.beta_bytes_per_s"),

@@ -110,7 +110,7 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     raw["copy"]["bytes_per_s_per_rank"] = [r["copy"]["bytes_per_s"] for r in results]
     raw["copy"]["bytes_per_s"] = sum(raw["copy"]["bytes_per_s_per_rank"]) / nproc
     for key, field in (("elementwise", "bytes_per_s"), ("attention", "flops_per_s"),
-                       ("optimizer", "bytes_per_s")):
+                       ("optimizer", "bytes_per_s"), ("cross_entropy", "logits_per_s")):
         if key in raw:
             vals = [r[key][field] for r in results]
             raw[key][field + "_per_rank"] = vals
@@ -161,6 +161,11 @@ def _kernel_figures(raw: dict, peak_bf16: float) -> list[tuple[str, str, str]]:
         out.append(("optimizer_bandwidth_bytes_per_s", _g(op["bytes_per_s"]),
                     f"torch.optim.AdamW(lr=1e-4).step over {op['params']} fp32 parameters "
                     "(4 x 2^21 + 16 x 2^16), 40 bytes per parameter / time,"))
+        if "cross_entropy" in raw:
+            ce = raw["cross_entropy"]
+            out.append(("cross_entropy_logits_per_s", _g(ce["logits_per_s"]),
+                        f"F.cross_entropy(logits.float(), targets) forward + backward on {ce['logits']} "
+                        "bf16 logits (1024 x 16384), logits / time,"))
         out.append(("attention_efficiency", f"{min(1.0, at['flops_per_s'] / peak_bf16):.4f}",
                     "causal scaled_dot_product_attention bf16 forward + backward, B*H = 8, D = 64, "
                     "S = 256 and 512, 12*B*S^2*H*D FLOPs / time / peak bf16,"))

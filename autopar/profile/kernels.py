@@ -14,6 +14,9 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
   backward at ``B·H = 8`` heads of 64, ``S`` = 256 and 512, with the FLOPs the cost model counts
   for the attention core (``4·B·S²·H·D`` forward, twice that backward); the mean rate over the
   two sizes, as a fraction of this rank's bf16 matmul peak (done in ``build_profile``).
+* **cross-entropy rate** — logits per second of ``F.cross_entropy(logits.float(), targets)``
+  forward + backward on 1024 × 16384 bf16 logits, autopar's token loss: exp and log make it
+  compute-bound on a CPU, at roughly twice the time its bytes would take at the element-wise rate.
 * **optimizer bandwidth** — ``torch.optim.AdamW(lr=1e-4)``, as ``autopar validate`` and the
   examples build it, stepping fp32 tensors of 4 × ``2**21`` + 16 × ``2**16`` parameters (a few
   large weights and many small ones: on a CPU the rate depends on the tensor sizes through the
@@ -117,6 +120,20 @@ def attention_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
         t = _best(fn, device, min_time_s, cpu_clock)
         rows.append([s, flops, flops / t])
     return {"rows": rows, "flops_per_s": sum(r[2] for r in rows) / len(rows)}
+
+
+def cross_entropy_rate(device, min_time_s: float, cpu_clock: bool, rows: int = 1024,
+                       vocab: int = 16384) -> dict:
+    """Logits per second of autopar's token loss (``F.cross_entropy(logits.float(), targets)``,
+    forward and backward from bf16 logits), the loss term of the cost model's head row."""
+    logits = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, vocab, (rows,), device=device)
+
+    def fn():
+        F.cross_entropy(logits.float(), targets).backward()
+        logits.grad = None
+    t = _best(fn, device, min_time_s, cpu_clock)
+    return {"logits": rows * vocab, "seconds": t, "logits_per_s": rows * vocab / t}
 
 
 def optimizer_rate(device, min_time_s: float, cpu_clock: bool, bytes_per_param: float) -> dict:

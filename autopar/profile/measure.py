@@ -10,10 +10,14 @@ rates are what one rank gets while the others are busy too. On a GPU each rank o
   with other work) matmul and copy are timed by the thread's CPU time instead of wall time.
 * memory bandwidth: ``dst.copy_(src)`` of a large fp32 buffer; bytes = 2 · size (read + write).
 * collectives (fp32 buffers; ``S`` = whole buffer, nccl-tests' convention): all-reduce of S,
-  all-gather of S/n per rank into S, reduce-scatter of S into S/n, p2p send/recv of S between
+  all-gather of S/n per rank into S, reduce-scatter of S into S/n — both as autopar's tensor /
+  sequence-parallel rewrite issues them (``autopar.rewrite.collectives``: with NCCL the native
+  ``all_gather_into_tensor`` / ``reduce_scatter``; with gloo, whose native reduce-scatter is
+  about 3.5× slower per byte than its all-reduce, an all-reduce + own chunk, and a list
+  all-gather + ``cat``, copies included) — p2p send/recv of S between
   ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
   the same (agreed) repeat count; a run's time is the slowest rank's; the best run's time per op.
-* element-wise / attention / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
+* element-wise / attention / cross-entropy / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
 * process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
   process group, before any model exists (CPU) / CUDA memory in use but not allocated by
   tensors (GPU: context, NCCL).
@@ -107,16 +111,6 @@ def plan_sizes(device_type: str, quick: bool) -> dict:
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def _all_gather_single(out, inp):
-    f = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    f(out, inp)
-
-
-def _reduce_scatter_single(out, inp):
-    f = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    f(out, inp)
-
-
 def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     """Everything one rank measures (see the module docstring); the result is a plain dict."""
     import warnings
@@ -181,9 +175,12 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         kt = max(sz["min_time_s"], 0.1)
         out["elementwise"] = kernels.elementwise_rate(device, kt, cpu_clock)
         out["attention"] = kernels.attention_rate(device, kt, cpu_clock)
+        out["cross_entropy"] = kernels.cross_entropy_rate(device, kt, cpu_clock)
         out["optimizer"] = kernels.optimizer_rate(device, kt, cpu_clock, OPTIMIZER_BYTES_PER_PARAM)
         # ---- collectives ------------------------------------------------------------------
         coll: dict[str, list] = {}
+        from autopar.rewrite.collectives import _all_gather as rw_all_gather
+        from autopar.rewrite.collectives import _reduce_scatter as rw_reduce_scatter
         for kind in colls:
             rows = []
             for S in sz["coll"]:
@@ -193,14 +190,12 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
                 if kind == "all_reduce":
                     x = torch.ones(numel, device=device)
                     fn = lambda: dist.all_reduce(x)  # noqa: E731
-                elif kind == "all_gather":
+                elif kind == "all_gather":   # as the TP rewrite issues them (module docstring)
                     x = torch.ones(numel // n, device=device)
-                    y = torch.empty(numel, device=device)
-                    fn = lambda: _all_gather_single(y, x)  # noqa: E731
+                    fn = lambda: rw_all_gather(x, 0, dist.group.WORLD)  # noqa: E731
                 elif kind == "reduce_scatter":
                     x = torch.ones(numel, device=device)
-                    y = torch.empty(numel // n, device=device)
-                    fn = lambda: _reduce_scatter_single(y, x)  # noqa: E731
+                    fn = lambda: rw_reduce_scatter(x, 0, dist.group.WORLD)  # noqa: E731
                 else:
                     x = torch.ones(numel, device=device)
 
