@@ -16,7 +16,8 @@
   plan in turn in the same processes (start-up shared). Per plan each rank builds the model from
   the same seed, ``autopar.apply``s the plan, makes an AdamW optimizer over ``runner.parameters()``
   and runs ``warmup`` untimed steps, one untimed *memory step* (after at least one step, so the
-  optimizer state exists), then ``steps`` timed optimizer steps on the same global batch, under
+  optimizer state exists) and its untimed tail (``autopar.validate.rank``), then ``steps`` timed
+  optimizer steps on the same global batch, under
   ``torch.autocast(bfloat16)`` (bf16 matmuls, fp32 weights, grads and AdamW state: 16 bytes of
   model state per parameter plus autocast's 2-byte weight cache; ``amp=False``: fp32).
   A step = ``train_step`` + ``opt.step()`` + ``opt.zero_grad()``, timed from a barrier; the
