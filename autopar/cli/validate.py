@@ -61,18 +61,25 @@ def run(args) -> int:
                   "y" if p["sequence_parallel"] else "n",
                   f"{p['predicted_step_s']:.3f}s", f"{p['measured_step_s']:.3f}s",
                   f"{p['step_time_error']:+.0%}", human(p["predicted_memory_bytes"], "B"),
-                  human(p["measured_memory_bytes"], "B"), f"{p['memory_error']:+.0%}")
+                  human(p["measured_memory_bytes"], "B") if p.get("measured_memory_bytes") else "n/a",
+                  f"{p['memory_error']:+.0%}" if p.get("memory_error") is not None else "n/a")
     c = console()
     c.print(t)
     s = res["validate"]["summary"]
-    c.print(f"step time: MAPE {s['step_time_mape']:.1%}, Spearman {s['step_time_spearman']:.3f}, "
-            f"worst {s['step_time_max_error']:.0%}; memory: MAPE {s['memory_mape']:.1%}, worst "
-            f"{s['memory_max_error']:.0%} ({s['plans_measured']}/{s['plans']} plans ran)")
+    c.print(f"step time: MAPE {_f(s.get('step_time_mape'), '.1%')}, Spearman "
+            f"{_f(s.get('step_time_spearman'), '.3f')}, worst {_f(s.get('step_time_max_error'), '.0%')}; "
+            f"memory: MAPE {_f(s.get('memory_mape'), '.1%')}, worst {_f(s.get('memory_max_error'), '.0%')} "
+            f"({s['plans_measured']}/{s['plans']} plans ran)")
     for clock, f in s.get("by_clock", {}).items():
-        c.print(f"  step time by {clock} clock: MAPE {f['step_time_mape']:.1%}, Spearman "
-                f"{f['step_time_spearman']:.3f}, worst {f['step_time_max_error']:.0%}")
+        c.print(f"  step time by {clock} clock: MAPE {_f(f.get('step_time_mape'), '.1%')}, Spearman "
+                f"{_f(f.get('step_time_spearman'), '.3f')}, worst {_f(f.get('step_time_max_error'), '.0%')}")
     c.print(f"step time measured by: {res['validate']['method']['clock_meaning']}")
     c.print(f"memory measured as: {res['validate']['method']['memory']}")
     if args.output:
         c.print(f"wrote {args.output}")
     return 0
+
+
+def _f(x, spec: str) -> str:
+    """A summary figure, or n/a where nothing was measured."""
+    return "n/a" if x is None else format(x, spec)

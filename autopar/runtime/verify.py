@@ -116,6 +116,10 @@ def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
         pickle.dump(result, f)
     import torch.distributed as dist
     if dist.is_initialized():
+        try:   # every rank done with its collectives before gloo's threads are torn down
+            dist.barrier()
+        except Exception:  # noqa: BLE001
+            pass
         dist.destroy_process_group()
 
 
@@ -130,9 +134,13 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
             mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args),
                                nprocs=nproc, join=True, start_method="spawn")
         except Exception as e:  # noqa: BLE001
-            if not partial:
+            # a rank that wrote its result and then died tearing down gloo (an abort in
+            # destroy_process_group, seen about once in 7 runs on a loaded 2-core host) lost
+            # nothing: only a rank without a result is a failure
+            done = all(os.path.exists(os.path.join(out_dir, f"rank{r}.pkl")) for r in range(nproc))
+            if not done and not partial:
                 raise
-            error = e
+            error = None if done else e
         results = []
         for r in range(nproc):
             path = os.path.join(out_dir, f"rank{r}.pkl")
