@@ -37,8 +37,8 @@ Loss (head row, models with a vocabulary): the cross-entropy over ``b·s·V`` lo
 memory-bound: cast to fp32 (read 2 + write 4 bytes per logit), log-softmax (max, sum-exp and
 write passes: 16), then backward: the one-hot gradient (4), log-softmax backward (12) and the
 cast back (6): ``LOSS_BYTES_PER_LOGIT = 44``, half forward, half backward, at ``W`` — or, when
-the profile measured it, ``b·s·V / cross_entropy_logits_per_s`` (on a CPU exp and log make the
-loss compute-bound, about twice its bytes' time). autopar's
+the profile measured it, ``b·s·V / rate(b·s·V)`` from its ``[gpu.cross_entropy]`` curve (on a
+CPU exp and log make the loss compute-bound, and it slows ~3x once the logits leave the caches). autopar's
 runtime hands the user's loss function whole logits, so with ``t > 1`` every TP rank computes
 the full-vocabulary loss and the vocab-parallel logits are all-gathered first (forward TP
 time of the head row: an all-gather of ``b·s·V·dtype`` bytes, then the ``cat`` that joins the
@@ -214,8 +214,9 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         fix = fa / peak * (1.0 / profile.attention_efficiency - 1.0 / eff)
         fwd = fwd + fix
         bwd = bwd + ATTN_BWD_RATIO * fix
-    if profile.cross_entropy_logits_per_s:   # measured (autopar profile), fwd and bwd alike
-        loss = k * arr.loss_logits / profile.cross_entropy_logits_per_s / 2
+    if profile.ce_logits:   # measured (autopar profile) at this size, fwd and bwd alike
+        n = k * arr.loss_logits
+        loss = np.where(n > 0, n / profile.cross_entropy_logits_per_s(n) / 2, 0.0)
     else:                                    # bytes at the element-wise rate (docstring)
         loss = k * arr.loss_logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss

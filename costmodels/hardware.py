@@ -50,12 +50,15 @@ elementwise_bandwidth_bytes_per_s = { value = ..., source = "..." }  # non-matmu
                                  # (layer norm, GeLU, softmax, adds, casts); default hbm bandwidth
 optimizer_bandwidth_bytes_per_s = { value = ..., source = "..." }    # the optimizer step per
                                  # OPTIMIZER_BYTES_PER_PARAM bytes per parameter; default hbm bandwidth
-cross_entropy_logits_per_s = { value = ..., source = "..." }  # the token loss, forward +
-                                 # backward; default: LOSS_BYTES_PER_LOGIT at element-wise bandwidth
 attention_efficiency = { value = ..., source = "..." }  # fused attention core, fraction of peak;
                                  # default: the row's matmul efficiency
 comm_overlap = { value = ..., source = "..." }  # fraction of dp / ZeRO communication that runs
                                  # hidden behind compute (0..1); default 1 (separate NCCL streams)
+
+[gpu.cross_entropy]              # the token loss, forward + backward, by logits per call
+logits = [...]                   # (increasing; log-linear interpolation, clamped); default:
+logits_per_s = [...]             # LOSS_BYTES_PER_LOGIT bytes per logit at element-wise bandwidth
+source = "..."
 
 [collectives.all_reduce]         # (all_gather, reduce_scatter, p2p): measured per collective;
 alpha_s = ...                    # inside a node these replace the tier's one alpha-beta
@@ -120,7 +123,16 @@ class HardwareProfile:
     elementwise_bandwidth_bytes_per_s: float | None = None   # None: hbm bandwidth
     optimizer_bandwidth_bytes_per_s: float | None = None     # None: hbm bandwidth
     attention_efficiency: float | None = None                # None: the row's matmul efficiency
-    cross_entropy_logits_per_s: float | None = None          # None: bytes at element-wise bandwidth
+    ce_logits: tuple[float, ...] = ()                        # cross-entropy curve (may be empty:
+    ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
+
+    def cross_entropy_logits_per_s(self, logits):
+        """Measured loss rate for calls of ``logits`` logits (log-linear, clamped); None when
+        the profile has no [gpu.cross_entropy] curve."""
+        if not self.ce_logits:
+            return None
+        x = np.log10(np.maximum(np.asarray(logits, dtype=float), 1.0))
+        return np.interp(x, np.log10(self.ce_logits), self.ce_rates)
     comm_overlap: float = 1.0
 
     @property
@@ -284,7 +296,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     elem_bw = figure(gpu, "gpu", "elementwise_bandwidth_bytes_per_s", optional=True)
     opt_bw = figure(gpu, "gpu", "optimizer_bandwidth_bytes_per_s", optional=True)
     attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
-    ce_rate = figure(gpu, "gpu", "cross_entropy_logits_per_s", optional=True)
+    ce = _curve(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node", integer=True)
@@ -301,7 +313,31 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
         gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
         elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
-        attention_efficiency=attn_eff, cross_entropy_logits_per_s=ce_rate, comm_overlap=1.0 if overlap is None else overlap)
+        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap)
+
+
+def _curve(sect: dict[str, Any], name: str, keys: tuple[str, str], err, sources) -> tuple:
+    """An optional measured curve ``[gpu.<name>]``: two equal-length lists of positive numbers,
+    the first strictly increasing, and a source."""
+    t = sect.get(name)
+    if t is None:
+        return (), ()
+    full = f"gpu.{name}"
+    if not isinstance(t, dict):
+        raise err(full, "must be a table")
+    xs, ys = t.get(keys[0]), t.get(keys[1])
+    for key, v in ((keys[0], xs), (keys[1], ys)):
+        if not isinstance(v, list) or not v or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
+            raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
+    if len(xs) != len(ys):
+        raise err(f"{full}.{keys[1]}", f"must have {len(xs)} entries (one per {keys[0]} entry)")
+    if any(b <= a for a, b in zip(xs, xs[1:])):
+        raise err(f"{full}.{keys[0]}", "must be strictly increasing")
+    if not isinstance(t.get("source"), str) or not t["source"].strip():
+        raise err(full + ".source", "is missing or empty")
+    sources[full] = t["source"]
+    return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
 
 
 def _collectives(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:

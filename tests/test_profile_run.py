@@ -39,7 +39,9 @@ def test_profile_round_trips_through_the_loader(raw, tmp_path):
     # the measured rates the cost model reads
     assert prof.elementwise_bandwidth_bytes_per_s == pytest.approx(raw["elementwise"]["bytes_per_s"])
     assert prof.optimizer_bandwidth_bytes_per_s == pytest.approx(raw["optimizer"]["bytes_per_s"])
-    assert prof.cross_entropy_logits_per_s == pytest.approx(raw["cross_entropy"]["logits_per_s"])
+    ce = raw["cross_entropy"]["rows"]
+    assert list(prof.ce_logits) == [r[0] for r in ce]
+    assert prof.cross_entropy_logits_per_s(ce[1][0]) == pytest.approx(ce[1][1])
     assert prof.attention_efficiency == pytest.approx(
         min(1.0, raw["attention"]["flops_per_s"] / summary["peak_flops_per_s"]["bf16"]), abs=1e-4)
     assert 0.0 <= prof.comm_overlap <= 1.0

@@ -34,6 +34,7 @@ def _measured_like(name):
         p, comm_overlap=0.3, attention_efficiency=0.25,
         elementwise_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 3,
         optimizer_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 2,
+        ce_logits=(1e6, 1e8), ce_rates=(4e10, 1e10),
         intra_node=LinkTier("intra_node", t.bandwidth_bytes_per_s, t.latency_s, own))
 
 

@@ -110,11 +110,14 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     raw["copy"]["bytes_per_s_per_rank"] = [r["copy"]["bytes_per_s"] for r in results]
     raw["copy"]["bytes_per_s"] = sum(raw["copy"]["bytes_per_s_per_rank"]) / nproc
     for key, field in (("elementwise", "bytes_per_s"), ("attention", "flops_per_s"),
-                       ("optimizer", "bytes_per_s"), ("cross_entropy", "logits_per_s")):
+                       ("optimizer", "bytes_per_s")):
         if key in raw:
             vals = [r[key][field] for r in results]
             raw[key][field + "_per_rank"] = vals
             raw[key][field] = sum(vals) / len(vals)
+    if "cross_entropy" in raw:   # mean over ranks, size by size
+        for i, row in enumerate(raw["cross_entropy"]["rows"]):
+            row[1] = sum(r["cross_entropy"]["rows"][i][1] for r in results) / len(results)
     raw["footprint_bytes_per_rank"] = [r["footprint_bytes"] for r in results]
     raw["footprint_bytes"] = max(raw["footprint_bytes_per_rank"])
     raw["host"] = socket.gethostname()
@@ -161,11 +164,6 @@ def _kernel_figures(raw: dict, peak_bf16: float) -> list[tuple[str, str, str]]:
         out.append(("optimizer_bandwidth_bytes_per_s", _g(op["bytes_per_s"]),
                     f"torch.optim.AdamW(lr=1e-4).step over {op['params']} fp32 parameters "
                     "(4 x 2^21 + 16 x 2^16), 40 bytes per parameter / time,"))
-        if "cross_entropy" in raw:
-            ce = raw["cross_entropy"]
-            out.append(("cross_entropy_logits_per_s", _g(ce["logits_per_s"]),
-                        f"F.cross_entropy(logits.float(), targets) forward + backward on {ce['logits']} "
-                        "bf16 logits (1024 x 16384), logits / time,"))
         out.append(("attention_efficiency", f"{min(1.0, at['flops_per_s'] / peak_bf16):.4f}",
                     "causal scaled_dot_product_attention bf16 forward + backward, B*H = 8, D = 64, "
                     "S = 256 and 512, 12*B*S^2*H*D FLOPs / time / peak bf16,"))
@@ -230,6 +228,14 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     L.append("flops = [" + ", ".join(_g(x) for x in eff_f) + "]")
     L.append("efficiency = [" + ", ".join(f"{x:.4f}" for x in eff_v) + "]")
     L.append(f"source = {_s(f'{how}: torch.matmul bf16 square n=' + ','.join(str(r[0]) for r in bf) + f' (2*n^3 FLOPs) per rank ({who}), achieved / peak bf16')}")
+    if "cross_entropy" in raw:
+        ce = raw["cross_entropy"]
+        vocab = ce["vocab"]
+        L.append("")
+        L.append("[gpu.cross_entropy]")
+        L.append("logits = [" + ", ".join(_g(r[0]) for r in ce["rows"]) + "]")
+        L.append("logits_per_s = [" + ", ".join(_g(r[1]) for r in ce["rows"]) + "]")
+        L.append(f"source = {_s(f'{how}: F.cross_entropy(logits.float(), targets) forward + backward on bf16 logits, vocabulary {vocab}, logits per call / time, per rank ({who}), mean over ranks')}")
     L.append("")
     L.append("[node]")
     L.append(f"gpus_per_node = {{ value = {raw['gpus_per_node']}, source = {_s(how + (': torch.cuda.device_count()' if cuda else f': --nproc {n} ranks on this host'))} }}")

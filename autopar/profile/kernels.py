@@ -15,8 +15,9 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
   for the attention core (``4·B·S²·H·D`` forward, twice that backward); the mean rate over the
   two sizes, as a fraction of this rank's bf16 matmul peak (done in ``build_profile``).
 * **cross-entropy rate** — logits per second of ``F.cross_entropy(logits.float(), targets)``
-  forward + backward on 1024 × 16384 bf16 logits, autopar's token loss: exp and log make it
-  compute-bound on a CPU, at roughly twice the time its bytes would take at the element-wise rate.
+  forward + backward on bf16 logits (vocabulary 8192; 2^19 .. 2^25 logits on a CPU, 2^21 ..
+  2^27 on a GPU), autopar's token loss, as a curve over the logits per call: on a CPU exp and
+  log make it compute-bound, and it runs ~3x slower once the fp32 logits leave the caches.
 * **optimizer bandwidth** — ``torch.optim.AdamW(lr=1e-4)``, as ``autopar validate`` and the
   examples build it, stepping fp32 tensors of 4 × ``2**21`` + 16 × ``2**16`` parameters (a few
   large weights and many small ones: on a CPU the rate depends on the tensor sizes through the
@@ -122,18 +123,24 @@ def attention_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
     return {"rows": rows, "flops_per_s": sum(r[2] for r in rows) / len(rows)}
 
 
-def cross_entropy_rate(device, min_time_s: float, cpu_clock: bool, rows: int = 1024,
-                       vocab: int = 16384) -> dict:
+def cross_entropy_rate(device, min_time_s: float, cpu_clock: bool, vocab: int = 8192) -> dict:
     """Logits per second of autopar's token loss (``F.cross_entropy(logits.float(), targets)``,
-    forward and backward from bf16 logits), the loss term of the cost model's head row."""
-    logits = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
-    targets = torch.randint(0, vocab, (rows,), device=device)
+    forward and backward from bf16 logits) at several sizes: the rate falls by ~3x once the fp32
+    logits leave the caches, so the cost model reads it as a curve over logits per call."""
+    sizes = [1 << 21, 1 << 23, 1 << 25, 1 << 27] if device.type == "cuda" else \
+        [1 << 19, 1 << 21, 1 << 23, 1 << 25]
+    rows = []
+    for n in sizes:
+        logits = torch.randn(n // vocab, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
+        targets = torch.randint(0, vocab, (n // vocab,), device=device)
 
-    def fn():
-        F.cross_entropy(logits.float(), targets).backward()
-        logits.grad = None
-    t = _best(fn, device, min_time_s, cpu_clock)
-    return {"logits": rows * vocab, "seconds": t, "logits_per_s": rows * vocab / t}
+        def fn():
+            F.cross_entropy(logits.float(), targets).backward()
+            logits.grad = None
+        t = _best(fn, device, min_time_s, cpu_clock)
+        rows.append([n, n / t])
+        del logits, targets
+    return {"vocab": vocab, "rows": rows}
 
 
 def optimizer_rate(device, min_time_s: float, cpu_clock: bool, bytes_per_param: float) -> dict:
