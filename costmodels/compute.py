@@ -57,7 +57,10 @@ Tensor-parallel collectives per row and micro-batch (Megatron f/g operators): ``
 direction = number of TP pairs in the row (or 1 when the row has ``tp_comm_bytes`` but no pairs,
 e.g. a vocab-parallel embedding), each of ``k·tp_comm_bytes_i`` bytes: ring all-reduce, or with
 sequence parallel an all-gather + reduce-scatter (same bytes, twice the steps). They sit on the
-critical path (not overlapped). Full recompute repeats the forward ones.
+critical path (not overlapped). Full recompute repeats the forward ones. With sequence parallel
+each parameter tensor TP leaves whole (``tp_replicated_tensors``: norms, row-parallel biases)
+sees only its rank's part of the sequence, so its gradient is all-reduced in the backward, once
+per tensor and micro-batch (4·h bytes each: latency-bound).
 
 Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier),
 cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
@@ -100,6 +103,7 @@ class TableArrays:
     mm_flops: np.ndarray           # 2·m·n·k of each matmul at the table's micro-batch, no tp
     attn_core_flops: np.ndarray    # forward FLOPs of Q·Kᵀ and scores·V per row (blocks), table b0
     loss_logits: np.ndarray        # logits the loss reads per row (b0·s·vocab on the head row)
+    tp_replicated: np.ndarray      # parameter tensors TP leaves whole per row (blocks)
 
 
 _ARRAYS: dict[int, TableArrays] = {}
@@ -136,7 +140,8 @@ def table_arrays(table: LayerTable) -> TableArrays:
                     core=f("act_attention_core_bytes"), boundary=f("boundary_bytes"),
                     tp_comm_bytes=f("tp_comm_bytes"), tp_collectives=ncoll, is_block=is_block,
                     mm_row=np.array(mm_row, dtype=int), mm_flops=np.array(mm_flops, dtype=float),
-                    attn_core_flops=core_flops, loss_logits=logits)
+                    attn_core_flops=core_flops, loss_logits=logits,
+                    tp_replicated=f("tp_replicated_tensors"))
     if len(_ARRAYS) > 64:
         _ARRAYS.clear()
     _ARRAYS[id(table)] = a
@@ -243,9 +248,13 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         gb, gt = collective_time("all_gather", lb, tp, tier)
         gt = gt + 2.0 * lb / profile.hbm_bandwidth_bytes_per_s
         tp_fwd_b, tp_fwd_t = tp_bytes + gb, tp_time + np.where(arr.loss_logits > 0, gt, 0.0)
+        tp_bwd_b, tp_bwd_t = tp_bytes, tp_time
+        if sp:   # the gradients of the parameters TP leaves whole, one all-reduce each (fp32)
+            rb, rt = collective_time("all_reduce", 4.0 * float(t.hidden or 1), tp, tier)
+            tp_bwd_b, tp_bwd_t = tp_bytes + arr.tp_replicated * rb, tp_time + arr.tp_replicated * rt
     else:
         tp_bytes, tp_time = zeros, zeros
-        tp_fwd_b, tp_fwd_t = zeros, zeros
+        tp_fwd_b, tp_fwd_t = tp_bwd_b, tp_bwd_t = zeros, zeros
 
     if recompute == "full":
         rec = np.where(arr.is_block, fwd, 0.0)
@@ -259,8 +268,8 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     else:
         rec = zeros
         tp_rec_s = tp_rec_b = zeros
-    return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_fwd_t, tp_bwd_s=tp_time,
-                    tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_fwd_b, tp_bytes_bwd=tp_bytes,
+    return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_fwd_t, tp_bwd_s=tp_bwd_t,
+                    tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_fwd_b, tp_bytes_bwd=tp_bwd_b,
                     tp_bytes_recompute=tp_rec_b)
 
 

@@ -66,6 +66,8 @@ class LayerRow:
     tied_params: tuple[str, ...] = ()  # names of parameters shared with another row
     tp_comm_bytes: int = 0         # bytes of one TP all-reduce in this row (b·s·h·dtype), 0 if none
     matmul_dims: tuple[tuple[int, int, int], ...] = ()  # (m, n, k) of the row's matmuls, for efficiency curves
+    tp_replicated_tensors: int = 0  # parameter tensors of a block TP leaves whole (norms, row biases):
+                                    # with sequence parallel each needs its gradient all-reduced
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,17 @@ def _boundaries(result: TraceResult) -> list[int]:
     return cut
 
 
+def _replicated_tensors(gm, found) -> int:
+    """Parameter tensors of a block that Megatron TP leaves whole: all but the column-parallel
+    linears' weights and biases and the row-parallel linears' weights."""
+    sharded = set()
+    for p in found:
+        for c in p.columns:
+            sharded.update({f"{module_path(c)}.weight", f"{module_path(c)}.bias"})
+        sharded.add(f"{module_path(p.row)}.weight")
+    return sum(1 for name, _ in gm.named_parameters() if module_path(name) not in sharded)
+
+
 def build_table(source, spec: str, micro_batch: int, result: TraceResult,
                 act_dtype: torch.dtype) -> LayerTable:
     """The LayerTable of a finished trace (``result.table`` is not read)."""
@@ -102,6 +113,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     act_tp = [0] * nrows
     act_core = [0] * nrows
     tp_comm = [0] * nrows
+    replicated = [0] * nrows
     heads_found = kv_found = None
     for r, gm in result.blocks.items():
         found = find_tp_pairs(gm)
@@ -119,6 +131,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
             if node in core and not (node in core_s and rec.internal(s)):
                 act_core[r] += s.nbytes
         tp_comm[r] = max((rec.out_bytes.get((r, p.row_node), 0) for p in found), default=0)
+        if found:
+            replicated[r] = _replicated_tensors(gm, found)
 
     # blocks not measured: copies of their group's measured block
     for r, info in enumerate(rows):
@@ -127,6 +141,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
             fwd[r], bwd[r], mm[r] = fwd[q], bwd[q], list(mm[q])
             per_row[r] = per_row[q]
             act_tp[r], act_core[r], tp_comm[r] = act_tp[q], act_core[q], tp_comm[q]
+            replicated[r] = replicated[q]
             pairs[r] = pairs[q]
 
     params, tied = _row_params(result)
@@ -136,7 +151,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
         bwd_flops=float(bwd[r]), saved_activation_bytes=int(sum(s.nbytes for s in per_row[r])),
         act_tp_bytes=int(act_tp[r]), act_attention_core_bytes=int(act_core[r]),
         boundary_bytes=int(bounds[r]), tp_pairs=pairs.get(r, ()), tied_params=tied[r],
-        tp_comm_bytes=int(tp_comm[r]), matmul_dims=tuple(mm[r])) for r, info in enumerate(rows))
+        tp_comm_bytes=int(tp_comm[r]), matmul_dims=tuple(mm[r]),
+        tp_replicated_tensors=int(replicated[r])) for r, info in enumerate(rows))
 
     cfg = getattr(source, "config", None)
     if cfg is not None:
