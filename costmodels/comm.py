@@ -32,6 +32,8 @@ GPU after tp/pp sharding, 2-byte grads and weights):
   the last micro-batch: exposed = max(0, t_dp − ov · bwd time of one micro-batch on this
   stage), ``ov`` = the profile's ``comm_overlap`` (1 by default: NCCL on its own streams; a
   CPU host running gloo beside one compute thread per core measures about 0).
+* ZeRO-2/3 run on FSDP2: their gradient reduce-scatter and weight all-gathers are the
+  ``reduce_scatter_tensor`` / ``all_gather_into_tensor`` kinds (``TENSOR_KINDS``).
 * ZeRO-3 parameter gathers: every micro-batch, each row's (layer's) weights are all-gathered
   before its forward and again before its backward (2·P_row bytes each, one collective per
   row, so the latency term counts once per row); prefetched behind compute, so per virtual stage
@@ -44,10 +46,21 @@ import numpy as np
 from costmodels.errors import PlanError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
+# torch's flat-tensor collectives, as FSDP2 (ZeRO-2/3) issues them; the same algorithm as their
+# base kind (bytes, steps), but a profile may measure them apart: gloo runs its native
+# reduce_scatter_tensor several times slower per byte than the all-reduce + chunk autopar's TP
+# rewrite uses. Without their own fit they take the base kind's.
+TENSOR_KINDS = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+MEASURED_KINDS = COLLECTIVES + tuple(TENSOR_KINDS)
+
+
+def base_kind(kind: str) -> str:
+    return TENSOR_KINDS.get(kind, kind)
 
 
 def collective_bytes(kind: str, nbytes, n: int):
     """Bytes each GPU sends for a collective over a whole buffer of ``nbytes`` on ``n`` GPUs."""
+    kind = base_kind(kind)
     if n <= 1:
         return nbytes * 0.0
     if kind == "all_reduce":
@@ -60,6 +73,7 @@ def collective_bytes(kind: str, nbytes, n: int):
 
 
 def collective_steps(kind: str, n: int) -> int:
+    kind = base_kind(kind)
     if n <= 1:
         return 0
     return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "p2p": 1}[kind]

@@ -176,7 +176,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     params = float(arr.params[start:end].sum()) / tp
     z_s = z_b = 0.0
     if plan.zero == 3 and plan.dp > 1:
-        zb, zt = collective_time("all_gather", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
+        zb, zt = collective_time("all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
                                  profile.tier(tiers["dp"]))
         zb, zt = float(np.sum(zb)), float(np.sum(zt))
         ov = profile.comm_overlap   # the share of the gathers compute can hide (comm docstring)
@@ -197,11 +197,14 @@ def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: s
     if plan.zero == 0:
         b, s = collective_time("all_reduce", g, plan.dp, t)
         return "all_reduce", b, s
-    b1, s1 = collective_time("reduce_scatter", g, plan.dp, t)
+    # ZeRO-1: the optimizer's own reduce-scatter / all-gather; ZeRO-2/3: FSDP2's flat-tensor ones
+    rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
+        ("reduce_scatter_tensor", "all_gather_into_tensor")
+    b1, s1 = collective_time(rs, g, plan.dp, t)
     if plan.zero == 3:
-        return "reduce_scatter", b1, s1
-    b2, s2 = collective_time("all_gather", bytes_param * params_per_gpu, plan.dp, t)
-    return "reduce_scatter+all_gather", b1 + b2, s1 + s2
+        return rs, b1, s1
+    b2, s2 = collective_time(ag, bytes_param * params_per_gpu, plan.dp, t)
+    return f"{rs}+{ag}", b1 + b2, s1 + s2
 
 
 def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,
@@ -287,7 +290,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "exposed_s": dp_exposed})
         if plan.zero == 3:
             zt = m * sum(2 * float(np.sum(collective_time(
-                "all_gather", STATE_BYTES[precision][0] * arr.params[s:e] / plan.tp, plan.dp,
+                "all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[s:e] / plan.tp, plan.dp,
                 profile.tier(tiers["dp"]))[1])) for (s, e) in (stages[c] for c in rank_chunks[rs]))
             comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,

@@ -82,6 +82,9 @@ import numpy as np
 
 from costmodels.errors import ProfileError
 
+# (comm imports nothing from here; the kinds a profile may measure are defined with the formulas)
+from costmodels.comm import MEASURED_KINDS, TENSOR_KINDS  # noqa: E402
+
 PROFILE_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware-profiles"
 
@@ -98,9 +101,10 @@ class LinkTier:
     def alpha_beta(self, kind: str) -> tuple[float, float]:
         """(alpha per step, bus bandwidth) for ``kind``: its own measured fit when the profile
         has one for this tier, else the tier's."""
-        for k, a, b in self.collectives:
-            if k == kind:
-                return a, b
+        own = {k: (a, b) for k, a, b in self.collectives}
+        for k in (kind, TENSOR_KINDS.get(kind)):
+            if k in own:
+                return own[k]
         return self.latency_s, self.bandwidth_bytes_per_s
 
 
@@ -348,8 +352,8 @@ def _collectives(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:
         raise err("collectives", "must be a table of [collectives.<kind>] tables")
     for kind, t in colls.items():
         full = f"collectives.{kind}"
-        if kind not in ("all_reduce", "all_gather", "reduce_scatter", "p2p"):
-            raise err(full, "names no collective (all_reduce, all_gather, reduce_scatter, p2p)")
+        if kind not in MEASURED_KINDS:
+            raise err(full, f"names no collective ({', '.join(MEASURED_KINDS)})")
         if not isinstance(t, dict):
             raise err(full, "must be a table")
         a, b = t.get("alpha_s"), t.get("beta_bytes_per_s")

@@ -65,3 +65,14 @@ def test_a_measured_collective_uses_its_own_alpha_beta_inside_a_node():
     _, t_rs = collective_time("reduce_scatter", S, n, own)
     assert t_rs == pytest.approx(5e-4 + (n - 1) / n * S / 2.5e8)
     assert collective_time("all_reduce", S, n, own) == collective_time("all_reduce", S, n, plain)
+
+
+def test_fsdp_tensor_collectives_fall_back_to_their_base_kind():
+    """reduce_scatter_tensor (FSDP2's call) costs what reduce_scatter costs unless measured apart."""
+    base = LinkTier("intra_node", 1e9, 1e-4, collectives=(("reduce_scatter", 5e-4, 2.5e8),))
+    own = LinkTier("intra_node", 1e9, 1e-4, collectives=(("reduce_scatter", 5e-4, 2.5e8),
+                                                         ("reduce_scatter_tensor", 1e-3, 1e8)))
+    S = 4e6
+    assert collective_time("reduce_scatter_tensor", S, 2, base) == collective_time("reduce_scatter", S, 2, base)
+    _, t = collective_time("reduce_scatter_tensor", S, 2, own)
+    assert t == pytest.approx(1e-3 + S / 2 / 1e8)

@@ -260,7 +260,7 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     for kind, rows in raw.get("collectives", {}).items():
         f = F[kind]
         L.append("")
-        L.append(f"[collectives.{kind}]   # measured; not read by the cost model")
+        L.append(f"[collectives.{kind}]   # measured; inside a node the cost model uses this alpha-beta")
         L.append(f"ranks = {n}")
         L.append("bytes = [" + ", ".join(str(int(r[0])) for r in rows) + "]")
         L.append("seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows) + "]")

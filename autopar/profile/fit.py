@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.comm import COLLECTIVES, collective_bytes, collective_steps
+from costmodels.comm import COLLECTIVES, base_kind, collective_bytes, collective_steps
 
 
 def bus_factor(kind: str, n: int) -> float:
     """nccl-tests' busbw / algbw factor."""
+    kind = base_kind(kind)
     if kind == "all_reduce":
         return 2.0 * (n - 1) / n
     if kind in ("all_gather", "reduce_scatter"):

@@ -14,7 +14,8 @@ rates are what one rank gets while the others are busy too. On a GPU each rank o
   sequence-parallel rewrite issues them (``autopar.rewrite.collectives``: with NCCL the native
   ``all_gather_into_tensor`` / ``reduce_scatter``; with gloo, whose native reduce-scatter is
   about 3.5× slower per byte than its all-reduce, an all-reduce + own chunk, and a list
-  all-gather + ``cat``, copies included) — p2p send/recv of S between
+  all-gather + ``cat``, copies included); torch's ``all_gather_into_tensor`` and
+  ``reduce_scatter_tensor`` apart (what FSDP2, i.e. ZeRO-2/3, calls); p2p send/recv of S between
   ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
   the same (agreed) repeat count; a run's time is the slowest rank's; the best run's time per op.
 * element-wise / attention / cross-entropy / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
@@ -125,7 +126,8 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sz = plan_sizes(device.type, quick)
     cpu_clock = clock == "cpu" and device.type == "cpu"
-    colls = ["all_reduce", "all_gather", "reduce_scatter"] + (["p2p"] if n > 1 else [])
+    colls = ["all_reduce", "all_gather", "reduce_scatter", "all_gather_into_tensor",
+             "reduce_scatter_tensor"] + (["p2p"] if n > 1 else [])
     total = len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"]) + (n > 1)
     bar = _Bar(progress and rank == 0, total, "matmul")
     out: dict = {"rank": rank, "world_size": n, "device": device.type,
@@ -196,6 +198,14 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
                 elif kind == "reduce_scatter":
                     x = torch.ones(numel, device=device)
                     fn = lambda: rw_reduce_scatter(x, 0, dist.group.WORLD)  # noqa: E731
+                elif kind == "all_gather_into_tensor":   # torch's flat collectives (FSDP2)
+                    x = torch.ones(numel // n, device=device)
+                    y = torch.empty(numel, device=device)
+                    fn = lambda: dist.all_gather_into_tensor(y, x)  # noqa: E731
+                elif kind == "reduce_scatter_tensor":
+                    x = torch.ones(numel, device=device)
+                    y = torch.empty(numel // n, device=device)
+                    fn = lambda: dist.reduce_scatter_tensor(y, x)  # noqa: E731
                 else:
                     x = torch.ones(numel, device=device)
 

@@ -90,7 +90,7 @@ class Costs:
         z_on = c.zero == 3 and c.dp > 1
         zgather = np.zeros(n)
         if z_on:   # one all-gather per row and pass (empty rows cost nothing), comm docstring
-            zgather = np.asarray(collective_time("all_gather", BYTES_PARAM * arr.params / c.tp, c.dp,
+            zgather = np.asarray(collective_time("all_gather_into_tensor", BYTES_PARAM * arr.params / c.tp, c.dp,
                                                  dtier)[1], dtype=float)
         d_on = c.dp > 1
         d_lat = d_pp = 0.0
