@@ -270,7 +270,7 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
         L.append(f"beta_bytes_per_s = {_g(f.beta_bytes_per_s)}")
         L.append(f"fit_median_rel_error = {f.median_rel_error:.4f}")
         L.append(f"fit_max_rel_error = {f.max_rel_error:.4f}")
-        L.append(f"source = {_s(f'{how}: {kind} of fp32 buffers (nccl-tests size convention, busbw = algbw * bus factor), slowest rank, least-squares alpha-beta in relative error')}")
+        L.append(f"source = {_s(f'{how}: {kind} of fp32 buffers (nccl-tests size convention, busbw = algbw * bus factor), slowest rank, median of 5 runs, least-squares alpha-beta in relative error')}")
     text = "\n".join(L) + "\n"
     summary = {"name": name, "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": cp["bytes_per_s"],
                "hbm_bytes": hbm, "memory_reserve_bytes": reserve,

@@ -17,7 +17,8 @@ rates are what one rank gets while the others are busy too. On a GPU each rank o
   all-gather + ``cat``, copies included); torch's ``all_gather_into_tensor`` and
   ``reduce_scatter_tensor`` apart (what FSDP2, i.e. ZeRO-2/3, calls); p2p send/recv of S between
   ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
-  the same (agreed) repeat count; a run's time is the slowest rank's; the best run's time per op.
+  the same (agreed) repeat count; a run's time is the slowest rank's; the median run's time per
+  op (``_agreed_time`` says why not the best).
 * element-wise / attention / cross-entropy / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
 * process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
   process group, before any model exists (CPU) / CUDA memory in use but not allocated by
@@ -236,7 +237,11 @@ def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,
     """Seconds per call, with the repeat count agreed by all ranks (a collective must be called
     the same number of times everywhere): a probe of 3 calls decides, on rank 0, how many per
     chunk; each of ``chunks`` runs is timed on every rank, its time is the slowest rank's, and
-    the result is the best run's time per call (see ``_timed``)."""
+    the result is the MEDIAN run's time per call. Not the best run, as for compute (``_timed``):
+    a training step issues hundreds of collectives, each paying the wake-up of the ranks' threads
+    (on a 2-core VM about a scheduler tick, ~2 ms, in most runs and ~0.3 ms in the luckiest), so
+    the typical run is what a step sees; the best one made TP plans look 3-5x cheaper than they
+    ran."""
     if p2p and rank > 1:
         fn = lambda: None  # noqa: E731  ranks beyond 0 and 1 sit the ping-pong out
     fn()
@@ -260,4 +265,4 @@ def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,
         runs.append((time.perf_counter() - t0) / reps)
     el = torch.tensor(runs, dtype=torch.float64, device=device)
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
-    return float(el.min().item())
+    return float(el.median().item())
