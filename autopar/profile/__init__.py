@@ -218,7 +218,9 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     L.append(f"hbm_bandwidth_bytes_per_s = {{ value = {_g(cp['bytes_per_s'])}, source = "
              f"{_s(f'{how}: tensor.copy_ of {copy_mib} MiB fp32, 2*bytes/time per rank ({who}), mean over ranks')} }}")
     for key, value, what in _kernel_figures(raw, peak["bf16"]):
-        L.append(f"{key} = {{ value = {value}, source = {_s(f'{how}: {what} per rank ({who}), mean over ranks')} }}")
+        tail = (f"{n} ranks, wall clock, best of 3" if key == "comm_overlap"
+                else f"per rank ({who}), mean over ranks")
+        L.append(f"{key} = {{ value = {value}, source = {_s(f'{how}: {what} {tail}')} }}")
     res_src = ("CUDA memory in use not allocated by tensors after NCCL init (context, NCCL), max over ranks"
                if cuda else "VmRSS of a rank after importing torch and joining the gloo group, before "
                "any model (Python + torch + gloo), max over ranks")
