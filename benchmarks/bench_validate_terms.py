@@ -8,11 +8,11 @@ self CPU time per op is summed by category and set beside the cost model's term 
 on ``PROFILE`` (costmodels.compute.row_times / optimizer_step_s for one GPU, tp=1):
 
     matmul      aten::mm / addmm / bmm / linear         <-> Σ FLOPs / (P · eff)   (attention excluded)
-    attention   aten::_scaled_dot_product_*             <-> 4·b·s²·h·(1+2) / (P · eff) per block
-    optimizer   everything under Optimizer.step         <-> OPTIMIZER_BYTES_PER_PARAM · params / W
-    loss        log_softmax / nll_loss (fwd + bwd)      <-> (no term: the table has no loss row)
-    casts       aten::copy_ / _to_copy (autocast)        <-> (no term)
-    other       every other op (layer norm, gelu, add,  <-> C_FWD/C_BWD · saved bytes / W
+    attention   aten::_scaled_dot_product_*             <-> 4·b·s²·h·(1+2) / (P · attention_efficiency)
+    optimizer   everything under Optimizer.step         <-> optimizer_step_s (measured AdamW rate)
+    loss        log_softmax / nll_loss (fwd + bwd)      <-> logits / the profile's cross-entropy rate
+    casts       aten::copy_ / _to_copy (autocast)        <-> autocast_step_s (weight + grad casts)
+    other       every other op (layer norm, gelu, add,  <-> C_FWD/C_BWD · saved bytes / element-wise W
                 dropout, embedding, fill, ...)
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from autopar.models import load_model
     from autopar.trace import table_for
-    from costmodels.compute import (C_BWD, C_FWD, OPTIMIZER_BYTES_PER_PARAM, activation_bytes_none,
+    from costmodels.compute import (ATTN_BWD_RATIO, C_BWD, C_FWD, LOSS_BYTES_PER_LOGIT,
+                                    activation_bytes_none, autocast_step_s, optimizer_step_s,
                                     row_times, table_arrays)
     from costmodels.hardware import load_profile
     src = load_model(args.model)
@@ -85,16 +86,22 @@ def main() -> None:
     arr = table_arrays(table)
     peak = prof_.peak_flops_per_s(2)
     k = args.batch
-    att_f = float(arr.attn_core_flops.sum()) * k * 3          # fwd + bwd (2x)
-    att_pred = att_f / (peak * float(prof_.matmul_efficiency(float(arr.attn_core_flops.max()) * k)))
+    # attention core: fwd + bwd (2x) at the profile's attention efficiency (else the row's)
+    att_f = float(arr.attn_core_flops.sum()) * k * (1 + ATTN_BWD_RATIO)
+    att_eff = prof_.attention_efficiency or float(prof_.matmul_efficiency(float(arr.attn_core_flops.max()) * k))
+    att_pred = att_f / (peak * att_eff)
     act = activation_bytes_none(arr, 1, False, args.batch, "flash")
-    mem_pred = float(((C_FWD + C_BWD) * act).sum()) / prof_.hbm_bandwidth_bytes_per_s
+    mem_pred = float(((C_FWD + C_BWD) * act).sum()) / prof_.elementwise_bw
+    logits = float(arr.loss_logits.sum()) * k
+    if prof_.ce_logits:
+        loss_pred = logits / float(prof_.cross_entropy_logits_per_s(logits))
+    else:
+        loss_pred = logits * LOSS_BYTES_PER_LOGIT / prof_.elementwise_bw
     comp_pred = float(rt.fwd_s.sum() + rt.bwd_s.sum())
-    mm_pred = comp_pred - mem_pred - att_pred
+    mm_pred = comp_pred - mem_pred - att_pred - loss_pred
     params = float(arr.params.sum())
-    opt_pred = OPTIMIZER_BYTES_PER_PARAM * params / prof_.hbm_bandwidth_bytes_per_s
-    pred = {"matmul": mm_pred, "attention": att_pred, "optimizer": opt_pred, "loss": 0.0, "casts": 0.0,
-            "other": mem_pred}
+    pred = {"matmul": mm_pred, "attention": att_pred, "optimizer": optimizer_step_s(params, prof_),
+            "loss": loss_pred, "casts": autocast_step_s(params, 1, "amp", prof_), "other": mem_pred}
     print(f"{args.model}, batch {args.batch}, 1 thread, AdamW, autocast bf16, flash; profile {prof_.name}")
     print(f"step CPU time {cpu_step:.3f} s (profiled step {total:.3f} s); cost model {sum(pred.values()):.3f} s")
     print("measured s = the category's share of the profiled step x the step's CPU time (the profiler's")
