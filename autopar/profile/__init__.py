@@ -17,13 +17,16 @@ gpu.memory_reserve_bytes              a rank's footprint before any model (CPU: 
                                       importing torch and joining gloo; GPU: CUDA memory in use
                                       that torch's allocator did not hand out)
 node.gpus_per_node                    nproc (CPU) / torch.cuda.device_count() (GPU)
-intra_node.latency_s / bandwidth      ONE α-β fit over all four collectives' (size, time)
-                                      points (``autopar.profile.fit.fit_joint``) — the single link
-                                      tier ``costmodels.comm`` uses for every collective
+intra_node.latency_s / bandwidth      ONE α-β fit over all collectives' (size, time) points
+                                      (``autopar.profile.fit.fit_joint``) — the tier's α-β, for
+                                      a collective without its own fit
 inter_node.*                          not measurable on one host: the intra-node fit, said so
 [collectives.<kind>]                  per collective: the measured sizes, times and nccl-tests
-                                      bus bandwidths, and its own α-β fit (not read by the cost
-                                      model; kept so the profile shows what was measured)
+                                      bus bandwidths, and its own α-β fit, which the cost model
+                                      uses for that collective inside a node
+gpu.elementwise / optimizer / ...     ``autopar.profile.kernels`` (element-wise and optimizer
+                                      bandwidth, attention efficiency, cross-entropy curve,
+                                      comm overlap)
 ==================================== ========================================================
 
 ``write_profile(path, text)`` validates the text with ``costmodels.hardware.parse_profile`` and
@@ -244,8 +247,9 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     if "joint" in F:
         j = F["joint"]
         sizes = sorted({r[0] for rows in raw["collectives"].values() for r in rows})
-        fit_src = (f"{how}: one alpha-beta least-squares fit (relative error) over all-reduce, all-gather, "
-                   f"reduce-scatter and p2p times, {sizes[0]}..{sizes[-1]} B fp32 buffers, {n} ranks, "
+        fit_src = (f"{how}: one alpha-beta least-squares fit (relative error) over the times of every "
+                   f"collective measured (see [collectives.*]; inside a node each uses its own fit), "
+                   f"{sizes[0]}..{sizes[-1]} B fp32 buffers, {n} ranks, "
                    f"{raw['backend']}; median / max fit error {j.median_rel_error:.0%} / {j.max_rel_error:.0%}")
         tiers = {"intra_node": (j.beta_bytes_per_s, j.alpha_s, fit_src),
                  "inter_node": (j.beta_bytes_per_s, j.alpha_s,
