@@ -17,6 +17,16 @@ from tests.synthetic_tables import gpt_table
 MiB = 1 << 20
 
 
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left():
+    """autopar.apply on one process joins a 1-rank gloo group; leave none behind for the tests
+    that check what happens without torchrun."""
+    yield
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
 def _floats(nbytes):
     return torch.ones(nbytes // 4)
 
