@@ -26,24 +26,24 @@ about 1.4 per saved byte at full bandwidth, so the fit says the element-wise par
 roughly half the datasheet bandwidth in Megatron-LM. All FLOPs are divided by t (Megatron shards every
 matmul, the vocab-parallel head included; layer norms are negligible).
 
-Measured rates (``autopar profile`` writes them; a profile without them uses the defaults, so
-the GPU profiles and the calibration above are unchanged): ``W`` for the element-wise traffic is
-the profile's ``elementwise_bandwidth_bytes_per_s`` (default: HBM bandwidth) — on a CPU,
-layer norm, GeLU or softmax run well below copy bandwidth; with flash attention and a measured
-``attention_efficiency`` ``a``, the attention core's ``4·b·s²·h/t`` forward FLOPs (and twice
-that backward) run at ``P·a`` instead of the row's matmul efficiency.
+Measured rates (``autopar profile`` writes them; a profile without them uses the defaults):
+``W`` for the element-wise traffic is the profile's ``elementwise_bandwidth_bytes_per_s``
+(default: HBM bandwidth) — on a CPU, layer norm, GeLU or softmax run well below copy bandwidth;
+with flash attention and a measured ``attention_efficiency`` ``a``, the attention core's
+``4·b·s²·h/t`` forward FLOPs (and twice that backward) run at ``P·a`` instead of the row's
+matmul efficiency.
 
-Loss (head row, models with a vocabulary): the cross-entropy over ``b·s·V`` logits is
-memory-bound: cast to fp32 (read 2 + write 4 bytes per logit), log-softmax (max, sum-exp and
-write passes: 16), then backward: the one-hot gradient (4), log-softmax backward (12) and the
-cast back (6): ``LOSS_BYTES_PER_LOGIT = 44``, half forward, half backward, at ``W`` — or, when
-the profile measured it, ``b·s·V / rate(b·s·V)`` from its ``[gpu.cross_entropy]`` curve (on a
-CPU exp and log make the loss compute-bound, and it slows ~3x once the logits leave the caches). autopar's
-runtime hands the user's loss function whole logits, so with ``t > 1`` every TP rank computes
-the full-vocabulary loss and the vocab-parallel logits are all-gathered first (forward TP
-time of the head row: an all-gather of ``b·s·V·dtype`` bytes, then the ``cat`` that joins the
-pieces: one more read and write of the logits at HBM bandwidth). (Megatron's vocab-parallel
-cross-entropy would divide both by t; for GPT-3-sized models the term is < 1% of a step.)
+Loss (head row, models with a vocabulary), per GPU and micro-batch: ``L = b·s·V/t`` logits with
+Megatron's vocab-parallel cross-entropy (``precision="bf16-mixed"``, what the search plans), or
+``L = b·s·V`` in autopar's runtime ("amp" / "fp32"), which hands the user's loss function whole
+logits: every TP rank computes the full-vocabulary loss after an all-gather of the
+vocab-parallel logits (forward TP time of the head row: ``b·s·V·dtype`` bytes, plus the ``cat``
+that joins the pieces, one more read and write at HBM bandwidth). The loss is memory-bound:
+cast to fp32 (read 2 + write 4 bytes per logit), log-softmax (max, sum-exp and write passes:
+16), then backward: the one-hot gradient (4), log-softmax backward (12) and the cast back (6):
+``LOSS_BYTES_PER_LOGIT = 44`` per logit, half forward, half backward, at ``W`` — or, when the
+profile measured it, ``L / rate(L)`` from its ``[gpu.cross_entropy]`` curve (on a CPU exp and
+log make it compute-bound, ~3x slower once the logits leave the caches).
 
 Recompute (per micro-batch, block rows only):
     none        0
@@ -59,8 +59,9 @@ e.g. a vocab-parallel embedding), each of ``k·tp_comm_bytes_i`` bytes: ring all
 sequence parallel an all-gather + reduce-scatter (same bytes, twice the steps). They sit on the
 critical path (not overlapped). Full recompute repeats the forward ones. With sequence parallel
 each parameter tensor TP leaves whole (``tp_replicated_tensors``: norms, row-parallel biases)
-sees only its rank's part of the sequence, so its gradient is all-reduced in the backward, once
-per tensor and micro-batch (4·h bytes each: latency-bound).
+sees only its rank's part of the sequence, so its gradient is all-reduced: in autopar's runtime
+once per tensor and micro-batch in the backward (4·h bytes each: latency-bound); Megatron
+buckets them once per step (neglected).
 
 Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier),
 cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
@@ -191,16 +192,22 @@ class RowTimes:
 
 
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
-              recompute: str, attention: str, tp_tier: str = "intra_node") -> RowTimes:
-    """Per-row forward / backward / recompute time and TP collective time for one micro-batch."""
+              recompute: str, attention: str, tp_tier: str = "intra_node",
+              precision: str = "bf16-mixed") -> RowTimes:
+    """Per-row forward / backward / recompute time and TP collective time for one micro-batch.
+    ``precision`` names the runtime (module docstring: Megatron for "bf16-mixed", autopar's own
+    for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled."""
     return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
-                      recompute, attention, tp_tier)
+                      recompute, attention, tp_tier, precision)
 
 
 @lru_cache(maxsize=4096)
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
-               recompute: str, attention: str, tp_tier: str) -> RowTimes:
+               recompute: str, attention: str, tp_tier: str, precision: str) -> RowTimes:
     t = arr.table
+    autopar_rt = precision in ("amp", "fp32")   # autopar's runtime, not Megatron's
+    # the loss: vocab-parallel in Megatron (1/t of the logits per rank), whole logits in autopar
+    logits = arr.loss_logits if autopar_rt else arr.loss_logits / tp
     k = b / t.micro_batch
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
     # flops-weighted harmonic efficiency per row
@@ -220,10 +227,10 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         fwd = fwd + fix
         bwd = bwd + ATTN_BWD_RATIO * fix
     if profile.ce_logits:   # measured (autopar profile) at this size, fwd and bwd alike
-        n = k * arr.loss_logits
-        loss = np.where(n > 0, n / profile.cross_entropy_logits_per_s(n) / 2, 0.0)
+        n = k * logits
+        loss = np.where(n > 0, n / profile.cross_entropy_logits_per_s(np.maximum(n, 1.0)) / 2, 0.0)
     else:                                    # bytes at the element-wise rate (docstring)
-        loss = k * arr.loss_logits * LOSS_BYTES_PER_LOGIT / 2 / ew
+        loss = k * logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss
     bwd = bwd + loss
 
@@ -242,14 +249,17 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
             one_b, one_s = collective_time("all_reduce", nbytes, tp, tier)
             tp_bytes, tp_time = arr.tp_collectives * one_b, arr.tp_collectives * one_s
         tp_time = np.where(nbytes > 0, tp_time, 0.0)
-        # the runtime all-gathers the vocab-parallel logits for the loss (forward only)
-        # (a list all-gather along the last dim, then a cat: one more read + write of the logits)
-        lb = k * arr.loss_logits * t.act_dtype_bytes
-        gb, gt = collective_time("all_gather", lb, tp, tier)
-        gt = gt + 2.0 * lb / profile.hbm_bandwidth_bytes_per_s
-        tp_fwd_b, tp_fwd_t = tp_bytes + gb, tp_time + np.where(arr.loss_logits > 0, gt, 0.0)
-        tp_bwd_b, tp_bwd_t = tp_bytes, tp_time
-        if sp:   # the gradients of the parameters TP leaves whole, one all-reduce each (fp32)
+        tp_fwd_b, tp_fwd_t = tp_bwd_b, tp_bwd_t = tp_bytes, tp_time
+        if autopar_rt:
+            # autopar all-gathers the vocab-parallel logits for the loss (forward only): a list
+            # all-gather along the last dim, then a cat (one more read + write of the logits)
+            lb = k * arr.loss_logits * (4 if precision == "fp32" else t.act_dtype_bytes)
+            gb, gt = collective_time("all_gather", lb, tp, tier)
+            gt = gt + 2.0 * lb / profile.hbm_bandwidth_bytes_per_s
+            tp_fwd_b, tp_fwd_t = tp_bytes + gb, tp_time + np.where(arr.loss_logits > 0, gt, 0.0)
+        if sp and autopar_rt:
+            # the gradients of the parameters TP leaves whole, one all-reduce each and micro-batch
+            # (fp32); Megatron all-reduces them once per step in one bucket: negligible
             rb, rt = collective_time("all_reduce", 4.0 * float(t.hidden or 1), tp, tier)
             tp_bwd_b, tp_bwd_t = tp_bytes + arr.tp_replicated * rb, tp_time + arr.tp_replicated * rt
     else:

@@ -153,7 +153,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     tp, b = plan.tp, plan.micro_batch_size
     k = b / table.micro_batch
     rt = row_times(table, profile, tp, plan.sequence_parallel, b, plan.recompute, plan.attention,
-                   tiers["tp"])
+                   tiers["tp"], precision)
     f = rt.range_sum("fwd_s", start, end)
     bw = rt.range_sum("bwd_s", start, end)
     rec = rt.range_sum("recompute_s", start, end)
@@ -197,7 +197,9 @@ def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: s
     if plan.zero == 0:
         b, s = collective_time("all_reduce", g, plan.dp, t)
         return "all_reduce", b, s
-    # ZeRO-1: the optimizer's own reduce-scatter / all-gather; ZeRO-2/3: FSDP2's flat-tensor ones
+    # ZeRO-1: reduce-scatter + all-gather (Megatron's distributed optimizer; autopar's runtime
+    # does a DDP all-reduce + the owners' broadcasts, the same bytes); ZeRO-2/3: FSDP2's
+    # flat-tensor collectives
     rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
         ("reduce_scatter_tensor", "all_gather_into_tensor")
     b1, s1 = collective_time(rs, g, plan.dp, t)
