@@ -60,7 +60,8 @@ logits = [...]                   # (increasing; log-linear interpolation, clampe
 logits_per_s = [...]             # LOSS_BYTES_PER_LOGIT bytes per logit at element-wise bandwidth
 source = "..."
 
-[collectives.all_reduce]         # (all_gather, reduce_scatter, p2p): measured per collective;
+[collectives.all_reduce]         # (all_gather, reduce_scatter, p2p, all_gather_into_tensor,
+                                 # reduce_scatter_tensor): measured per collective;
 alpha_s = ...                    # inside a node these replace the tier's one alpha-beta
 beta_bytes_per_s = ...
 source = "..."
@@ -80,10 +81,8 @@ from typing import Any
 
 import numpy as np
 
+from costmodels.comm import MEASURED_KINDS, TENSOR_KINDS   # (comm imports nothing from here)
 from costmodels.errors import ProfileError
-
-# (comm imports nothing from here; the kinds a profile may measure are defined with the formulas)
-from costmodels.comm import MEASURED_KINDS, TENSOR_KINDS  # noqa: E402
 
 PROFILE_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware-profiles"

@@ -29,7 +29,9 @@ def _measured_like(name):
     t = p.intra_node
     own = (("all_reduce", 3 * t.latency_s, t.bandwidth_bytes_per_s / 2),
            ("reduce_scatter", 5 * t.latency_s, t.bandwidth_bytes_per_s / 7),
-           ("all_gather", 4 * t.latency_s, t.bandwidth_bytes_per_s / 3))
+           ("all_gather", 4 * t.latency_s, t.bandwidth_bytes_per_s / 3),
+           ("all_gather_into_tensor", 6 * t.latency_s, t.bandwidth_bytes_per_s / 5),   # FSDP2's
+           ("reduce_scatter_tensor", 7 * t.latency_s, t.bandwidth_bytes_per_s / 11))
     return dataclasses.replace(
         p, comm_overlap=0.3, attention_efficiency=0.25,
         elementwise_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 3,
@@ -50,6 +52,8 @@ def test_fixed_split_objective_and_memory_equal_estimate(table_fn, gpus, batch, 
     configs = list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
                                   fix={"recompute": "selective", "attention": "math"}))
     configs += list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node))
+    configs += list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
+                                   fix={"attention": "flash"}))
     rng = random.Random(0)
     sample = rng.sample(configs, 60)
     for c in sample:

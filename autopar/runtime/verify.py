@@ -112,8 +112,10 @@ def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     result = fn(*args)
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+    path = os.path.join(out_dir, f"rank{rank}.pkl")
+    with open(path + ".tmp", "wb") as f:   # complete or absent: spawn trusts a file that exists
         pickle.dump(result, f)
+    os.replace(path + ".tmp", path)
     import torch.distributed as dist
     if dist.is_initialized():
         try:   # every rank done with its collectives before gloo's threads are torn down

@@ -95,10 +95,10 @@ class Costs:
         d_on = c.dp > 1
         d_lat = d_pp = 0.0
         if d_on:   # estimate's dp_sync, split into its fixed latency and its cost per parameter
-            kind, bytes_per_param, _ = dp_sync(1.0, c, prof, tiers["dp"])
-            # per collective: its latency steps, and its bytes per parameter at its bandwidth
+            kind, _, one = dp_sync(1.0, c, prof, tiers["dp"])
+            # per collective: its latency steps; the rest of one parameter's time is per parameter
             d_lat = sum(collective_steps(k, c.dp) * dtier.alpha_beta(k)[0] for k in kind.split("+"))
-            d_pp = dp_sync(1.0, c, prof, tiers["dp"])[2] - d_lat
+            d_pp = one - d_lat
         o_pp = optimizer_step_s(1.0, prof) / (c.dp if c.zero >= 1 else 1)
         ov = prof.comm_overlap   # fwd / bwdrec are only the windows dp and ZeRO comm hides in
         return Terms(config=c, m=m, pp=c.pp, vpp=c.vpp, tau=tau, fwd=ov * np.asarray(rt.fwd_s),
