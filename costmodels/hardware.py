@@ -81,8 +81,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.comm import MEASURED_KINDS, TENSOR_KINDS   # (comm imports nothing from here)
+from costmodels.comm import TENSOR_KINDS
 from costmodels.errors import ProfileError
+from costmodels.measured_sections import collectives_section, curve_section
 
 PROFILE_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware-profiles"
@@ -128,6 +129,7 @@ class HardwareProfile:
     attention_efficiency: float | None = None                # None: the row's matmul efficiency
     ce_logits: tuple[float, ...] = ()                        # cross-entropy curve (may be empty:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
+    comm_overlap: float = 1.0
 
     def cross_entropy_logits_per_s(self, logits):
         """Measured loss rate for calls of ``logits`` logits (log-linear, clamped); None when
@@ -136,7 +138,6 @@ class HardwareProfile:
             return None
         x = np.log10(np.maximum(np.asarray(logits, dtype=float), 1.0))
         return np.interp(x, np.log10(self.ce_logits), self.ce_rates)
-    comm_overlap: float = 1.0
 
     @property
     def elementwise_bw(self) -> float:
@@ -299,7 +300,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     elem_bw = figure(gpu, "gpu", "elementwise_bandwidth_bytes_per_s", optional=True)
     opt_bw = figure(gpu, "gpu", "optimizer_bandwidth_bytes_per_s", optional=True)
     attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
-    ce = _curve(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
+    ce = curve_section(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node", integer=True)
@@ -308,7 +309,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         t = table(tname)
         tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"),
                               figure(t, tname, "latency_s", positive=False),
-                              _collectives(data, err, sources) if tname == "intra_node" else ()))
+                              collectives_section(data, err, sources) if tname == "intra_node" else ()))
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
         peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
@@ -317,52 +318,3 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
         elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
         attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap)
-
-
-def _curve(sect: dict[str, Any], name: str, keys: tuple[str, str], err, sources) -> tuple:
-    """An optional measured curve ``[gpu.<name>]``: two equal-length lists of positive numbers,
-    the first strictly increasing, and a source."""
-    t = sect.get(name)
-    if t is None:
-        return (), ()
-    full = f"gpu.{name}"
-    if not isinstance(t, dict):
-        raise err(full, "must be a table")
-    xs, ys = t.get(keys[0]), t.get(keys[1])
-    for key, v in ((keys[0], xs), (keys[1], ys)):
-        if not isinstance(v, list) or not v or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
-            raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
-    if len(xs) != len(ys):
-        raise err(f"{full}.{keys[1]}", f"must have {len(xs)} entries (one per {keys[0]} entry)")
-    if any(b <= a for a, b in zip(xs, xs[1:])):
-        raise err(f"{full}.{keys[0]}", "must be strictly increasing")
-    if not isinstance(t.get("source"), str) or not t["source"].strip():
-        raise err(full + ".source", "is missing or empty")
-    sources[full] = t["source"]
-    return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
-
-
-def _collectives(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:
-    """The measured per-collective alpha-beta fits (``[collectives.<kind>]``), if any."""
-    out = []
-    colls = data.get("collectives", {})
-    if not isinstance(colls, dict):
-        raise err("collectives", "must be a table of [collectives.<kind>] tables")
-    for kind, t in colls.items():
-        full = f"collectives.{kind}"
-        if kind not in MEASURED_KINDS:
-            raise err(full, f"names no collective ({', '.join(MEASURED_KINDS)})")
-        if not isinstance(t, dict):
-            raise err(full, "must be a table")
-        a, b = t.get("alpha_s"), t.get("beta_bytes_per_s")
-        for key, x, lo in (("alpha_s", a, 0.0), ("beta_bytes_per_s", b, None)):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                    or x < 0 or (lo is None and x <= 0):
-                raise err(f"{full}.{key}", f"must be a {'positive' if lo is None else 'non-negative'} "
-                          f"number, got {x!r}")
-        if not isinstance(t.get("source"), str) or not t["source"].strip():
-            raise err(full + ".source", "is missing or empty")
-        sources[full] = t["source"]
-        out.append((kind, float(a), float(b)))
-    return tuple(out)

@@ -106,7 +106,7 @@ PRECISIONS = ("bf16-mixed", "amp", "fp32")
 STATE_BYTES = {"bf16-mixed": (2.0, 2.0, 12.0),   # bf16 weights/grads; fp32 master + Adam m, v
                "amp": (4.0, 4.0, 8.0),            # fp32 weights/grads; AdamW m, v
                "fp32": (4.0, 4.0, 8.0)}
-BYTES_PARAM, BYTES_GRAD, BYTES_OPTIMIZER = STATE_BYTES["bf16-mixed"]
+BYTES_PARAM = STATE_BYTES["bf16-mixed"][0]   # the search's recipe (Megatron bf16 weights)
 AUTOCAST_CACHE_BYTES = 2.0   # autocast's cached bf16 copy of each matmul weight
 LOSS_SAVED_BYTES = 4.0       # fp32 per logit kept by the loss for backward (docstring)
 LOSS_GRAD_BYTES = 8.0        # fp32 grads of log-probs and of logits, loss backward (amp / fp32)
