@@ -2,7 +2,8 @@
 
 ``search(...)`` is the Python API behind ``autopar search`` (and ``autopar report --scale``).
 
-Algorithm (see ``autopar.search.model`` for the integer program and the optimality argument):
+Algorithm (``autopar.search.model`` writes the integer program; the optimality argument is
+below):
 
 1. list every configuration (``autopar.search.space.configurations``), for one GPU count or, for
    the GPU-count objectives, for every count up to ``--gpus``;
@@ -20,6 +21,21 @@ Algorithm (see ``autopar.search.model`` for the integer program and the optimali
 
 ``enumerate_plans`` is the solver-free path: every configuration × every split, each scored by
 the evaluator. The tests check that both agree on small spaces.
+
+Decomposition, and why the result is still optimal under the model (``autopar.search.model``
+writes the integer program CP-SAT solves for one configuration)
+-----------------------------------------------------------------------------------------
+The configuration is a few thousand discrete points; the split is the hard, combinatorial part.
+This module runs a best-first search over configurations keyed by lower bounds that
+hold for *every* split: ``(m − 1)·T* + Στ + O_min`` for vpp = 1 and
+``m·T* + (pp − 1)·max(T*/vpp, max τ) + O_min`` interleaved, ``T* = max(Στ/pp, max τ)`` (the
+slowest rank does at least its share and at least the largest row, ``Σ_c C_c ≥ T``, a column's
+maximum is at least its mean; communication and exposure are ≥ 0; the optimizer step is at
+least the mean) and, for memory, the LP-relaxation bound of
+``Terms.memory_lower_bound``. A configuration reaches the CP-SAT split model only when its bound beats
+the k-th best plan found so far; the search stops once the next bound is no better than the k-th
+exact plan. Each CP-SAT solve ends ``OPTIMAL`` or ``INFEASIBLE`` (otherwise the result says
+``optimal: false``), so the first plan is proved optimal under the cost model.
 """
 from __future__ import annotations
 

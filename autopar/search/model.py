@@ -56,19 +56,8 @@ rounded up, so a split CP-SAT accepts also fits in the evaluator). The objective
 ``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per time
 term, times ``m + pp``), which the tests assert.
 
-Decomposition, and why the result is still optimal under the model
--------------------------------------------------------------------
-The configuration is a few thousand discrete points; the split is the hard, combinatorial part.
-``autopar.search.engine`` runs a best-first search over configurations keyed by lower bounds that
-hold for *every* split: ``(m − 1)·T* + Στ + O_min`` for vpp = 1 and
-``m·T* + (pp − 1)·max(T*/vpp, max τ) + O_min`` interleaved, ``T* = max(Στ/pp, max τ)`` (the
-slowest rank does at least its share and at least the largest row, ``Σ_c C_c ≥ T``, a column's
-maximum is at least its mean; communication and exposure are ≥ 0; the optimizer step is at
-least the mean) and, for memory, the LP-relaxation bound of
-``Terms.memory_lower_bound``. A configuration reaches this CP-SAT model only when its bound beats
-the k-th best plan found so far; the search stops once the next bound is no better than the k-th
-exact plan. Each CP-SAT solve ends ``OPTIMAL`` or ``INFEASIBLE`` (otherwise the result says
-``optimal: false``), so the first plan is proved optimal under the cost model.
+Why the search's result is still optimal under the model although CP-SAT sees one
+configuration at a time: ``autopar.search.engine``'s docstring ("Decomposition").
 """
 from __future__ import annotations
 
