@@ -37,29 +37,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from autopar.profile.measure import _sync, _timed
 
 
-def _best(fn, device, min_time_s: float, cpu_clock: bool, chunks: int = 5) -> float:
-    """Best-of-``chunks`` seconds per call (wall, or this thread's CPU time with ``cpu_clock``)."""
-    clock = time.thread_time if cpu_clock else time.perf_counter
-    fn()
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    reps = max(2, int(min_time_s / chunks / max(time.perf_counter() - t0, 1e-7)))
-    best = float("inf")
-    for _ in range(chunks):
-        t0 = clock()
-        for _ in range(reps):
-            fn()
-        _sync(device)
-        best = min(best, (clock() - t0) / reps)
-    return best
+def _best(fn, device, min_time_s: float, cpu_clock: bool) -> float:
+    """Best-of-5 seconds per call (``measure._timed``), by this thread's CPU time with ``cpu_clock``."""
+    wall, cpu = _timed(fn, device, min_time_s)
+    return cpu if cpu_clock else wall
 
 
 def counted_bytes(fn) -> int:
