@@ -4,7 +4,8 @@ For a buffer of ``S`` bytes (the whole tensor, as nccl-tests define it) over ``n
 tier with per-GPU bandwidth ``β`` (bytes/s, one direction, achievable bus bandwidth) and per-step
 latency ``α`` (a profile measured by ``autopar profile`` may give each collective its own α-β
 inside a node, ``LinkTier.alpha_beta``: gloo's all-gather and reduce-scatter are much slower per
-byte than its all-reduce)::
+byte than its all-reduce; and its times measured *in a step*, between compute, which
+``curve_time`` interpolates in place of the line for a group of the size measured)::
 
     all_reduce (ring)   bytes/GPU = 2(n-1)/n · S     time = 2(n-1)·α + bytes/β
     all_gather          bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
@@ -31,7 +32,10 @@ GPU after tp/pp sharding, 2-byte grads and weights):
   the all-reduce); ZeRO 3: reduce-scatter of the grads only. Overlapped with the backward of
   the last micro-batch: exposed = max(0, t_dp − ov · bwd time of one micro-batch on this
   stage), ``ov`` = the profile's ``comm_overlap`` (1 by default: NCCL on its own streams; a
-  CPU host running gloo beside one compute thread per core measures about 0).
+  CPU host running gloo beside one compute thread per core measures 0.2–0.5), for ZeRO-2/3
+  its ``fsdp_overlap`` (``HardwareProfile.overlap``): FSDP2 prefetches and reduces on device
+  streams, so on a CPU, which has none, its collectives run in line (``autopar profile``
+  writes 0 there).
 * ZeRO-2/3 run on FSDP2: their gradient reduce-scatter and weight all-gathers are the
   ``reduce_scatter_tensor`` / ``all_gather_into_tensor`` kinds (``TENSOR_KINDS``).
 * ZeRO-3 parameter gathers: every micro-batch, each row's (layer's) weights are all-gathered
@@ -79,18 +83,38 @@ def collective_steps(kind: str, n: int) -> int:
     return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "p2p": 1}[kind]
 
 
-def collective_time(kind: str, nbytes, n: int, tier):
+def collective_time(kind: str, nbytes, n: int, tier, line: bool = False):
     """(bytes sent per GPU, seconds) for one collective; ``nbytes`` may be a numpy array.
-    ``tier`` is a ``hardware.LinkTier``. A zero-byte buffer costs 0 (nothing is launched)."""
+    ``tier`` is a ``hardware.LinkTier``. A zero-byte buffer costs 0 (nothing is launched).
+    Where the tier has measured in-step points of ``kind`` over ``n`` ranks (``LinkTier.curve``)
+    they are interpolated (``curve_time``), unless ``line``: the α-β line, which the gradient
+    sync uses so that its time stays linear in the parameters a split puts on a stage."""
     b = collective_bytes(kind, nbytes, n)
     steps = collective_steps(kind, n)
     alpha, beta = tier.alpha_beta(kind)
-    t = steps * alpha + b / beta
+    curve = None if line or n <= 1 else tier.curve(kind, n)
+    t = steps * alpha + b / beta if curve is None else curve_time(curve, nbytes)
     if isinstance(nbytes, np.ndarray):
         t = np.where(nbytes > 0, t, 0.0)
     elif nbytes <= 0:
         t = 0.0
     return b, t
+
+
+def curve_time(curve: tuple[tuple, tuple], nbytes):
+    """Seconds of a collective of ``nbytes`` read off measured (bytes, seconds) points: linear
+    between the points (made non-decreasing: a larger buffer never costs less; noise can say
+    otherwise), the smallest point's time below them (latency-bound), and beyond the largest
+    the last segment's slope (per-byte cost rises out of cache: the α-β line, one slope for all
+    sizes, missed a 32 MiB gloo all-gather by 40 %)."""
+    xs = np.asarray(curve[0], dtype=float)
+    ys = np.maximum.accumulate(np.asarray(curve[1], dtype=float))
+    s = np.asarray(nbytes, dtype=float)
+    t = np.interp(s, xs, ys)
+    if xs.size > 1:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        t = np.where(s > xs[-1], ys[-1] + (s - xs[-1]) * slope, t)
+    return t if isinstance(nbytes, np.ndarray) else float(t)
 
 
 def group_tier(placement: str, sizes: dict[str, int], dim: str, gpus_per_node: int) -> str:

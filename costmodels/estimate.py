@@ -13,8 +13,9 @@ For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
     pipeline time, bubble = pipeline.pipeline_time([[t_c for c on r] for r], m, vpp)
         (v = 1: m·T_max + Σ_r T_r − T_max; interleaved: m·Σ_j C_j + (pp − 1)·max_j C_j with
          C_j the slowest j-th chunk over ranks — pipeline's docstring)
-    dp_exposed = max_r max(0, t_dp,r − overlap_r),  overlap_r = backward (+recompute) of one
-                 micro-batch on rank r + the backward of ranks 0..r−1 that still follows it
+    dp_exposed = max_r max(0, t_dp,r − overlap_r) (+ autopar's ZeRO-1 broadcasts, never hidden,
+                 ``zero1_broadcast``),  overlap_r = ov · (backward (+recompute) of one micro-batch
+                 on rank r + the backward of ranks 0..r−1 that still follows it)
     step_time  = pipeline time + dp_exposed + optimizer step (Adam, memory-bound, compute.py)
 
     tokens_per_s   = global_batch · seq / step_time
@@ -28,7 +29,8 @@ bubble = pipeline time − m·T_r*, dp_exposed as above. Memory is that of the m
 the ``precision`` recipe (memory.py). The recipe also sets the time of what it changes: the
 bytes per gradient and weight that dp / ZeRO communication moves (``STATE_BYTES``: 2 in
 bf16-mixed, 4 in autopar's fp32-parameter runtime), and for "amp" autocast's casts
-(``compute.autocast_step_s``, added to the optimizer step). The search plans in bf16-mixed.
+(``compute.autocast_step_s``, added to the optimizer step), and ZeRO-1 as autopar's runtime
+runs it (DDP all-reduce + the owners' broadcasts). The search plans in bf16-mixed.
 """
 from __future__ import annotations
 
@@ -179,7 +181,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
         zb, zt = collective_time("all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
                                  profile.tier(tiers["dp"]))
         zb, zt = float(np.sum(zb)), float(np.sum(zt))
-        ov = profile.comm_overlap   # the share of the gathers compute can hide (comm docstring)
+        ov = profile.overlap(plan.zero)   # the share of the gathers compute can hide (comm docstring)
         z_s = max(0.0, zt - ov * f) + max(0.0, zt - ov * (bw + rec))
         z_b = 2 * zb
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
@@ -188,25 +190,45 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
 
 def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
             precision: str = "bf16-mixed") -> tuple[str, float, float]:
-    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp."""
+    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp: on
+    the α-β line, not a measured curve (``comm.collective_time``), so the search can keep it
+    linear in the parameters of a stage."""
     if plan.dp <= 1:
         return "none", 0.0, 0.0
     t = profile.tier(tier)
     bytes_param, bytes_grad, _ = STATE_BYTES[precision]
     g = bytes_grad * params_per_gpu
-    if plan.zero == 0:
-        b, s = collective_time("all_reduce", g, plan.dp, t)
+    if plan.zero == 0 or (plan.zero == 1 and precision in RUNTIME_PRECISIONS):
+        # autopar's runtime runs ZeRO-1 as DDP's all-reduce + the owners' broadcasts after the
+        # optimizer step (zero1_broadcast, never hidden)
+        b, s = collective_time("all_reduce", g, plan.dp, t, line=True)
         return "all_reduce", b, s
     # ZeRO-1: reduce-scatter + all-gather (Megatron's distributed optimizer; autopar's runtime
     # does a DDP all-reduce + the owners' broadcasts, the same bytes); ZeRO-2/3: FSDP2's
     # flat-tensor collectives
     rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
         ("reduce_scatter_tensor", "all_gather_into_tensor")
-    b1, s1 = collective_time(rs, g, plan.dp, t)
+    b1, s1 = collective_time(rs, g, plan.dp, t, line=True)
     if plan.zero == 3:
         return rs, b1, s1
-    b2, s2 = collective_time(ag, bytes_param * params_per_gpu, plan.dp, t)
+    b2, s2 = collective_time(ag, bytes_param * params_per_gpu, plan.dp, t, line=True)
     return f"{rs}+{ag}", b1 + b2, s1 + s2
+
+
+RUNTIME_PRECISIONS = ("amp", "fp32")   # autopar's own runtime (validate), not Megatron's recipe
+
+
+def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
+                    precision: str) -> tuple[float, float]:
+    """(bytes per GPU, seconds) of autopar's ZeRO-1 parameter broadcasts: after the optimizer
+    step each dp rank's owner broadcasts the parameters it updated (runtime/data_parallel.py),
+    priced as an all-gather of the weights (the same bytes per GPU); 0 for Megatron's recipe,
+    whose reduce-scatter + all-gather dp_sync already counts."""
+    if plan.zero != 1 or plan.dp <= 1 or precision not in RUNTIME_PRECISIONS:
+        return 0.0, 0.0
+    b, s = collective_time("all_gather", STATE_BYTES[precision][0] * params_per_gpu, plan.dp,
+                           profile.tier(tier), line=True)
+    return float(b), float(s)
 
 
 def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,
@@ -229,11 +251,12 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
     # data-parallel gradient sync, overlapped with the tail of the backward
-    bwd_r = [profile.comm_overlap * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
+    bwd_r = [profile.overlap(plan.zero) * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
              for cs in rank_chunks]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
     dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
-    dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) for r in range(p)]
+    bcast = [zero1_broadcast(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
+    dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) + bcast[r][1] for r in range(p)]
     dp_exposed = max(dp_exposed_r)
     opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile)
              + autocast_step_s(params_r[r], m, precision, profile) for r in range(p)]
@@ -274,7 +297,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     peak = profile.peak_flops_per_s(table.act_dtype_bytes)
     tokens = global_batch * table.seq
 
-    comm_bytes = {"dp": dp_info[rs][1], "tp": m * sum(c.tp_bytes for c in cs),
+    comm_bytes = {"dp": dp_info[rs][1] + bcast[rs][0], "tp": m * sum(c.tp_bytes for c in cs),
                   "pp": m * sum(c.pp_bytes for c in cs), "zero": m * sum(c.zero_bytes for c in cs)}
     comm = []
     if plan.tp > 1:
@@ -287,9 +310,9 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "bytes_per_gpu": comm_bytes["pp"], "time_s": breakdown["pp_exposed"],
                      "exposed_s": breakdown["pp_exposed"]})
     if plan.dp > 1:
-        comm.append({"kind": "dp", "collective": dp_info[rs][0], "group_size": plan.dp,
-                     "tier": tiers["dp"], "bytes_per_gpu": dp_info[rs][1], "time_s": dp_info[rs][2],
-                     "exposed_s": dp_exposed})
+        comm.append({"kind": "dp", "collective": dp_info[rs][0] + ("+broadcast" if bcast[rs][1] else ""),
+                     "group_size": plan.dp, "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["dp"],
+                     "time_s": dp_info[rs][2] + bcast[rs][1], "exposed_s": dp_exposed})
         if plan.zero == 3:
             zt = m * sum(2 * float(np.sum(collective_time(
                 "all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[s:e] / plan.tp, plan.dp,

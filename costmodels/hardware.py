@@ -54,6 +54,8 @@ attention_efficiency = { value = ..., source = "..." }  # fused attention core, 
                                  # default: the row's matmul efficiency
 comm_overlap = { value = ..., source = "..." }  # fraction of dp / ZeRO communication that runs
                                  # hidden behind compute (0..1); default 1 (separate NCCL streams)
+fsdp_overlap = { value = ..., source = "..." }  # the same for ZeRO-2/3 (FSDP2, which overlaps
+                                 # only on device streams: 0 on a CPU); default comm_overlap
 
 [gpu.cross_entropy]              # the token loss, forward + backward, by logits per call
 logits = [...]                   # (increasing; log-linear interpolation, clamped); default:
@@ -65,6 +67,12 @@ source = "..."
 alpha_s = ...                    # inside a node these replace the tier's one alpha-beta
 beta_bytes_per_s = ...
 source = "..."
+in_step_alpha_s = ...            # optional: the same collective timed between compute, as a
+in_step_beta_bytes_per_s = ...   # step issues it; where present the cost model uses these
+in_step_source = "..."
+ranks = 2                        # with the points measured in-step over that many ranks, which
+in_step_bytes = [...]            # the cost model interpolates (comm.collective_time) for
+in_step_seconds = [...]          # groups of that size
 ```
 
 Numbers are floats or integers (``80e9``, ``85_899_345_920``). A malformed profile raises
@@ -97,6 +105,7 @@ class LinkTier:
     bandwidth_bytes_per_s: float    # achievable per GPU, one direction (bus bandwidth)
     latency_s: float                # alpha, per ring step
     collectives: tuple[tuple[str, float, float], ...] = ()  # (kind, alpha_s, beta) measured
+    curves: tuple[tuple[str, int, tuple, tuple], ...] = ()  # (kind, ranks, bytes, seconds) in-step
 
     def alpha_beta(self, kind: str) -> tuple[float, float]:
         """(alpha per step, bus bandwidth) for ``kind``: its own measured fit when the profile
@@ -106,6 +115,14 @@ class LinkTier:
             if k in own:
                 return own[k]
         return self.latency_s, self.bandwidth_bytes_per_s
+
+    def curve(self, kind: str, n: int) -> tuple[tuple, tuple] | None:
+        """The measured in-step (bytes, seconds) points of ``kind`` itself over ``n`` ranks, if
+        any (no fallback to a base kind: its α-β may be the kind's own)."""
+        for k, r, x, y in self.curves:
+            if k == kind and r == n:
+                return x, y
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +147,12 @@ class HardwareProfile:
     ce_logits: tuple[float, ...] = ()                        # cross-entropy curve (may be empty:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
     comm_overlap: float = 1.0
+    fsdp_overlap: float | None = None    # ZeRO-2/3 (FSDP2) comm hidden; None: comm_overlap
+
+    def overlap(self, zero: int) -> float:
+        """Share of the dp / ZeRO communication compute can hide for a plan with this ZeRO
+        stage: ZeRO-2/3 run on FSDP2, which hides its collectives only on device streams."""
+        return self.fsdp_overlap if zero >= 2 and self.fsdp_overlap is not None else self.comm_overlap
 
     def cross_entropy_logits_per_s(self, logits):
         """Measured loss rate for calls of ``logits`` logits (log-linear, clamped); None when
@@ -302,14 +325,17 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
     ce = curve_section(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
+    fsdp_ov = figure(gpu, "gpu", "fsdp_overlap", optional=True, positive=False, maximum=1.0)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node", integer=True)
     tiers = []
+    own, curves = collectives_section(data, err, sources)
     for tname in ("intra_node", "inter_node"):
         t = table(tname)
+        inside = tname == "intra_node"
         tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"),
                               figure(t, tname, "latency_s", positive=False),
-                              collectives_section(data, err, sources) if tname == "intra_node" else ()))
+                              own if inside else (), curves if inside else ()))
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
         peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
@@ -317,4 +343,5 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
         gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
         elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
-        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap)
+        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap,
+        fsdp_overlap=fsdp_ov)

@@ -35,9 +35,12 @@ def curve_section(sect: dict[str, Any], name: str, keys: tuple[str, str], err, s
     return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
 
 
-def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> tuple:
-    """The measured per-collective alpha-beta fits (``[collectives.<kind>]``), if any."""
-    out = []
+def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> tuple[tuple, tuple]:
+    """The measured per-collective alpha-beta fits (``[collectives.<kind>]``), if any: the
+    in-step fit (``in_step_alpha_s`` / ``in_step_beta_bytes_per_s``) where the profile has one,
+    else the back-to-back one; and the measured in-step points (``in_step_bytes`` /
+    ``in_step_seconds`` over ``ranks`` ranks) as curves ``(kind, ranks, bytes, seconds)``."""
+    out, curves = [], []
     colls = data.get("collectives", {})
     if not isinstance(colls, dict):
         raise err("collectives", "must be a table of [collectives.<kind>] tables")
@@ -47,14 +50,47 @@ def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> t
             raise err(full, f"names no collective ({', '.join(MEASURED_KINDS)})")
         if not isinstance(t, dict):
             raise err(full, "must be a table")
-        a, b = t.get("alpha_s"), t.get("beta_bytes_per_s")
-        for key, x, lo in (("alpha_s", a, 0.0), ("beta_bytes_per_s", b, None)):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                    or x < 0 or (lo is None and x <= 0):
-                raise err(f"{full}.{key}", f"must be a {'positive' if lo is None else 'non-negative'} "
-                          f"number, got {x!r}")
+        a, b = _alpha_beta(t, "", full, err)
         if not isinstance(t.get("source"), str) or not t["source"].strip():
             raise err(full + ".source", "is missing or empty")
         sources[full] = t["source"]
-        out.append((kind, float(a), float(b)))
-    return tuple(out)
+        if "in_step_alpha_s" in t or "in_step_beta_bytes_per_s" in t:
+            # its time between compute, as a step issues it: the figure the cost model prices
+            a, b = _alpha_beta(t, "in_step_", full, err)
+            if not isinstance(t.get("in_step_source"), str) or not t["in_step_source"].strip():
+                raise err(full + ".in_step_source", "is missing or empty")
+            sources[full + ".in_step"] = t["in_step_source"]
+            if "in_step_bytes" in t or "in_step_seconds" in t:
+                curves.append((kind, _ranks(t, full, err)) + _points(t, full, err))
+        out.append((kind, a, b))
+    return tuple(out), tuple(curves)
+
+
+def _ranks(t: dict, full: str, err) -> int:
+    r = t.get("ranks")
+    if isinstance(r, bool) or not isinstance(r, int) or r < 2:
+        raise err(full + ".ranks", f"must be the number of ranks measured (an integer >= 2), got {r!r}")
+    return r
+
+
+def _points(t: dict, full: str, err) -> tuple[tuple, tuple]:
+    xs, ys = t.get("in_step_bytes"), t.get("in_step_seconds")
+    for key, v in (("in_step_bytes", xs), ("in_step_seconds", ys)):
+        if not isinstance(v, list) or not v or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
+            raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
+    if len(xs) != len(ys):
+        raise err(f"{full}.in_step_seconds", f"must have {len(xs)} entries (one per in_step_bytes entry)")
+    if any(b <= a for a, b in zip(xs, xs[1:])):
+        raise err(f"{full}.in_step_bytes", "must be strictly increasing")
+    return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
+
+
+def _alpha_beta(t: dict, prefix: str, full: str, err) -> tuple[float, float]:
+    a, b = t.get(prefix + "alpha_s"), t.get(prefix + "beta_bytes_per_s")
+    for key, x, lo in ((prefix + "alpha_s", a, 0.0), (prefix + "beta_bytes_per_s", b, None)):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
+                or x < 0 or (lo is None and x <= 0):
+            raise err(f"{full}.{key}", f"must be a {'positive' if lo is None else 'non-negative'} "
+                      f"number, got {x!r}")
+    return float(a), float(b)

@@ -187,6 +187,28 @@ def test_dp_allreduce_is_overlapped_and_zero3_adds_gathers():
     assert z3.comm_bytes["zero"] > 0 and z3.memory_bytes["total"] < z0.memory_bytes["total"]
 
 
+def test_zero1_is_priced_as_the_runtime_runs_it():
+    """Megatron's ZeRO-1 (bf16-mixed): reduce-scatter + all-gather, overlapped with backward;
+    autopar's runtime (amp): DDP's all-reduce, overlapped, then the owners' broadcasts of the
+    fp32 weights after the optimizer step, never hidden."""
+    import dataclasses
+    t = gpt_table(layers=4, hidden=512, heads=8, vocab=8000, seq=256)
+    prof = dataclasses.replace(load_profile("cpu-2core"), comm_overlap=0.0)
+    tier = prof.tier("intra_node")
+    P = t.total_params
+    mega = estimate(t, prof, Plan(dp=2, zero=1), 2, 8)
+    rt = estimate(t, prof, Plan(dp=2, zero=1), 2, 8, precision="amp")
+    rs_ag = (collective_time("reduce_scatter", 2 * P, 2, tier)[1]
+             + collective_time("all_gather", 2 * P, 2, tier)[1])
+    assert mega.breakdown_s["dp_exposed"] == pytest.approx(rs_ag)
+    ar, bc = collective_time("all_reduce", 4 * P, 2, tier), collective_time("all_gather", 4 * P, 2, tier)
+    assert rt.breakdown_s["dp_exposed"] == pytest.approx(ar[1] + bc[1])
+    dp = next(c for c in rt.comm if c["kind"] == "dp")
+    assert dp["collective"] == "all_reduce+broadcast" and dp["bytes_per_gpu"] == pytest.approx(ar[0] + bc[0])
+    z0 = estimate(t, prof, Plan(dp=2), 2, 8, precision="amp")
+    assert rt.breakdown_s["dp_exposed"] - z0.breakdown_s["dp_exposed"] == pytest.approx(bc[1])
+
+
 def test_sequence_parallel_same_bytes_less_memory():
     t = gpt3_175b()
     a = estimate(t, A100, Plan(tp=8, attention="math"), 8, 8)

@@ -105,6 +105,23 @@ def _raw():
     (lambda d: d.__setitem__("collectives", {"allreduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x"}}), "collectives.allreduce"),
     (lambda d: d.__setitem__("collectives", {"all_reduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 0, "source": "x"}}), "collectives.all_reduce.beta_bytes_per_s"),
     (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9}}), "collectives.p2p.source"),
+    (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
+                                                     "in_step_alpha_s": "slow", "in_step_beta_bytes_per_s": 1e9,
+                                                     "in_step_source": "y"}}), "collectives.p2p.in_step_alpha_s"),
+    (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
+                                                     "in_step_alpha_s": 1e-3, "in_step_beta_bytes_per_s": 1e9}}),
+     "collectives.p2p.in_step_source"),
+    (lambda d: d["gpu"].__setitem__("fsdp_overlap", {"value": 2, "source": "x"}), "gpu.fsdp_overlap.value"),
+    (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
+                                                     "in_step_alpha_s": 1e-3, "in_step_beta_bytes_per_s": 1e9,
+                                                     "in_step_source": "y", "ranks": 2,
+                                                     "in_step_bytes": [8, 4], "in_step_seconds": [1, 2]}}),
+     "collectives.p2p.in_step_bytes"),
+    (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
+                                                     "in_step_alpha_s": 1e-3, "in_step_beta_bytes_per_s": 1e9,
+                                                     "in_step_source": "y",
+                                                     "in_step_bytes": [4, 8], "in_step_seconds": [1, 2]}}),
+     "collectives.p2p.ranks"),
 ])
 def test_malformed_profile_names_the_field(mutate, field):
     d = _raw()
@@ -113,6 +130,28 @@ def test_malformed_profile_names_the_field(mutate, field):
         parse_profile(d, "bad.toml")
     assert f"'{field}'" in str(e.value)
     assert "bad.toml" in str(e.value)
+
+
+def test_in_step_fit_and_fsdp_overlap_are_what_the_cost_model_reads():
+    """A collective timed between compute replaces its back-to-back fit; ZeRO-2/3 take the
+    FSDP2 overlap, the other stages the async one."""
+    d = _raw()
+    d["collectives"] = {"all_reduce": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x"},
+                        "p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
+                                "in_step_alpha_s": 2e-3, "in_step_beta_bytes_per_s": 5e8,
+                                "in_step_source": "y", "ranks": 2,
+                                "in_step_bytes": [1e3, 1e6], "in_step_seconds": [1e-3, 4e-3]}}
+    d["gpu"]["comm_overlap"] = {"value": 0.4, "source": "x"}
+    prof = parse_profile(d, "ok.toml")
+    assert prof.intra_node.alpha_beta("all_reduce") == (1e-5, 1e9)
+    assert prof.intra_node.alpha_beta("p2p") == (2e-3, 5e8)
+    assert prof.sources["collectives.p2p.in_step"] == "y"
+    assert prof.intra_node.curve("p2p", 2) == ((1e3, 1e6), (1e-3, 4e-3))
+    assert prof.intra_node.curve("p2p", 4) is None and prof.inter_node.curve("p2p", 2) is None
+    assert prof.overlap(0) == prof.overlap(3) == 0.4          # no fsdp_overlap: comm_overlap
+    d["gpu"]["fsdp_overlap"] = {"value": 0.0, "source": "z"}
+    prof = parse_profile(d, "ok.toml")
+    assert (prof.overlap(1), prof.overlap(2), prof.overlap(3)) == (0.4, 0.0, 0.0)
 
 
 def test_invalid_toml_is_a_profile_error(tmp_path):

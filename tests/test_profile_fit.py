@@ -76,3 +76,24 @@ def test_fsdp_tensor_collectives_fall_back_to_their_base_kind():
     assert collective_time("reduce_scatter_tensor", S, 2, base) == collective_time("reduce_scatter", S, 2, base)
     _, t = collective_time("reduce_scatter_tensor", S, 2, own)
     assert t == pytest.approx(1e-3 + S / 2 / 1e8)
+
+
+def test_measured_in_step_points_are_interpolated_for_their_group_size():
+    """A collective with in-step points over n ranks reads them (linear between points, made
+    non-decreasing, the last slope beyond); other group sizes and the gradient sync (``line``)
+    keep the α-β line."""
+    pts = ((1e4, 1e6, 4e6), (2e-3, 1.5e-3, 10e-3))     # 1 MB measured cheaper than 10 KB: noise
+    tier = LinkTier("intra_node", 1e9, 1e-4, collectives=(("all_gather", 5e-4, 5e8),),
+                    curves=(("all_gather", 2, pts[0], pts[1]),))
+    t = lambda S, n=2, **kw: collective_time("all_gather", S, n, tier, **kw)[1]  # noqa: E731
+    assert t(1e3) == pytest.approx(2e-3)                        # below: the smallest point
+    assert t(1e6) == pytest.approx(2e-3)                        # never below a smaller buffer
+    assert t(2.5e6) == pytest.approx(2e-3 + 0.5 * 8e-3)          # between 1 MB and 4 MB
+    assert t(8e6) == pytest.approx(10e-3 + 4e6 * 8e-3 / 3e6)     # the last segment's slope on
+    assert t(0.0) == 0.0
+    arr = collective_time("all_gather", np.array([0.0, 2.5e6]), 2, tier)[1]
+    assert arr == pytest.approx([0.0, 6e-3])
+    line = 5e-4 + 0.5 * 8e6 / 5e8
+    assert t(8e6, line=True) == pytest.approx(line)
+    assert t(8e6, n=4) == pytest.approx(3 * 5e-4 + 0.75 * 8e6 / 5e8)   # measured on 2 ranks only
+    assert collective_time("all_gather_into_tensor", 8e6, 2, tier)[1] == pytest.approx(line)

@@ -6,7 +6,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from autopar.profile import build_profile, fits, write_profile
+from autopar.profile import build_profile, fits, in_step_fits, write_profile
 from costmodels.errors import ProfileError
 from costmodels.hardware import load_profile
 
@@ -46,10 +46,14 @@ def test_profile_round_trips_through_the_loader(raw, tmp_path):
         min(1.0, raw["attention"]["flops_per_s"] / summary["peak_flops_per_s"]["bf16"]), abs=1e-4)
     assert 0.0 <= prof.comm_overlap <= 1.0
     assert prof.comm_overlap == pytest.approx(raw["overlap"]["overlap"], abs=1e-4)
-    # each collective's own fit is the alpha-beta the cost model uses for it inside a node
-    for kind, f in fits(raw).items():
-        if kind != "joint":
-            assert prof.intra_node.alpha_beta(kind) == pytest.approx((f.alpha_s, f.beta_bytes_per_s))
+    # each collective's own in-step fit is the alpha-beta the cost model uses for it inside a node
+    steps = in_step_fits(raw)
+    assert set(steps) == set(fits(raw)) - {"joint"}
+    for kind, f in steps.items():
+        assert prof.intra_node.alpha_beta(kind) == pytest.approx((f.alpha_s, f.beta_bytes_per_s))
+        assert prof.sources[f"collectives.{kind}.in_step"].startswith("measured by autopar profile")
+    # FSDP2 on a CPU runs its collectives in line: ZeRO-2/3 get no overlap, the others the measured one
+    assert prof.overlap(3) == 0.0 and prof.overlap(1) == prof.comm_overlap
     # every figure says how it was measured
     assert all("autopar profile" in s or "assumption" in s for s in prof.sources.values())
     # the per-collective measurements are kept in the file
@@ -57,21 +61,28 @@ def test_profile_round_trips_through_the_loader(raw, tmp_path):
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "p2p"):
         c = data["collectives"][kind]
         assert len(c["bytes"]) == len(c["seconds"]) == len(c["bus_bandwidth_bytes_per_s"]) >= 5
+        assert len(c["in_step_bytes"]) == len(c["in_step_seconds"]) >= 3
+        assert set(c["in_step_bytes"]) <= set(c["bytes"])
+        # between compute a collective costs at least what it costs back to back
+        b2b = dict(zip(c["bytes"], c["seconds"]))
+        assert all(t >= b2b[b] * (1 - 1e-6) for b, t in zip(c["in_step_bytes"], c["in_step_seconds"]))
 
 
 def test_fitted_alpha_beta_reproduces_its_measurements(raw):
-    """Each collective's fitted α-β model against the very points it was fitted from. A loaded
+    """Each collective's fitted α-β models (back to back, and in-step) against the very points
+    they were fitted from. A loaded
     2-core VM with gloo is noisy (scheduler jitter of a millisecond), so the bound is loose in the
     worst point and tight in the median; the check that the fit itself is exact is
     test_profile_fit.py."""
-    F = fits(raw)
-    for kind, rows in raw["collectives"].items():
+    F, S = fits(raw), in_step_fits(raw)
+    for kind, rows, fit in ([(k, r, F[k]) for k, r in raw["collectives"].items()]
+                            + [(k, r, S[k]) for k, r in raw["in_step"].items()]):
         sizes = np.array([r[0] for r in rows], dtype=float)
         times = np.array([r[1] for r in rows], dtype=float)
-        pred = F[kind].predict(sizes)
+        pred = fit.predict(sizes)
         rel = np.abs(pred - times) / times
-        assert np.median(rel) == pytest.approx(F[kind].median_rel_error)
-        assert rel.max() == pytest.approx(F[kind].max_rel_error)
+        assert np.median(rel) == pytest.approx(fit.median_rel_error)
+        assert rel.max() == pytest.approx(fit.max_rel_error)
         assert np.median(rel) < 1.0, (kind, rel)
         # bandwidth-bound end: within a factor of 2 of the measurement
         assert 0.5 < pred[-1] / times[-1] < 2.0, (kind, pred[-1], times[-1])

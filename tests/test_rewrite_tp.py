@@ -8,14 +8,11 @@ parameter gradients equal the serial module's within 1e-5 relative (fp32).
 from __future__ import annotations
 
 import math
-import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -248,36 +245,28 @@ def serial_vocab(emb):
     return next(m for m in emb.modules() if isinstance(m, nn.Embedding)).num_embeddings
 
 
-def _worker(rank, port, out_dir):
+def _rank_failures():
+    """One rank's failures over every case (runs under autopar.runtime.verify.spawn, which
+    keeps a rank's result when gloo aborts in its teardown after the result was written)."""
+    from autopar.runtime import dist as adist
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=TP)
+    adist.ensure_initialized(TP)
+    rank = dist.get_rank()
     group = dist.new_group([0, 1])
     failures = []
-    try:
-        for name in CASES:
-            for sp, rc in (SETTINGS if name in FULL_MATRIX else LIGHT):
-                try:
-                    errs = check_case(name, sp, rc, rank, group)
-                except Exception:  # noqa: BLE001
-                    errs = [traceback.format_exc(limit=6)]
-                failures += [f"{name} sp={sp} recompute={rc}: {e}" for e in errs]
-    finally:
-        with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
-            f.write("\n".join(failures))
-        dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for name in CASES:
+        for sp, rc in (SETTINGS if name in FULL_MATRIX else LIGHT):
+            try:
+                errs = check_case(name, sp, rc, rank, group)
+            except Exception:  # noqa: BLE001
+                errs = [traceback.format_exc(limit=6)]
+            failures += [f"{name} sp={sp} recompute={rc}: {e}" for e in errs]
+    return failures
 
 
 @pytest.mark.slow
-def test_tp2_rows_match_serial(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=TP, join=True)
-    failures = []
-    for r in range(TP):
-        text = (tmp_path / f"rank{r}.txt").read_text()
-        failures += [f"rank {r}: {line}" for line in text.splitlines() if line.strip()]
+def test_tp2_rows_match_serial():
+    from autopar.runtime.verify import spawn
+    per_rank = spawn(_rank_failures, TP)
+    failures = [f"rank {r}: {line}" for r, lines in enumerate(per_rank) for line in lines]
     assert not failures, "\n".join(failures[:40])

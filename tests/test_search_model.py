@@ -23,7 +23,8 @@ def _random_split(rng, n, S):
 
 def _measured_like(name):
     """A profile with the optional measured rates a CPU host's `autopar profile` writes: partial
-    comm/compute overlap, per-collective alpha-beta, slow element-wise kernels and optimizer."""
+    comm/compute overlap (none for FSDP2), per-collective alpha-beta and in-step points, slow
+    element-wise kernels and optimizer."""
     from costmodels.hardware import LinkTier
     p = load_profile(name)
     t = p.intra_node
@@ -32,12 +33,18 @@ def _measured_like(name):
            ("all_gather", 4 * t.latency_s, t.bandwidth_bytes_per_s / 3),
            ("all_gather_into_tensor", 6 * t.latency_s, t.bandwidth_bytes_per_s / 5),   # FSDP2's
            ("reduce_scatter_tensor", 7 * t.latency_s, t.bandwidth_bytes_per_s / 11))
+    # measured in-step points over 2 ranks (interpolated for pairs: p2p, tp=2 or dp=2 groups;
+    # the dp gradient sync keeps its line), with a per-byte cost rising out of cache
+    xs = (8e3, 1e6, 8e6, 32e6)
+    curves = tuple((k, 2, xs, tuple(f * y for y in (1e-4, 3e-4, 2e-3, 1.2e-2))) for k, f in
+                   (("all_reduce", 1.0), ("p2p", 0.5), ("all_gather_into_tensor", 2.0),
+                    ("reduce_scatter_tensor", 2.5)))
     return dataclasses.replace(
-        p, comm_overlap=0.3, attention_efficiency=0.25,
+        p, comm_overlap=0.3, fsdp_overlap=0.0, attention_efficiency=0.25,
         elementwise_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 3,
         optimizer_bandwidth_bytes_per_s=p.hbm_bandwidth_bytes_per_s / 2,
         ce_logits=(1e6, 1e8), ce_rates=(4e10, 1e10),
-        intra_node=LinkTier("intra_node", t.bandwidth_bytes_per_s, t.latency_s, own))
+        intra_node=LinkTier("intra_node", t.bandwidth_bytes_per_s, t.latency_s, own, curves))
 
 
 @pytest.mark.parametrize("table_fn, gpus, batch, hw", [

@@ -8,7 +8,8 @@ def register(subparsers) -> None:
         "profile", help="measure this machine and write a hardware profile",
         description="Measure matmul throughput by dtype and size, memory bandwidth, and all-reduce / "
                     "all-gather / reduce-scatter / p2p time across N local ranks (gloo on CPU, NCCL on "
-                    "GPU); fit alpha-beta; write a hardware profile (costmodels format).")
+                    "GPU), back to back and between compute as a training step issues them; fit "
+                    "alpha-beta; write a hardware profile (costmodels format).")
     p.add_argument("-o", "--output", metavar="PATH", default=None,
                    help="profile file to write (default hardware-profiles/<name>.toml)")
     p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
@@ -50,7 +51,11 @@ def run(args) -> int:
     c.print("peak matmul per rank: " + ", ".join(f"{d} {human(v, 'FLOP/s')}" for d, v in pk.items()))
     c.print(f"memory bandwidth per rank: {human(summary['hbm_bandwidth_bytes_per_s'], 'B/s')}; "
             f"rank footprint {human(summary['memory_reserve_bytes'], 'B')}")
+    c.print("collectives, back to back  |  between compute (what the cost model uses):")
     for k, f in summary["collectives"].items():
-        c.print(f"{k:>15}: alpha {f['alpha_s'] * 1e6:8.1f} us  beta {human(f['beta_bytes_per_s'], 'B/s'):>10}  "
-                f"fit error median {f['median_rel_error']:.0%} max {f['max_rel_error']:.0%}")
+        g = summary.get("in_step", {}).get(k)
+        tail = (f"  |  alpha {g['alpha_s'] * 1e6:8.1f} us  beta {human(g['beta_bytes_per_s'], 'B/s'):>10}"
+                if g else "")
+        c.print(f"{k:>22}: alpha {f['alpha_s'] * 1e6:8.1f} us  beta {human(f['beta_bytes_per_s'], 'B/s'):>10}  "
+                f"fit error median {f['median_rel_error']:.0%} max {f['max_rel_error']:.0%}{tail}")
     return 0

@@ -22,8 +22,10 @@ intra_node.latency_s / bandwidth      ONE α-β fit over all collectives' (size,
                                       a collective without its own fit
 inter_node.*                          not measurable on one host: the intra-node fit, said so
 [collectives.<kind>]                  per collective: the measured sizes, times and nccl-tests
-                                      bus bandwidths, and its own α-β fit, which the cost model
-                                      uses for that collective inside a node
+                                      bus bandwidths and its own α-β fit; then its time *in a
+                                      step* (between compute, ``kernels.in_step_time``) at a few
+                                      sizes and their α-β fit (``in_step_*``), which the cost
+                                      model uses for that collective inside a node
 gpu.elementwise / optimizer / ...     ``autopar.profile.kernels`` (element-wise and optimizer
                                       bandwidth, attention efficiency, cross-entropy curve,
                                       comm overlap)
@@ -156,6 +158,13 @@ def fits(raw: dict) -> dict[str, AlphaBeta]:
     return out
 
 
+def in_step_fits(raw: dict) -> dict[str, AlphaBeta]:
+    """Per-collective α-β fits of the in-step times (``kernels.in_step_time``), if measured."""
+    n = raw["world_size"]
+    return {kind: fit_alpha_beta(kind, n, [r[0] for r in rows], [r[1] for r in rows])
+            for kind, rows in raw.get("in_step", {}).items() if rows}
+
+
 def _kernel_figures(raw: dict, peak_bf16: float) -> list[tuple[str, str, str]]:
     """(field, value, how measured) of the optional rates (autopar.profile.kernels)."""
     out = []
@@ -221,9 +230,15 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     L.append(f"hbm_bandwidth_bytes_per_s = {{ value = {_g(cp['bytes_per_s'])}, source = "
              f"{_s(f'{how}: tensor.copy_ of {copy_mib} MiB fp32, 2*bytes/time per rank ({who}), mean over ranks')} }}")
     for key, value, what in _kernel_figures(raw, peak["bf16"]):
-        tail = (f"{n} ranks, wall clock, best of 3" if key == "comm_overlap"
+        tail = (f"{n} ranks, wall clock, median of 5 paired runs" if key == "comm_overlap"
                 else f"per rank ({who}), mean over ranks")
         L.append(f"{key} = {{ value = {value}, source = {_s(f'{how}: {what} {tail}')} }}")
+    if not cuda and n > 1:
+        why = (f"{how}: not measured, a fact of torch {raw['torch']}: FSDP2 (ZeRO-2/3) hides its "
+               "all-gathers and reduce-scatters only on separate device streams "
+               "(torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, get_all_gather_streams); "
+               "a CPU has none, so they run in line")
+        L.append(f"fsdp_overlap = {{ value = 0.0, source = {_s(why)} }}")
     res_src = ("CUDA memory in use not allocated by tensors after NCCL init (context, NCCL), max over ranks"
                if cuda else "VmRSS of a rank after importing torch and joining the gloo group, before "
                "any model (Python + torch + gloo), max over ranks")
@@ -263,10 +278,12 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
         L.append(f"[{t}]")
         L.append(f"bandwidth_bytes_per_s = {{ value = {_g(bw)}, source = {_s(src)} }}")
         L.append(f"latency_s = {{ value = {_g(lat)}, source = {_s(src)} }}")
+    IS = in_step_fits(raw)
     for kind, rows in raw.get("collectives", {}).items():
         f = F[kind]
         L.append("")
-        L.append(f"[collectives.{kind}]   # measured; inside a node the cost model uses this alpha-beta")
+        L.append(f"[collectives.{kind}]   # measured; inside a node the cost model uses the "
+                 + ("in-step alpha-beta" if kind in IS else "alpha-beta"))
         L.append(f"ranks = {n}")
         L.append("bytes = [" + ", ".join(str(int(r[0])) for r in rows) + "]")
         L.append("seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows) + "]")
@@ -277,13 +294,25 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
         L.append(f"fit_median_rel_error = {f.median_rel_error:.4f}")
         L.append(f"fit_max_rel_error = {f.max_rel_error:.4f}")
         L.append(f"source = {_s(f'{how}: {kind} of fp32 buffers (nccl-tests size convention, busbw = algbw * bus factor), slowest rank, median of 5 runs, least-squares alpha-beta in relative error')}")
+        if kind in IS:
+            g, rows_is = IS[kind], raw["in_step"][kind]
+            L.append("in_step_bytes = [" + ", ".join(str(int(r[0])) for r in rows_is) + "]")
+            L.append("in_step_seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows_is) + "]")
+            L.append(f"in_step_alpha_s = {_g(g.alpha_s)}")
+            L.append(f"in_step_beta_bytes_per_s = {_g(g.beta_bytes_per_s)}")
+            L.append(f"in_step_fit_median_rel_error = {g.median_rel_error:.4f}")
+            L.append(f"in_step_fit_max_rel_error = {g.max_rel_error:.4f}")
+            L.append(f"in_step_source = {_s(f'{how}: the same {kind} issued between ~5 ms (CPU) / 1 ms (GPU) of matmuls, time added per call (loop with it minus loop without, 8 calls, slowest rank, median of 5 pairs, at least the back-to-back time; autopar/profile/kernels.py in_step_time), least-squares alpha-beta in relative error')}")
     text = "\n".join(L) + "\n"
     summary = {"name": name, "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": cp["bytes_per_s"],
                "hbm_bytes": hbm, "memory_reserve_bytes": reserve,
                "matmul_efficiency": {"flops": eff_f, "efficiency": eff_v},
                "collectives": {k: {"alpha_s": v.alpha_s, "beta_bytes_per_s": v.beta_bytes_per_s,
                                    "median_rel_error": v.median_rel_error,
-                                   "max_rel_error": v.max_rel_error} for k, v in F.items()}}
+                                   "max_rel_error": v.max_rel_error} for k, v in F.items()},
+               "in_step": {k: {"alpha_s": v.alpha_s, "beta_bytes_per_s": v.beta_bytes_per_s,
+                               "median_rel_error": v.median_rel_error,
+                               "max_rel_error": v.max_rel_error} for k, v in IS.items()}}
     return text, summary
 
 

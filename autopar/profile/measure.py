@@ -18,7 +18,8 @@ rates are what one rank gets while the others are busy too. On a GPU each rank o
   ``reduce_scatter_tensor`` apart (what FSDP2, i.e. ZeRO-2/3, calls); p2p send/recv of S between
   ranks 0 and 1 (ping-pong, one-way time = round trip / 2). Each size: warm-up, then 5 runs of
   the same (agreed) repeat count; a run's time is the slowest rank's; the median run's time per
-  op (``_agreed_time`` says why not the best).
+  op (``_agreed_time`` says why not the best). Then each again at a few sizes *between
+  compute*, the way a step issues it (``kernels.in_step_time``): the cost model's fit.
 * element-wise / attention / cross-entropy / optimizer rates and comm-compute overlap: ``autopar.profile.kernels``.
 * process footprint: resident memory (VmRSS) of a rank after importing torch and joining the
   process group, before any model exists (CPU) / CUDA memory in use but not allocated by
@@ -100,13 +101,15 @@ def plan_sizes(device_type: str, quick: bool) -> dict:
         mm = [256, 512, 1024, 2048, 4096, 8192] if quick else [128, 256, 512, 768, 1024, 1536, 2048,
                                                                  3072, 4096, 6144, 8192, 12288]
         coll = [2 ** k for k in range(3, 29, 5 if quick else 2)]      # 8 B .. 256 MiB
-        return dict(mm=mm, coll=coll, copy_bytes=(256 << 20) if quick else (1 << 30),
+        in_step = [c for c in coll if c >= 1 << 16][::2]  # a subset of coll: its floor
+        return dict(mm=mm, coll=coll, in_step=in_step, copy_bytes=(256 << 20) if quick else (1 << 30),
                     min_time_s=0.05 if quick else 0.2, dtypes=("bf16", "fp16", "fp32"))
     mm = [32, 64, 128, 256, 512, 1024] if quick else [32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
                                                        1024, 1536]
     coll = ([8, 64, 512, 4096, 32768, 262144, 2097152] if quick
             else [2 ** k for k in range(3, 27, 2)])                   # 8 B .. 32 MiB
-    return dict(mm=mm, coll=coll, copy_bytes=(32 << 20) if quick else (256 << 20),
+    in_step = [4096, 262144, 2097152] if quick else [8192, 131072, 524288, 2097152, 8388608, 33554432]
+    return dict(mm=mm, coll=coll, in_step=in_step, copy_bytes=(32 << 20) if quick else (256 << 20),
                 min_time_s=0.05 if quick else 0.3, dtypes=("bf16", "fp32"))
 
 
@@ -129,7 +132,8 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     cpu_clock = clock == "cpu" and device.type == "cpu"
     colls = ["all_reduce", "all_gather", "reduce_scatter", "all_gather_into_tensor",
              "reduce_scatter_tensor"] + (["p2p"] if n > 1 else [])
-    total = len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"]) + (n > 1)
+    total = (len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"])
+             + (n > 1) * (1 + len(colls) * len(sz["in_step"])))
     bar = _Bar(progress and rank == 0, total, "matmul")
     out: dict = {"rank": rank, "world_size": n, "device": device.type,
                  "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -182,54 +186,72 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         out["optimizer"] = kernels.optimizer_rate(device, kt, cpu_clock, OPTIMIZER_BYTES_PER_PARAM)
         # ---- collectives ------------------------------------------------------------------
         coll: dict[str, list] = {}
-        from autopar.rewrite.collectives import _all_gather as rw_all_gather
-        from autopar.rewrite.collectives import _reduce_scatter as rw_reduce_scatter
         for kind in colls:
             rows = []
             for S in sz["coll"]:
                 bar.step(f"{kind} {S} B")
                 S = max(S - S % (4 * n), 4 * n)  # whole fp32 elements, divisible by n
-                numel = S // 4
-                if kind == "all_reduce":
-                    x = torch.ones(numel, device=device)
-                    fn = lambda: dist.all_reduce(x)  # noqa: E731
-                elif kind == "all_gather":   # as the TP rewrite issues them (module docstring)
-                    x = torch.ones(numel // n, device=device)
-                    fn = lambda: rw_all_gather(x, 0, dist.group.WORLD)  # noqa: E731
-                elif kind == "reduce_scatter":
-                    x = torch.ones(numel, device=device)
-                    fn = lambda: rw_reduce_scatter(x, 0, dist.group.WORLD)  # noqa: E731
-                elif kind == "all_gather_into_tensor":   # torch's flat collectives (FSDP2)
-                    x = torch.ones(numel // n, device=device)
-                    y = torch.empty(numel, device=device)
-                    fn = lambda: dist.all_gather_into_tensor(y, x)  # noqa: E731
-                elif kind == "reduce_scatter_tensor":
-                    x = torch.ones(numel, device=device)
-                    y = torch.empty(numel // n, device=device)
-                    fn = lambda: dist.reduce_scatter_tensor(y, x)  # noqa: E731
-                else:
-                    x = torch.ones(numel, device=device)
-
-                    def fn():
-                        if rank == 0:
-                            dist.send(x, 1)
-                            dist.recv(x, 1)
-                        elif rank == 1:
-                            dist.recv(x, 0)
-                            dist.send(x, 0)
+                fn = _collective_fn(kind, S, rank, n, device)
                 dist.barrier()
                 t = _agreed_time(fn, device, sz["min_time_s"], rank, n, p2p=kind == "p2p")
-                if kind == "p2p":
-                    t /= 2.0  # round trip -> one way
-                rows.append([S, t])
+                rows.append([S, t / 2.0 if kind == "p2p" else t])  # p2p: round trip -> one way
             coll[kind] = rows
         out["collectives"] = coll
+        from autopar.profile.kernels import fsdp_unshard_fn, in_step_time
+        in_step: dict[str, list] = {}
+        for kind in colls if n > 1 else ():
+            b2b = dict((r[0], r[1]) for r in coll[kind])
+            rows = []
+            for S in sz["in_step"]:
+                bar.step(f"{kind} {S} B between compute")
+                S = max(S - S % (4 * n), 4 * n)
+                fn = (fsdp_unshard_fn(S, device, n) if kind == "all_gather_into_tensor"
+                      else _collective_fn(kind, S, rank, n, device))
+                half = 2.0 if kind == "p2p" else 1.0
+                t = in_step_time(fn, device, b2b.get(S, 0.0) * half) / half
+                rows.append([S, t])
+            in_step[kind] = rows
+        out["in_step"] = in_step
         if n > 1:
             bar.step("comm / compute overlap")
             out["overlap"] = kernels.comm_overlap(device)
     finally:
         bar.close()
     return out
+
+
+def _collective_fn(kind: str, S: int, rank: int, n: int, device):
+    """One call of collective ``kind`` over a whole buffer of ``S`` bytes (module docstring)."""
+    from autopar.rewrite.collectives import _all_gather as rw_all_gather
+    from autopar.rewrite.collectives import _reduce_scatter as rw_reduce_scatter
+    numel = S // 4
+    if kind == "all_reduce":
+        x = torch.ones(numel, device=device)
+        return lambda: dist.all_reduce(x)
+    if kind == "all_gather":   # as the TP rewrite issues them (module docstring)
+        x = torch.ones(numel // n, device=device)
+        return lambda: rw_all_gather(x, 0, dist.group.WORLD)
+    if kind == "reduce_scatter":
+        x = torch.ones(numel, device=device)
+        return lambda: rw_reduce_scatter(x, 0, dist.group.WORLD)
+    if kind == "all_gather_into_tensor":   # torch's flat collectives (FSDP2)
+        x = torch.ones(numel // n, device=device)
+        y = torch.empty(numel, device=device)
+        return lambda: dist.all_gather_into_tensor(y, x)
+    if kind == "reduce_scatter_tensor":
+        x = torch.ones(numel, device=device)
+        y = torch.empty(numel // n, device=device)
+        return lambda: dist.reduce_scatter_tensor(y, x)
+    x = torch.ones(numel, device=device)
+
+    def ping_pong():
+        if rank == 0:
+            dist.send(x, 1)
+            dist.recv(x, 1)
+        elif rank == 1:
+            dist.recv(x, 0)
+            dist.send(x, 0)
+    return ping_pong
 
 
 def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,

@@ -192,7 +192,7 @@ class Runner:
         n_micro = batch // plan.micro_batch_size
         if plan.pp == 1:
             local = run_local(self._wrapped[0], inputs, targets, n_micro, plan.micro_batch_size,
-                              self.loss_fn)
+                              self.loss_fn, keep_unsharded=plan.zero == 2)
         else:
             if n_micro not in self._schedules:
                 self._schedules[n_micro] = make_schedule(plan, self._pipe_stages, n_micro,

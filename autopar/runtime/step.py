@@ -17,9 +17,12 @@ from costmodels.plan import Plan
 
 
 def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: int,
-              loss_fn: Callable) -> float:
+              loss_fn: Callable, keep_unsharded: bool = False) -> float:
     """Forward and backward of ``n_micro`` micro-batches through one (DDP / FSDP / plain)
-    module, gradients synced only on the last; returns the mean micro-batch loss."""
+    module, gradients synced only on the last; returns the mean micro-batch loss.
+    ``keep_unsharded`` (ZeRO-2 on FSDP2): parameters stay gathered from the first micro-batch's
+    forward to the last one's backward — one all-gather per step, as ZeRO-2 means, instead of
+    FSDP2's default of one per micro-batch."""
     fsdp = is_fsdp(module)
     total = 0.0
     for i in range(n_micro):
@@ -27,6 +30,8 @@ def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: in
         sl = slice(i * micro_batch_size, (i + 1) * micro_batch_size)
         if fsdp:
             module.set_requires_gradient_sync(last)
+            if keep_unsharded:
+                module.set_reshard_after_backward(last)
             ctx = contextlib.nullcontext()
         elif hasattr(module, "no_sync") and not last:
             ctx = module.no_sync()

@@ -100,7 +100,7 @@ class Costs:
             d_lat = sum(collective_steps(k, c.dp) * dtier.alpha_beta(k)[0] for k in kind.split("+"))
             d_pp = one - d_lat
         o_pp = optimizer_step_s(1.0, prof) / (c.dp if c.zero >= 1 else 1)
-        ov = prof.comm_overlap   # fwd / bwdrec are only the windows dp and ZeRO comm hides in
+        ov = prof.overlap(c.zero)   # fwd / bwdrec are only the windows dp and ZeRO comm hides in
         return Terms(config=c, m=m, pp=c.pp, vpp=c.vpp, tau=tau, fwd=ov * np.asarray(rt.fwd_s),
                      bwdrec=ov * (rt.bwd_s + rt.recompute_s), params=params, static=static, act=act,
                      is_block=arr.is_block, act_none=act_none, send=send, grad=grad,
