@@ -6,7 +6,8 @@ import gc
 import pytest
 import torch
 
-from autopar.validate.rank import LiveBytes, _state_bytes, live_peak
+from autopar.validate.live_bytes import LiveBytes, live_peak
+from autopar.validate.rank import _state_bytes
 from costmodels.compute import activation_bytes_none, table_arrays
 from costmodels.errors import PlanError
 from costmodels.estimate import estimate

@@ -8,7 +8,7 @@ from autopar.cli.common import add_model_args
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="run plans for real; predicted vs measured step time and memory",
-        description="Run each plan with autopar.apply on N local ranks (warm-up, then timed steps), "
+        description="Run each plan with autopar.apply on N local ranks (warm-up, then timed rounds over all plans), "
                     "measure step time and peak memory per rank, and set them beside the cost "
                     "model's predictions; MAPE and Spearman rank correlation over the plans.")
     add_model_args(p)
@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("--plans", default=None, metavar="plans.json",
                    help="plans to run (autopar search -o); default: a spread of the search's plans")
     p.add_argument("--count", type=int, default=8, help="how many plans without --plans (default 8)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per plan (default 5)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per plan, run in rounds over the plans (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="measured step time: wall clock (default), or the ranks' CPU time (a host "

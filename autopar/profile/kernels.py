@@ -37,7 +37,9 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
   out the ranks' drift in compute, both of which a tight loop hides. ``all_gather_into_tensor``
   is timed here as FSDP2 (ZeRO-2/3) issues it: ``unshard()`` + ``reshard()`` of a
   ``fully_shard``-ed module holding ``S`` bytes of fp32 parameters (copy-in, all-gather, copy-out
-  into fresh unsharded parameters, Python hooks), about twice the bare collective on a CPU.
+  into fresh unsharded parameters, Python hooks), about twice the bare collective on a CPU;
+  ``reduce_scatter_tensor`` as FSDP2's gradient sync: a backward of that module with
+  ``set_requires_gradient_sync(True)`` against the same backward without.
 """
 from __future__ import annotations
 
@@ -202,12 +204,15 @@ def comm_overlap(device, nbytes: int = 8 << 20) -> dict:
 
 
 def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, reps: int = 8,
-                 pairs: int = 5) -> float:
+                 pairs: int = 5, base=None) -> float:
     """Seconds one call of the collective ``fn`` adds to a loop of compute (module docstring);
     ``floor_s`` is its back-to-back time. Every rank must call this with the same arguments.
     ``compute_s``: the compute between two calls; by default 5 ms on a CPU (a block's matmuls on
     one core: the longer the gap, the deeper the ranks' threads sleep — 1-2 ms gaps measured
-    about half the extra of 5-10 ms gaps on a 2-vCPU VM) and 1 ms on a GPU."""
+    about half the extra of 5-10 ms gaps on a 2-vCPU VM) and 1 ms on a GPU.
+    ``base``: work both loops do after the compute, so that only ``fn``'s excess over it counts
+    (FSDP2's reduce-scatter: a backward with gradient sync against one without).
+    """
     if compute_s is None:
         compute_s = 1e-3 if device.type == "cuda" else 5e-3
     a = torch.randn(256, 256, device=device)
@@ -224,6 +229,8 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
     one = max((time.perf_counter() - t0) / 20, 1e-7)
     k = _agreed_int(max(1, int(compute_s / one)), device)
     fn()
+    if base is not None:
+        base()
 
     def run(with_comm: bool) -> float:
         dist.barrier()
@@ -232,6 +239,8 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
             compute(k)
             if with_comm:
                 fn()
+            elif base is not None:
+                base()
         _sync(device)
         return time.perf_counter() - t0
 
@@ -242,18 +251,49 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
     return max(float(extra), floor_s)
 
 
-def fsdp_unshard_fn(nbytes: int, device, n: int):
-    """One FSDP2 parameter all-gather of ``nbytes`` (whole, fp32) and its reshard, over the
-    world: the all-gather a ZeRO-3 step pays before each block's forward and backward."""
-    import torch.nn as nn
+def _fsdp_module(nbytes: int, device, n: int):
+    """Four bias-free linears holding ``nbytes`` of fp32 parameters in all, ``fully_shard``-ed
+    over the world (kept through backward), and an input of one row: a forward and backward
+    that cost next to nothing but FSDP2's own work."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     width = 256
     rows = max(n, nbytes // 4 // width // 4)
-    m = nn.Sequential(*[nn.Linear(width, rows, bias=False, device=device) for _ in range(4)])
-    fully_shard(m, mesh=init_device_mesh(device.type, (n,)))
+    m = _FanOut([torch.nn.Linear(width, rows, bias=False, device=device) for _ in range(4)])
+    fully_shard(m, mesh=init_device_mesh(device.type, (n,)), reshard_after_forward=False)
+    return m, torch.randn(1, width, device=device)
+
+
+class _FanOut(torch.nn.Module):
+    """The sum of several linears' outputs on one input (a scalar to backward from)."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x):
+        return sum(lin(x).sum() for lin in self.layers)
+
+
+def fsdp_unshard_fn(nbytes: int, device, n: int):
+    """One FSDP2 parameter all-gather of ``nbytes`` (whole, fp32) and its reshard, over the
+    world: the all-gather a ZeRO-3 step pays before each block's forward and backward."""
+    m, _ = _fsdp_module(nbytes, device, n)
 
     def fn():
         m.unshard()
         m.reshard()
     return fn
+
+
+def fsdp_reduce_fns(nbytes: int, device, n: int):
+    """(with, without) FSDP2's gradient reduce-scatter of ``nbytes`` (whole, fp32): a forward +
+    backward of the module with gradient sync, and the same without it; the difference is
+    what the gradient sync of ZeRO-2/3 costs (copy-in, reduce-scatter, sharded gradients)."""
+    m, x = _fsdp_module(nbytes, device, n)
+
+    def step(sync: bool):
+        m.set_requires_gradient_sync(sync)
+        m(x).backward()
+        m.zero_grad(set_to_none=True)
+    return (lambda: step(True)), (lambda: step(False))

@@ -197,7 +197,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
                 rows.append([S, t / 2.0 if kind == "p2p" else t])  # p2p: round trip -> one way
             coll[kind] = rows
         out["collectives"] = coll
-        from autopar.profile.kernels import fsdp_unshard_fn, in_step_time
+        from autopar.profile.kernels import fsdp_reduce_fns, fsdp_unshard_fn, in_step_time
         in_step: dict[str, list] = {}
         for kind in colls if n > 1 else ():
             b2b = dict((r[0], r[1]) for r in coll[kind])
@@ -205,10 +205,15 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
             for S in sz["in_step"]:
                 bar.step(f"{kind} {S} B between compute")
                 S = max(S - S % (4 * n), 4 * n)
-                fn = (fsdp_unshard_fn(S, device, n) if kind == "all_gather_into_tensor"
-                      else _collective_fn(kind, S, rank, n, device))
+                base = None
+                if kind == "all_gather_into_tensor":   # as FSDP2 issues them (kernels docstring)
+                    fn = fsdp_unshard_fn(S, device, n)
+                elif kind == "reduce_scatter_tensor":
+                    fn, base = fsdp_reduce_fns(S, device, n)
+                else:
+                    fn = _collective_fn(kind, S, rank, n, device)
                 half = 2.0 if kind == "p2p" else 1.0
-                t = in_step_time(fn, device, b2b.get(S, 0.0) * half) / half
+                t = in_step_time(fn, device, b2b.get(S, 0.0) * half, base=base) / half
                 rows.append([S, t])
             in_step[kind] = rows
         out["in_step"] = in_step

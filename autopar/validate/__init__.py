@@ -13,11 +13,13 @@
   without, ``default_plans``: a spread picked from ``autopar search``'s ranked plans covering every
   (dp, tp, pp) shape, several micro-batch sizes and every recompute policy.
 * **Measurement**: ``nproc`` local ranks are spawned once (gloo on CPU, NCCL on GPU) and run every
-  plan in turn in the same processes (start-up shared). Per plan each rank builds the model from
+  plan in the same processes (start-up shared). Per plan each rank builds the model from
   the same seed, ``autopar.apply``s the plan, makes an AdamW optimizer over ``runner.parameters()``
   and runs ``warmup`` untimed steps, one untimed *memory step* (after at least one step, so the
-  optimizer state exists) and its untimed tail (``autopar.validate.rank``), then ``steps`` timed
-  optimizer steps on the same global batch, under
+  optimizer state exists) and its untimed tail, and keeps the plan; then ``steps`` timed rounds
+  each run one optimizer step of every kept plan in turn (``autopar.validate.rank``: the
+  machine's drift spreads over all plans instead of landing on some), on the same global batch,
+  under
   ``torch.autocast(bfloat16)`` (bf16 matmuls, fp32 weights, grads and AdamW state: 16 bytes of
   model state per parameter plus autocast's 2-byte weight cache; ``amp=False``: fp32).
   A step = ``train_step`` + ``opt.step()`` + ``opt.zero_grad()``, timed from a barrier; the
@@ -26,12 +28,12 @@
   step's time are kept beside it).
 * **Memory** per rank, *peak live tensor bytes* since before the model was built — GPU: torch's
   allocator ``max_memory_allocated`` minus ``memory_allocated`` before the model; CPU: the same
-  meaning from the profiler's allocation events (``autopar.validate.rank.LiveBytes``): their
+  meaning from the profiler's allocation events (``autopar.validate.live_bytes.LiveBytes``): their
   running sum from before the model is built to the end of the memory step, peak inside that
   step. ``measured_memory_bytes`` is the largest over ranks (the estimate is that of the most
   loaded GPU); ``measured_live_at_step_start_bytes`` is what was live when the step began (model
-  state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over the timed steps minus ``VmRSS``
-  before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
+  state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over the warm-up and memory steps
+  minus ``VmRSS`` before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
   not what the cost model predicts.
 * **Summary**: step-time MAPE and Spearman rank correlation, memory MAPE / worst error / Spearman.
 
@@ -259,7 +261,7 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
         "precision": ("torch.autocast bfloat16 (bf16 matmuls/activations), fp32 weights, grads and "
                       "AdamW state" if amp else "fp32, AdamW"),
         "step": "train_step + opt.step + opt.zero_grad from a barrier; slowest rank; best of "
-                f"{steps} timed steps after {warmup} warm-up steps",
+                f"{steps} timed rounds (one step of every plan each) after {warmup} warm-up steps per plan",
         "clock": clock,
         "clock_meaning": ("wall clock (perf_counter)" if clock == "wall" else
                           "CPU time of the rank process (process_time: all its threads, user + "
@@ -270,7 +272,7 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
                    "the model (torch's allocator stats), largest rank" if cuda else
                    "peak live tensor bytes of one untimed step (torch profiler allocation events, "
                    "running sum from before the model was built), largest rank; "
-                   "measured_rss_growth_bytes (VmHWM over the timed steps minus VmRSS before the "
+                   "measured_rss_growth_bytes (VmHWM over the warm-up and memory steps minus VmRSS before the "
                    "model) beside it")
                   + "; predicted = estimate memory total minus the profile's memory_reserve_bytes, "
                     f"precision {'amp' if amp else 'fp32'}",
