@@ -36,6 +36,12 @@ GPU after tp/pp sharding, 2-byte grads and weights):
   its ``fsdp_overlap`` (``HardwareProfile.overlap``): FSDP2 prefetches and reduces on device
   streams, so on a CPU, which has none, its collectives run in line (``autopar profile``
   writes 0 there).
+* autopar's own runtime (estimate's ``precision`` "amp" / "fp32") runs ZeRO-1 as DDP's
+  all-reduce (overlapped as above) and then, after the optimizer step, one broadcast per dp
+  owner of the weights it updated, never hidden (``estimate.zero1_broadcast``).
+* The gradient sync is priced on the α-β line even where a profile has measured in-step
+  points (``collective_time(line=True)``): its size is a stage's parameter count, which the
+  search's integer program keeps linear.
 * ZeRO-2/3 run on FSDP2: their gradient reduce-scatter and weight all-gathers are the
   ``reduce_scatter_tensor`` / ``all_gather_into_tensor`` kinds (``TENSOR_KINDS``).
 * ZeRO-3 parameter gathers: every micro-batch, each row's (layer's) weights are all-gathered

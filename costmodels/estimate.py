@@ -203,8 +203,7 @@ def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: s
         # optimizer step (zero1_broadcast, never hidden)
         b, s = collective_time("all_reduce", g, plan.dp, t, line=True)
         return "all_reduce", b, s
-    # ZeRO-1: reduce-scatter + all-gather (Megatron's distributed optimizer; autopar's runtime
-    # does a DDP all-reduce + the owners' broadcasts, the same bytes); ZeRO-2/3: FSDP2's
+    # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
     # flat-tensor collectives
     rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
         ("reduce_scatter_tensor", "all_gather_into_tensor")
@@ -221,14 +220,15 @@ RUNTIME_PRECISIONS = ("amp", "fp32")   # autopar's own runtime (validate), not M
 def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
                     precision: str) -> tuple[float, float]:
     """(bytes per GPU, seconds) of autopar's ZeRO-1 parameter broadcasts: after the optimizer
-    step each dp rank's owner broadcasts the parameters it updated (runtime/data_parallel.py),
-    priced as an all-gather of the weights (the same bytes per GPU); 0 for Megatron's recipe,
-    whose reduce-scatter + all-gather dp_sync already counts."""
+    step each of the dp owners broadcasts the 1/dp of the weights it updated
+    (runtime/data_parallel.py), ``dp`` collectives, each priced as an all-gather of its buffer
+    (the same bytes per GPU); 0 for Megatron's recipe, whose reduce-scatter + all-gather
+    ``dp_sync`` already counts."""
     if plan.zero != 1 or plan.dp <= 1 or precision not in RUNTIME_PRECISIONS:
         return 0.0, 0.0
-    b, s = collective_time("all_gather", STATE_BYTES[precision][0] * params_per_gpu, plan.dp,
-                           profile.tier(tier), line=True)
-    return float(b), float(s)
+    b, s = collective_time("all_gather", STATE_BYTES[precision][0] * params_per_gpu / plan.dp,
+                           plan.dp, profile.tier(tier), line=True)
+    return plan.dp * float(b), plan.dp * float(s)
 
 
 def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,

@@ -54,7 +54,7 @@ def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> t
         if not isinstance(t.get("source"), str) or not t["source"].strip():
             raise err(full + ".source", "is missing or empty")
         sources[full] = t["source"]
-        if "in_step_alpha_s" in t or "in_step_beta_bytes_per_s" in t:
+        if any(k.startswith("in_step_") for k in t):
             # its time between compute, as a step issues it: the figure the cost model prices
             a, b = _alpha_beta(t, "in_step_", full, err)
             if not isinstance(t.get("in_step_source"), str) or not t["in_step_source"].strip():

@@ -201,12 +201,29 @@ def test_zero1_is_priced_as_the_runtime_runs_it():
     rs_ag = (collective_time("reduce_scatter", 2 * P, 2, tier)[1]
              + collective_time("all_gather", 2 * P, 2, tier)[1])
     assert mega.breakdown_s["dp_exposed"] == pytest.approx(rs_ag)
-    ar, bc = collective_time("all_reduce", 4 * P, 2, tier), collective_time("all_gather", 4 * P, 2, tier)
+    ar = collective_time("all_reduce", 4 * P, 2, tier)
+    bc = [2 * x for x in collective_time("all_gather", 4 * P / 2, 2, tier)]   # one per owner
     assert rt.breakdown_s["dp_exposed"] == pytest.approx(ar[1] + bc[1])
     dp = next(c for c in rt.comm if c["kind"] == "dp")
     assert dp["collective"] == "all_reduce+broadcast" and dp["bytes_per_gpu"] == pytest.approx(ar[0] + bc[0])
     z0 = estimate(t, prof, Plan(dp=2), 2, 8, precision="amp")
     assert rt.breakdown_s["dp_exposed"] - z0.breakdown_s["dp_exposed"] == pytest.approx(bc[1])
+
+
+def test_gradient_sync_keeps_the_line_where_per_call_collectives_read_the_curve():
+    """Measured in-step points bend the per-call collectives (ZeRO-3 gathers here) but not the
+    gradient sync, which the search needs linear in a stage's parameters."""
+    import dataclasses
+    t = gpt_table(layers=4, hidden=512, heads=8, vocab=8000, seq=256)
+    base = dataclasses.replace(load_profile("cpu-2core"), comm_overlap=0.0, fsdp_overlap=0.0)
+    intra = base.intra_node
+    xs = (1e3, 1e9)
+    slow = tuple((k, 2, xs, (1.0, 2.0)) for k in ("reduce_scatter_tensor", "all_gather_into_tensor"))
+    curved = dataclasses.replace(base, intra_node=dataclasses.replace(intra, curves=slow))
+    plan = Plan(dp=2, zero=3)
+    a, b = estimate(t, base, plan, 2, 8), estimate(t, curved, plan, 2, 8)
+    assert b.breakdown_s["dp_exposed"] == pytest.approx(a.breakdown_s["dp_exposed"])   # the line
+    assert b.breakdown_s["zero_exposed"] > a.breakdown_s["zero_exposed"] + 1.0         # the curve
 
 
 def test_sequence_parallel_same_bytes_less_memory():

@@ -24,8 +24,9 @@ inter_node.*                          not measurable on one host: the intra-node
 [collectives.<kind>]                  per collective: the measured sizes, times and nccl-tests
                                       bus bandwidths and its own α-β fit; then its time *in a
                                       step* (between compute, ``kernels.in_step_time``) at a few
-                                      sizes and their α-β fit (``in_step_*``), which the cost
-                                      model uses for that collective inside a node
+                                      sizes and their α-β fit (``in_step_*``): inside a node the
+                                      cost model interpolates those points for a group of the
+                                      measured size, and uses the in-step α-β otherwise
 gpu.elementwise / optimizer / ...     ``autopar.profile.kernels`` (element-wise and optimizer
                                       bandwidth, attention efficiency, cross-entropy curve,
                                       comm overlap)
@@ -283,8 +284,9 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
         f = F[kind]
         L.append("")
         L.append(f"[collectives.{kind}]   # measured; inside a node the cost model uses the "
-                 + ("in-step alpha-beta" if kind in IS else "alpha-beta"))
-        L.append(f"ranks = {n}")
+                 + ("in-step points (their alpha-beta for other group sizes)" if kind in IS
+                    else "alpha-beta"))
+        L.append(f"ranks = {2 if kind == 'p2p' else n}")   # p2p: between ranks 0 and 1
         L.append("bytes = [" + ", ".join(str(int(r[0])) for r in rows) + "]")
         L.append("seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows) + "]")
         busbw = bus_bandwidth(kind, [r[0] for r in rows], n, [r[1] for r in rows])

@@ -27,12 +27,12 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
   matmuls alone (``T_c``), of all-reduces alone (``T_a``, sized to take about as long), and of
   both at once (all-reduces issued ``async_op=True`` before the matmuls, waited after):
   ``overlap = (T_c + T_a − T_both) / min(T_c, T_a)``, clipped to [0, 1]. 1 = fully hidden
-  (separate NCCL streams), 0 = serialised (gloo on a CPU whose cores the ranks already use).
+  (separate NCCL streams), 0 = serialised; gloo on this 2-core VM measures 0.15–0.5.
 * **in-step collective time** — what one collective costs *between compute*, as a step issues
   it (a TP all-reduce after a layer's matmuls), not back to back as nccl-tests time it. Pairs
   of timed runs of ``R`` iterations: compute alone (matmuls of about 5 ms on a CPU), then
   compute followed by the collective; its in-step time is the difference per iteration (slowest
-  rank, median of 5 pairs), at least its back-to-back time. On a 2-core host running gloo this
+  rank, median of 5 pairs, the order within a pair alternating), at least its back-to-back time. On a 2-core host running gloo this
   is 2–4× the back-to-back time: every call wakes the ranks' communication threads and waits
   out the ranks' drift in compute, both of which a tight loop hides. ``all_gather_into_tensor``
   is timed here as FSDP2 (ZeRO-2/3) issues it: ``unshard()`` + ``reshard()`` of a
@@ -244,7 +244,15 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
         _sync(device)
         return time.perf_counter() - t0
 
-    times = [[run(False), run(True)] for _ in range(pairs)]
+    times = []
+    for i in range(pairs):   # alternate which loop goes first, so drift favours neither
+        if i % 2 == 0:
+            without = run(False)
+            with_ = run(True)
+        else:
+            with_ = run(True)
+            without = run(False)
+        times.append([without, with_])
     el = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(el, op=dist.ReduceOp.MAX)
     extra = ((el[:, 1] - el[:, 0]) / reps).median().item()

@@ -16,10 +16,11 @@
   plan in the same processes (start-up shared). Per plan each rank builds the model from
   the same seed, ``autopar.apply``s the plan, makes an AdamW optimizer over ``runner.parameters()``
   and runs ``warmup`` untimed steps, one untimed *memory step* (after at least one step, so the
-  optimizer state exists) and its untimed tail, and keeps the plan; then ``steps`` timed rounds
-  each run one optimizer step of every kept plan in turn (``autopar.validate.rank``: the
-  machine's drift spreads over all plans instead of landing on some), on the same global batch,
-  under
+  optimizer state exists), its untimed tail and one untimed step for RSS, and keeps the plan;
+  then ``steps`` timed rounds each run one optimizer step of every kept plan in turn
+  (``autopar.validate.rank``: the machine's drift spreads over all plans instead of landing on
+  some; on a GPU, whose memory holds every kept plan's state, each plan's timed steps run right
+  after its preparation and the plan is freed), on the same global batch, under
   ``torch.autocast(bfloat16)`` (bf16 matmuls, fp32 weights, grads and AdamW state: 16 bytes of
   model state per parameter plus autocast's 2-byte weight cache; ``amp=False``: fp32).
   A step = ``train_step`` + ``opt.step()`` + ``opt.zero_grad()``, timed from a barrier; the
@@ -32,8 +33,8 @@
   running sum from before the model is built to the end of the memory step, peak inside that
   step. ``measured_memory_bytes`` is the largest over ranks (the estimate is that of the most
   loaded GPU); ``measured_live_at_step_start_bytes`` is what was live when the step began (model
-  state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over the warm-up and memory steps
-  minus ``VmRSS`` before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
+  state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over one untimed step after the
+  memory step minus ``VmRSS`` before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
   not what the cost model predicts.
 * **Summary**: step-time MAPE and Spearman rank correlation, memory MAPE / worst error / Spearman.
 
@@ -272,7 +273,7 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
                    "the model (torch's allocator stats), largest rank" if cuda else
                    "peak live tensor bytes of one untimed step (torch profiler allocation events, "
                    "running sum from before the model was built), largest rank; "
-                   "measured_rss_growth_bytes (VmHWM over the warm-up and memory steps minus VmRSS before the "
+                   "measured_rss_growth_bytes (VmHWM over one untimed step after the memory step minus VmRSS before the "
                    "model) beside it")
                   + "; predicted = estimate memory total minus the profile's memory_reserve_bytes, "
                     f"precision {'amp' if amp else 'fp32'}",

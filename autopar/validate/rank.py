@@ -4,12 +4,16 @@ Kept apart from ``autopar.validate`` (which picks plans, predicts, spawns and su
 measuring loop reads on its own. See ``autopar.validate``'s docstring for the method. Two phases:
 
 1. **Per plan**: build, apply, warm up, one untimed memory step and its tail
-   (``autopar.validate.live_bytes``: peak live tensor bytes), model-state bytes, RSS growth. The
-   plan's runner and optimizer are kept.
+   (``autopar.validate.live_bytes``: peak live tensor bytes), model-state bytes, then one untimed
+   step for RSS growth (after the profiler has closed). The plan's runner and optimizer are
+   kept; the process's peak RSS is reported as if the plan ran alone (the other kept plans'
+   resident bytes taken off).
 2. **Timed rounds**: each round runs one timed step of every kept plan in turn. A 2-core VM
    drifts by 5–10 % over the minute a validation takes (the host's other tenants, the
    allocator's state); timed one plan after another, that drift landed on whole plans and
-   reordered plans 5 % apart. Interleaved, every plan samples the same minutes.
+   reordered plans 5 % apart. Interleaved, every plan samples the same minutes. On a GPU every
+   kept plan would hold its state in device memory, so there each plan's timed steps run right
+   after its preparation and the plan is freed, as before.
 """
 from __future__ import annotations
 
@@ -48,37 +52,68 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
             importlib.import_module(mod)
         except ImportError:
             pass
-    extra = 2 if warmup else 3   # the memory step, after at least one step, and its tail
+    extra = 3 if warmup else 4   # the memory step (after at least one step), its tail, the RSS step
     bar = _Bar(progress and dist.get_rank() == 0, len(plan_dicts) * (warmup + extra + steps), "validate")
+    # CPU: timed rounds over all plans (module docstring); GPU: one plan at a time, as before,
+    # because every kept plan holds its model and optimizer state on the device
+    rounds = not cuda
+    first_rss = rss_bytes()
     out: list[dict[str, Any]] = []
     kept: list[_Live] = []
     for i, pd in enumerate(plan_dicts):
         rec: dict[str, Any] = {"index": i, "times": [], "cpu": []}
         live_plan = _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec,
-                             amp, device, bar, len(plan_dicts), rss_bytes)
-        ok = torch.tensor([0.0 if "error" in rec else 1.0], device=device)
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)   # a plan that failed anywhere is dropped everywhere
-        if ok.item() == 1.0:
+                             amp, device, bar, len(plan_dicts), rss_bytes, first_rss)
+        out.append(rec)
+        if _agreed_ok([live_plan is not None], device)[0]:   # failed anywhere: dropped everywhere
             kept.append(live_plan)
+            if not rounds:
+                _timed_rounds(kept, out, steps, bar, device)
+                kept.clear()
         else:
             rec.setdefault("error", "failed on another rank")
-            del live_plan
-            gc.collect()
-        out.append(rec)
-    for s in range(steps):   # timed rounds: every kept plan once per round
-        for lp in list(kept):
-            bar.step(f"round {s + 1}/{steps} plan {lp.index + 1}")
-            try:
-                lp.step(timed=True)
-            except Exception as e:  # noqa: BLE001  recorded; the other plans still run
-                out[lp.index]["error"] = f"{type(e).__name__}: {e}"[:500]
-                kept.remove(lp)
-    for lp in kept:
-        out[lp.index]["loss"] = lp.loss
+        del live_plan
+        gc.collect()
+    _timed_rounds(kept, out, steps, bar, device)
     del kept
     gc.collect()
     bar.close()
     return [_agree(rec, device) for rec in out]
+
+
+def _agreed_ok(flags: list[bool], device) -> list[bool]:
+    """Each flag AND-ed over the ranks (one all-reduce)."""
+    import torch
+    import torch.distributed as dist
+    if not flags:
+        return []
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return [bool(x) for x in t.tolist()]
+
+
+def _timed_rounds(kept: list, out: list, steps: int, bar, device) -> None:
+    """``steps`` rounds of one timed step of every plan in ``kept``. After each round the ranks
+    agree which plans failed, so every rank drops the same ones and the next round's collectives
+    pair up (a failure after a step's last collective, say in one rank's ``opt.step``, would
+    otherwise leave the ranks stepping different plans)."""
+    for s in range(steps):
+        failed = []
+        for lp in kept:
+            bar.step(f"round {s + 1}/{steps} plan {lp.index + 1}")
+            try:
+                lp.step(timed=True)
+                failed.append(False)
+            except Exception as e:  # noqa: BLE001  recorded; the other plans still run
+                out[lp.index]["error"] = f"{type(e).__name__}: {e}"[:500]
+                failed.append(True)
+        ok = _agreed_ok([not f for f in failed], device)
+        for lp, good in zip(list(kept), ok):
+            if not good:
+                out[lp.index].setdefault("error", "failed on another rank")
+                kept.remove(lp)
+    for lp in kept:
+        out[lp.index]["loss"] = lp.loss
 
 
 class _Live:
@@ -107,7 +142,7 @@ class _Live:
 
 
 def _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec, amp, device,
-             bar, n_plans, rss_bytes):
+             bar, n_plans, rss_bytes, first_rss):
     """Phase 1 of one plan (module docstring); returns the kept plan, or None with
     ``rec["error"]`` set."""
     import torch
@@ -140,8 +175,6 @@ def _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec,
             y = targets[sl] if targets is not None else None
             lp = _Live(i, runner, opt, x, y, amp, device, rec)
             gc.collect()   # the unsharded model apply dropped sits in reference cycles
-            _malloc_trim()
-            hwm_reset = _reset_hwm()   # RSS growth: over the steps, not the build
             for s in range(warmup):   # timed, and dropped by validate
                 step(f"warm-up {s + 1}", timed=True)
             if not warmup:
@@ -153,13 +186,18 @@ def _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec,
             peak_live, live_at_start = live.result()
         except Exception:  # noqa: BLE001  profiler API changed: memory unmeasured, times kept
             peak_live = live_at_start = 0
-        live = None   # the profiler's events go before the timed rounds
-        rss_growth = rss_bytes("VmHWM") - base_rss
+        live = None   # the profiler's events go before the RSS step and the timed rounds
+        gc.collect()
+        _malloc_trim()
+        hwm_reset = _reset_hwm()   # RSS growth over one step, without the build or the profiler
+        step("RSS step", timed=False)
+        hwm = rss_bytes("VmHWM")
+        rss_growth = hwm - base_rss
         if cuda:
             peak = torch.cuda.max_memory_allocated() - base
             total = torch.cuda.max_memory_reserved()
-        else:
-            peak, total = peak_live, rss_bytes("VmHWM")
+        else:   # the process's peak as if this plan ran alone: other kept plans' RSS taken off
+            peak, total = peak_live, hwm - base_rss + first_rss
         rec.update(peak_bytes=peak, peak_total_bytes=total, rss_growth_bytes=rss_growth,
                    live_at_step_start_bytes=live_at_start, baseline_bytes=base_rss,
                    hwm_reset=hwm_reset)
