@@ -1,6 +1,6 @@
 """``autopar validate``: run plans for real and set the measurements beside the predictions.
 
-``validate(spec, hardware, nproc, global_batch, plans=None, steps=5, warmup=2) -> dict``
+``validate(spec, hardware, nproc, global_batch, plans=None, steps=10, warmup=2) -> dict``
 
 * **Predictions**: ``autopar.estimate.estimate_plans`` (trace + ``costmodels.estimate``) on the
   given profile, with the memory model in ``precision="amp"`` (what the ranks run: fp32 weights,
@@ -162,7 +162,7 @@ def _summarize(plans: list[dict], key: str) -> dict:
             "memory_spearman": spearman(pm, mm)}
 
 
-def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, steps: int = 5,
+def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, steps: int = 10,
              warmup: int = 2, seq: int | None = None, seed: int = 0, progress: bool = True,
              count: int = 8, amp: bool = True, clock: str = "wall") -> dict:
     """Run ``plans`` (default: ``default_plans``) on ``nproc`` local ranks; see the module
