@@ -20,19 +20,11 @@ def curve_section(sect: dict[str, Any], name: str, keys: tuple[str, str], err, s
     full = f"gpu.{name}"
     if not isinstance(t, dict):
         raise err(full, "must be a table")
-    xs, ys = t.get(keys[0]), t.get(keys[1])
-    for key, v in ((keys[0], xs), (keys[1], ys)):
-        if not isinstance(v, list) or not v or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
-            raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
-    if len(xs) != len(ys):
-        raise err(f"{full}.{keys[1]}", f"must have {len(xs)} entries (one per {keys[0]} entry)")
-    if any(b <= a for a, b in zip(xs, xs[1:])):
-        raise err(f"{full}.{keys[0]}", "must be strictly increasing")
+    xy = _points(t, keys, full, err)
     if not isinstance(t.get("source"), str) or not t["source"].strip():
         raise err(full + ".source", "is missing or empty")
     sources[full] = t["source"]
-    return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
+    return xy
 
 
 def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> tuple[tuple, tuple]:
@@ -61,7 +53,8 @@ def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> t
                 raise err(full + ".in_step_source", "is missing or empty")
             sources[full + ".in_step"] = t["in_step_source"]
             if "in_step_bytes" in t or "in_step_seconds" in t:
-                curves.append((kind, _ranks(t, full, err)) + _points(t, full, err))
+                curves.append((kind, _ranks(t, full, err))
+                              + _points(t, ("in_step_bytes", "in_step_seconds"), full, err))
         out.append((kind, a, b))
     return tuple(out), tuple(curves)
 
@@ -73,16 +66,18 @@ def _ranks(t: dict, full: str, err) -> int:
     return r
 
 
-def _points(t: dict, full: str, err) -> tuple[tuple, tuple]:
-    xs, ys = t.get("in_step_bytes"), t.get("in_step_seconds")
-    for key, v in (("in_step_bytes", xs), ("in_step_seconds", ys)):
+def _points(t: dict, keys: tuple[str, str], full: str, err) -> tuple[tuple, tuple]:
+    """Measured points ``t[keys[0]]`` -> ``t[keys[1]]``: two equal-length lists of positive
+    numbers, the first strictly increasing."""
+    xs, ys = t.get(keys[0]), t.get(keys[1])
+    for key, v in ((keys[0], xs), (keys[1], ys)):
         if not isinstance(v, list) or not v or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
             raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
     if len(xs) != len(ys):
-        raise err(f"{full}.in_step_seconds", f"must have {len(xs)} entries (one per in_step_bytes entry)")
+        raise err(f"{full}.{keys[1]}", f"must have {len(xs)} entries (one per {keys[0]} entry)")
     if any(b <= a for a, b in zip(xs, xs[1:])):
-        raise err(f"{full}.in_step_bytes", "must be strictly increasing")
+        raise err(f"{full}.{keys[0]}", "must be strictly increasing")
     return tuple(float(x) for x in xs), tuple(float(y) for y in ys)
 
 
