@@ -139,6 +139,7 @@ class ChunkCost:
     pp_bytes: float
     zero_bytes: float
     params: float         # parameters of the chunk on this GPU (after tp)
+    zero_total_s: float = 0.0   # ZeRO-3 gathers, all of it (hidden or not)
 
     @property
     def total_s(self) -> float:
@@ -176,16 +177,17 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
             pp_s += tt
             pp_b += bb
     params = float(arr.params[start:end].sum()) / tp
-    z_s = z_b = 0.0
+    z_s = z_b = z_all = 0.0
     if plan.zero == 3 and plan.dp > 1:
         zb, zt = collective_time("all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
                                  profile.tier(tiers["dp"]))
         zb, zt = float(np.sum(zb)), float(np.sum(zt))
         ov = profile.overlap(plan.zero)   # the share of the gathers compute can hide (comm docstring)
         z_s = max(0.0, zt - ov * f) + max(0.0, zt - ov * (bw + rec))
-        z_b = 2 * zb
+        z_b, z_all = 2 * zb, 2 * zt
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
-                     tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params)
+                     tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params,
+                     zero_total_s=z_all)
 
 
 def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
@@ -314,9 +316,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "group_size": plan.dp, "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["dp"],
                      "time_s": dp_info[rs][2] + bcast[rs][1], "exposed_s": dp_exposed})
         if plan.zero == 3:
-            zt = m * sum(2 * float(np.sum(collective_time(
-                "all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[s:e] / plan.tp, plan.dp,
-                profile.tier(tiers["dp"]))[1])) for (s, e) in (stages[c] for c in rank_chunks[rs]))
+            zt = m * sum(c.zero_total_s for c in cs)
             comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
                          "exposed_s": breakdown["zero_exposed"]})

@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from autopar.profile.measure import _sync, _timed
+from autopar.profile.measure import _agreed_int, _sync, _timed
 
 
 def _best(fn, device, min_time_s: float, cpu_clock: bool) -> float:
@@ -148,12 +148,6 @@ def optimizer_rate(device, min_time_s: float, cpu_clock: bool, bytes_per_param: 
     n = sum(p.numel() for p in params)
     t = _best(opt.step, device, min_time_s, cpu_clock)
     return {"params": n, "seconds": t, "bytes_per_s": bytes_per_param * n / t}
-
-
-def _agreed_int(x: int, device) -> int:
-    t = torch.tensor([x], dtype=torch.int64, device=device)
-    dist.broadcast(t, 0)
-    return int(t.item())
 
 
 def comm_overlap(device, nbytes: int = 8 << 20) -> dict:

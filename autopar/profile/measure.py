@@ -259,6 +259,13 @@ def _collective_fn(kind: str, S: int, rank: int, n: int, device):
     return ping_pong
 
 
+def _agreed_int(x: int, device) -> int:
+    """Rank 0's ``x`` on every rank (a repeat count all ranks must share)."""
+    t = torch.tensor([x], dtype=torch.int64, device=device)
+    dist.broadcast(t, 0)
+    return int(t.item())
+
+
 def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,
                  chunks: int = 5) -> float:
     """Seconds per call, with the repeat count agreed by all ranks (a collective must be called
@@ -278,10 +285,7 @@ def _agreed_time(fn, device, min_time_s: float, rank: int, n: int, p2p: bool,
         fn()
     _sync(device)
     probe = (time.perf_counter() - t0) / 3
-    reps = torch.tensor([max(2, min(5000, int(min_time_s / chunks / max(probe, 1e-7))))],
-                        dtype=torch.int64, device=device)
-    dist.broadcast(reps, 0)
-    reps = int(reps.item())
+    reps = _agreed_int(max(2, min(5000, int(min_time_s / chunks / max(probe, 1e-7)))), device)
     runs = []
     for _ in range(chunks):
         dist.barrier()

@@ -37,10 +37,6 @@ _CONCRETE_FUNCTIONS = {torch.is_floating_point, torch.numel, torch.is_complex}
 class MetaProxy(fx.Proxy):
     """A Proxy whose node carries the meta value it stands for."""
 
-    @property
-    def _meta(self):
-        return self.node.meta.get("val")
-
     def __getattr__(self, k: str):
         if k in _CONCRETE_ATTRS:
             meta = self.node.meta.get("val")

@@ -215,9 +215,7 @@ def _agree(rec: dict, device) -> dict:
     """Across ranks: step times (max per step), memory figures (per rank), any error."""
     import torch
     import torch.distributed as dist
-    ok = torch.tensor([0.0 if "error" in rec else 1.0], device=device)
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if ok.item() != 1.0:
+    if not _agreed_ok(["error" not in rec], device)[0]:
         rec.setdefault("error", "failed on another rank")
         return rec
     mem_keys = ("peak_bytes", "peak_total_bytes", "rss_growth_bytes", "live_at_step_start_bytes")
