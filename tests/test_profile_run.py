@@ -68,12 +68,17 @@ def test_profile_round_trips_through_the_loader(raw, tmp_path):
 
 def test_fitted_alpha_beta_reproduces_its_measurements(raw):
     """Each collective's fitted α-β models (back to back, and in-step) against the very points
-    they were fitted from. A loaded 2-core VM with gloo is noisy (scheduler jitter of a
-    millisecond), so the bound is loose in the worst point and tight in the median; the check
-    that the fit itself is exact is test_profile_fit.py. The back-to-back sizes reach the
-    bandwidth-bound end, where the fit must come within a factor of 2; --quick's three in-step
-    sizes (4 KiB … 2 MiB) are all latency-bound, and the cost model reads those points
-    themselves (test_cost_model_reads_the_in_step_points)."""
+    they were fitted from. A loaded 2-core VM with gloo is noisy: a collective pays the wake-up of
+    the ranks' threads (a scheduler tick, ~2 ms, in some calls and not others), which no α-β line
+    can follow, so a single point may sit ~3x off the line (seen in CI: a 2 MiB all-gather at
+    2.9 ms against a line through 1.0 ms). What must hold on any machine is that the fit is the
+    relative least-squares optimum of its own points (no nudge of α or β lowers its error) and
+    that the bandwidth term is really there: at the largest back-to-back size (2 MiB) a line
+    without it would sit 20-50x low, so a factor of 5 still catches that. The fitter's exactness
+    on clean data is test_profile_fit.py; --quick's in-step sizes (4 KiB … 2 MiB) are all
+    latency-bound, and the cost model reads those points themselves
+    (test_cost_model_reads_the_in_step_points)."""
+    from costmodels.comm import collective_bytes, collective_steps
     F, S = fits(raw), in_step_fits(raw)
     for kind, rows, fit, bw_end in ([(k, r, F[k], True) for k, r in raw["collectives"].items()]
                                     + [(k, r, S[k], False) for k, r in raw["in_step"].items()]):
@@ -84,8 +89,16 @@ def test_fitted_alpha_beta_reproduces_its_measurements(raw):
         assert np.median(rel) == pytest.approx(fit.median_rel_error)
         assert rel.max() == pytest.approx(fit.max_rel_error)
         assert np.median(rel) < 1.0, (kind, rel)
-        if bw_end:
-            assert 0.5 < pred[-1] / times[-1] < 2.0, (kind, pred[-1], times[-1])
+        if bw_end:   # the back-to-back sizes reach where the bandwidth term is visible
+            steps, nbytes = collective_steps(kind, 2), collective_bytes(kind, sizes, 2)
+
+            def sq_err(alpha, inv_beta):
+                return float(np.sum(((steps * alpha + nbytes * inv_beta) / times - 1.0) ** 2))
+            best = sq_err(fit.alpha_s, 1.0 / fit.beta_bytes_per_s)
+            for da, db in ((1.05, 1.0), (0.95, 1.0), (1.0, 1.05), (1.0, 0.95)):
+                nudged = sq_err(fit.alpha_s * da, db / fit.beta_bytes_per_s)
+                assert nudged >= best * (1 - 1e-9), (kind, da, db, nudged, best)
+            assert 0.2 < pred[-1] / times[-1] < 5.0, (kind, pred[-1], times[-1])
 
 
 def test_cost_model_reads_the_in_step_points(raw, tmp_path):
