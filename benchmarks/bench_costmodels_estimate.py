@@ -4,7 +4,9 @@
 
 Scores every divisor combination (dp, tp, pp) × micro-batch × recompute × ZeRO × schedule for
 gpt3-175b on 1024 × a100-80g-sxm (global batch 1536) and llama3-405b (seq 8192) on 16384 ×
-h100-80g-sxm (global batch 2048), on real traced tables; prints plans/s and the best plan.
+h100-80g-sxm (global batch 2048), on real traced tables; prints plans/s and the best plan; then
+times ``costmodels.split.balanced_stages`` (the default split every estimate without explicit
+stages uses) on a 128-layer table for 2 … 128 stages.
 """
 from __future__ import annotations
 
@@ -71,6 +73,18 @@ def run(spec, seq, hw, gpus, batch):
               f"{best.memory_bytes['total'] / 1e9:.1f} GB")
 
 
+def run_split():
+    from autopar.trace import table_for
+    from costmodels.split import balanced_stages
+    table = table_for("gpt:layers=128,hidden=1024,heads=16,vocab=50000,seq=1024")
+    t0 = time.perf_counter()
+    for n in (2, 4, 8, 16, 32, 64, 128):
+        balanced_stages(table, n)
+    print(f"balanced_stages on {len(table.rows)} rows for 2 ... 128 stages (7 splits): "
+          f"{time.perf_counter() - t0:.3f} s")
+
+
 if __name__ == "__main__":
+    run_split()
     run("gpt3-175b", None, "a100-80g-sxm", 1024, 1536)
     run("llama3-405b", 8192, "h100-80g-sxm", 16384, 2048)
