@@ -1,4 +1,4 @@
-"""The same samples in micro-batches of 1, 2 and 4: measured against the cost model.
+"""The same samples in micro-batches of 1, 2, 4 and 8: measured against the cost model.
 
     python benchmarks/bench_validate_microbatch.py [MODEL] [--samples N] [--hardware PROFILE]
 
@@ -9,8 +9,8 @@ them); the median is set beside ``costmodels.compute.row_times`` summed over the
 
 Why: ``autopar validate`` on the 2-core VM predicts every plan 1-10 % low. The last line fits
 the time the model misses per micro-batch as ``c + r · predicted``: ``r`` is the share by which
-the profile's rates (best of 5, by CPU clock) run faster than a typical step by the wall clock,
-``c`` a fixed cost per micro-batch the model has no term for (~1,500 aten calls per micro-batch
+the profile's rates run faster than a typical step by the wall clock (likely because they are
+the best of 5 runs by CPU clock), ``c`` a fixed cost per micro-batch the model has no term for (~1,500 aten calls per micro-batch
 of the default gpt at a few µs of dispatch each). On this VM, 2026-11-21, ``--samples 8``:
 r ≈ 10 % and c ≈ 3-8 ms (two runs); measured 9-16 % above the prediction at every size.
 """
