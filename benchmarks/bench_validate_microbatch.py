@@ -10,9 +10,10 @@ them); the median is set beside ``costmodels.compute.row_times`` summed over the
 Why: ``autopar validate`` on the 2-core VM predicts every plan 1-10 % low. The last line fits
 the time the model misses per micro-batch as ``c + r · predicted``: ``r`` is the share by which
 the profile's rates run faster than a typical step by the wall clock (likely because they are
-the best of 5 runs by CPU clock), ``c`` a fixed cost per micro-batch the model has no term for (~1,500 aten calls per micro-batch
-of the default gpt at a few µs of dispatch each). On this VM, 2026-11-21, ``--samples 8``:
-r ≈ 10 % and c ≈ 3-8 ms (two runs); measured 9-16 % above the prediction at every size.
+the best of 5 runs by CPU clock), ``c`` a fixed cost per micro-batch the model has no term for
+(torch.profiler counts ~1,700 aten calls per micro-batch of the default gpt, at a few µs of
+dispatch each). On this VM, 2026-11-21, with the defaults: r ≈ 10 % and c ≈ 3-8 ms (two runs);
+measured 9-16 % above the prediction at every size.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="gpt:layers=4,hidden=256,heads=4,vocab=8192,seq=256")
-    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--hardware", default="hardware-profiles/cpu-2core-measured.toml")
     args = ap.parse_args()
