@@ -63,8 +63,8 @@ sees only its rank's part of the sequence, so its gradient is all-reduced: in au
 once per tensor and micro-batch in the backward (4·h bytes each: latency-bound); Megatron
 buckets them once per step (neglected).
 
-Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier),
-cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
+Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier,
+precision), cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
 """
 from __future__ import annotations
 
@@ -76,6 +76,9 @@ import numpy as np
 from costmodels.comm import collective_time
 from costmodels.hardware import HardwareProfile
 from costmodels.layer_table import LayerTable
+
+# precisions of autopar's own runtime (validate, apply); "bf16-mixed" is Megatron-LM's recipe
+RUNTIME_PRECISIONS = ("amp", "fp32")
 
 C_FWD = 3.0   # bytes moved by non-matmul kernels in the forward, per saved-activation byte
 C_BWD = 6.0   # ... in the backward (= 2·C_FWD)
@@ -205,7 +208,7 @@ def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, mi
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
                recompute: str, attention: str, tp_tier: str, precision: str) -> RowTimes:
     t = arr.table
-    autopar_rt = precision in ("amp", "fp32")   # autopar's runtime, not Megatron's
+    autopar_rt = precision in RUNTIME_PRECISIONS
     # the loss: vocab-parallel in Megatron (1/t of the logits per rank), whole logits in autopar
     logits = arr.loss_logits if autopar_rt else arr.loss_logits / tp
     k = b / t.micro_batch

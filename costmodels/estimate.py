@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from costmodels.comm import collective_time, plan_tiers
-from costmodels.compute import autocast_step_s, optimizer_step_s, row_times, table_arrays
+from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_step_s, row_times,
+                                table_arrays)
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
@@ -214,9 +215,6 @@ def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: s
         return rs, b1, s1
     b2, s2 = collective_time(ag, bytes_param * params_per_gpu, plan.dp, t, line=True)
     return f"{rs}+{ag}", b1 + b2, s1 + s2
-
-
-RUNTIME_PRECISIONS = ("amp", "fp32")   # autopar's own runtime (validate), not Megatron's recipe
 
 
 def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,

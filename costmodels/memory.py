@@ -98,7 +98,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodels.compute import TableArrays, activation_bytes_none
+from costmodels.compute import RUNTIME_PRECISIONS, TableArrays, activation_bytes_none
 from costmodels.errors import PlanError
 
 PRECISIONS = ("bf16-mixed", "amp", "fp32")
@@ -137,9 +137,7 @@ def model_state_bytes(params: float, dp: int, zero: int,
 
 def logits(arr: TableArrays, b: int) -> np.ndarray:
     """Logits the loss reads per row and micro-batch of ``b`` sequences (b·s·vocab on the head)."""
-    t = arr.table
-    return np.array([float(b * t.seq * t.vocab) if (r.kind == "head" and t.vocab) else 0.0
-                     for r in t.rows])
+    return arr.loss_logits / arr.table.micro_batch * b    # exact: whole numbers below 2**53
 
 
 def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str,
@@ -159,7 +157,7 @@ def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str
         out = out + norms * k * _inputs(arr) / (tp if sp else 1)
     elif precision == "fp32":
         out = out * 4.0 / arr.table.act_dtype_bytes
-    shard = tp if precision == "bf16-mixed" else 1   # autopar gathers the logits on every rank
+    shard = 1 if precision in RUNTIME_PRECISIONS else tp   # autopar gathers the logits on every rank
     return out + LOSS_SAVED_BYTES * logits(arr, b) / shard
 
 
@@ -214,7 +212,7 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
         act_rows = activation_bytes(arr, tp, sp, b, recompute, attention, precision)
     work = recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
     act = work + sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
-    if precision != "bf16-mixed":
+    if precision in RUNTIME_PRECISIONS:
         later = None
         if m > 1:
             later = work + sum(n * float(act_rows[s:e].sum())

@@ -309,13 +309,14 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
     summary = {"name": name, "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": cp["bytes_per_s"],
                "hbm_bytes": hbm, "memory_reserve_bytes": reserve,
                "matmul_efficiency": {"flops": eff_f, "efficiency": eff_v},
-               "collectives": {k: {"alpha_s": v.alpha_s, "beta_bytes_per_s": v.beta_bytes_per_s,
-                                   "median_rel_error": v.median_rel_error,
-                                   "max_rel_error": v.max_rel_error} for k, v in F.items()},
-               "in_step": {k: {"alpha_s": v.alpha_s, "beta_bytes_per_s": v.beta_bytes_per_s,
-                               "median_rel_error": v.median_rel_error,
-                               "max_rel_error": v.max_rel_error} for k, v in IS.items()}}
+               "collectives": {k: _fit_summary(v) for k, v in F.items()},
+               "in_step": {k: _fit_summary(v) for k, v in IS.items()}}
     return text, summary
+
+
+def _fit_summary(fit) -> dict:
+    return {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s,
+            "median_rel_error": fit.median_rel_error, "max_rel_error": fit.max_rel_error}
 
 
 def write_profile(path: str | os.PathLike, text: str) -> Path:

@@ -154,7 +154,7 @@ def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
             raise PlanError(f"{where} has no prediction(s) {missing}: it is a bare plan, not an "
                             f"estimate; score it with 'autopar estimate --json' first")
         try:
-            plan = Plan.from_dict(_plan_fields(d) if "validate" in meta else d)
+            plan = Plan.from_dict(d)   # ignores what estimate / validate write beside the plan
         except PlanError as e:
             raise PlanError(f"{where}: {e}") from None
         _check_numbers(d, where)
@@ -162,13 +162,6 @@ def parse(data: Any, path: str = "<input>") -> list[PlanRecord]:
         records.append(PlanRecord(data=d, plan=plan, source=path,
                                   file_rank=int(rank) if isinstance(rank, int) else i, file_meta=meta))
     return records
-
-
-def _plan_fields(d: dict) -> dict:
-    """A validate output's plan without the measured fields autopar validate adds."""
-    from costmodels.plan import PREDICTION_KEYS
-    from autopar.validate import PLAN_KEYS
-    return {k: v for k, v in d.items() if k in PLAN_KEYS or k in PREDICTION_KEYS or k == "version"}
 
 
 def _check_numbers(d: dict, where: str) -> None:

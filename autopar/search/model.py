@@ -18,7 +18,8 @@ Decision variables
 
 Coefficients (all from ``costmodels``, for configuration ``c``; per micro-batch, one GPU):
 ``τ_i`` = forward + backward + recompute + tensor-parallel collectives of row ``i``
-(``compute.row_times``); ``f_i`` forward and ``β_i`` backward + recompute compute time;
+(``compute.row_times``); ``f_i`` and ``β_i`` the windows dp / ZeRO communication can hide in:
+forward and backward + recompute compute time times the profile's ``overlap(zero)``;
 ``π_i`` parameters of row ``i`` on one GPU (``params / tp``); ``α_i`` activation bytes saved per
 micro-batch (``memory.activation_bytes``); ``σ_i`` model-state bytes (ZeRO Table 1 per stage);
 ``SEND[x]``, ``GRAD[x]`` the p2p time of the activation leaving / the gradient entering a stage

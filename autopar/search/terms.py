@@ -18,8 +18,8 @@ class Terms:
     pp: int
     vpp: int
     tau: np.ndarray            # τ_i  s
-    fwd: np.ndarray            # f_i  s
-    bwdrec: np.ndarray         # β_i  s
+    fwd: np.ndarray            # f_i  s  forward × overlap(zero): where comm can hide
+    bwdrec: np.ndarray         # β_i  s  (backward + recompute) × overlap(zero)
     params: np.ndarray         # π_i  parameters per GPU (params / tp)
     static: np.ndarray         # σ_i  bytes
     act: np.ndarray            # α_i  bytes per micro-batch in flight
