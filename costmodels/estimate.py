@@ -191,30 +191,37 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
                      zero_total_s=z_all)
 
 
+def dp_sync_collectives(plan: Plan, precision: str = "bf16-mixed") -> list[tuple[str, float]]:
+    """The gradient sync over dp as ``[(collective kind, bytes per parameter)]``: what
+    ``dp_sync`` prices, and the search splits into latency and cost per parameter."""
+    if plan.dp <= 1:
+        return []
+    bytes_param, bytes_grad, _ = STATE_BYTES[precision]
+    if plan.zero == 0 or (plan.zero == 1 and precision in RUNTIME_PRECISIONS):
+        # autopar's runtime runs ZeRO-1 as DDP's all-reduce + the owners' broadcasts after the
+        # optimizer step (zero1_broadcast, never hidden)
+        return [("all_reduce", bytes_grad)]
+    # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
+    # flat-tensor collectives (ZeRO-3 gathers its parameters per micro-batch, not here)
+    rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
+        ("reduce_scatter_tensor", "all_gather_into_tensor")
+    return [(rs, bytes_grad)] if plan.zero == 3 else [(rs, bytes_grad), (ag, bytes_param)]
+
+
 def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
             precision: str = "bf16-mixed") -> tuple[str, float, float]:
     """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp: on
     the α-β line, not a measured curve (``comm.collective_time``), so the search can keep it
     linear in the parameters of a stage."""
-    if plan.dp <= 1:
+    colls = dp_sync_collectives(plan, precision)
+    if not colls:
         return "none", 0.0, 0.0
     t = profile.tier(tier)
-    bytes_param, bytes_grad, _ = STATE_BYTES[precision]
-    g = bytes_grad * params_per_gpu
-    if plan.zero == 0 or (plan.zero == 1 and precision in RUNTIME_PRECISIONS):
-        # autopar's runtime runs ZeRO-1 as DDP's all-reduce + the owners' broadcasts after the
-        # optimizer step (zero1_broadcast, never hidden)
-        b, s = collective_time("all_reduce", g, plan.dp, t, line=True)
-        return "all_reduce", b, s
-    # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
-    # flat-tensor collectives
-    rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
-        ("reduce_scatter_tensor", "all_gather_into_tensor")
-    b1, s1 = collective_time(rs, g, plan.dp, t, line=True)
-    if plan.zero == 3:
-        return rs, b1, s1
-    b2, s2 = collective_time(ag, bytes_param * params_per_gpu, plan.dp, t, line=True)
-    return f"{rs}+{ag}", b1 + b2, s1 + s2
+    nbytes = seconds = 0.0
+    for kind, per_param in colls:
+        b, s = collective_time(kind, per_param * params_per_gpu, plan.dp, t, line=True)
+        nbytes, seconds = nbytes + b, seconds + s
+    return "+".join(k for k, _ in colls), nbytes, seconds
 
 
 def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,

@@ -13,7 +13,7 @@ import numpy as np
 
 from costmodels.comm import collective_steps, collective_time, plan_tiers
 from costmodels.compute import activation_bytes_none, optimizer_step_s, row_times, table_arrays
-from costmodels.estimate import dp_sync, estimate
+from costmodels.estimate import dp_sync, dp_sync_collectives, estimate
 from costmodels.memory import BYTES_PARAM, activation_bytes, in_flight, model_state_bytes
 from autopar.search.model import Terms
 from autopar.search.space import Config
@@ -95,9 +95,10 @@ class Costs:
         d_on = c.dp > 1
         d_lat = d_pp = 0.0
         if d_on:   # estimate's dp_sync, split into its fixed latency and its cost per parameter
-            kind, _, one = dp_sync(1.0, c, prof, tiers["dp"])
+            _, _, one = dp_sync(1.0, c, prof, tiers["dp"])
             # per collective: its latency steps; the rest of one parameter's time is per parameter
-            d_lat = sum(collective_steps(k, c.dp) * dtier.alpha_beta(k)[0] for k in kind.split("+"))
+            d_lat = sum(collective_steps(k, c.dp) * dtier.alpha_beta(k)[0]
+                        for k, _ in dp_sync_collectives(c))
             d_pp = one - d_lat
         o_pp = optimizer_step_s(1.0, prof) / (c.dp if c.zero >= 1 else 1)
         ov = prof.overlap(c.zero)   # fwd / bwdrec are only the windows dp and ZeRO comm hides in
