@@ -8,13 +8,16 @@ from costmodels.errors import AutoparError
 from costmodels.plan import Plan, load_plans
 
 __version__ = "0.1.0"
-__all__ = ["AutoparError", "Plan", "load_plans", "load_model", "apply", "__version__"]
+__all__ = ["AutoparError", "Plan", "load_plans", "load_model", "apply", "estimate_plans", "__version__"]
 
 
 def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed
     if name == "load_model":
         from autopar.models import load_model
         return load_model
+    if name == "estimate_plans":
+        from autopar.scoring import estimate_plans
+        return estimate_plans
     if name == "apply":
         from autopar.runtime import apply
         return apply

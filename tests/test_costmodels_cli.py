@@ -1,4 +1,4 @@
-"""``autopar estimate`` and ``autopar.estimate.estimate_plans``: JSON in, JSON out, one-line errors."""
+"""``autopar estimate`` and ``autopar.scoring.estimate_plans``: JSON in, JSON out, one-line errors."""
 from __future__ import annotations
 
 import json
@@ -84,7 +84,7 @@ def test_estimate_bad_inputs(capsys, tmp_path):
 
 
 def test_python_api_matches_cli(capsys):
-    from autopar.estimate import estimate_plans
+    from autopar.scoring import estimate_plans
     [d] = estimate_plans(MODEL, "a100-80g-sxm", 8, 32, PLAN)
     rc, out, _ = _run(capsys, ["estimate", *ARGS, "--plan", json.dumps(PLAN), "--json"])
     assert json.loads(out)["step_time_s"] == d["step_time_s"]

@@ -10,7 +10,7 @@ import pytest
 from costmodels.estimate import estimate
 from costmodels.hardware import load_profile
 from autopar.search.costs import Costs
-from autopar.search.model import SplitModel, time_unit
+from autopar.search.split_model import SplitModel, time_unit
 from autopar.search.space import Shape, configurations
 from synthetic_tables import gpt3_175b, llama_table
 

@@ -83,7 +83,7 @@ def _check_plans(res, costs):
         # the solver's objective equals the evaluator's prediction for that plan
         again = estimate(costs.table, costs.profile, c.plan, c.plan.world_size, costs.global_batch)
         assert again.step_time_s == p["step_time_s"]
-        from autopar.search.model import time_unit
+        from autopar.search.split_model import time_unit
         unit = time_unit(p["step_time_s"])
         assert abs(c.solver_objective_s - p["step_time_s"]) <= unit * len(costs.table.rows) * 4 * (p["num_micro_batches"] + 2)
 

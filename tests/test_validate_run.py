@@ -35,7 +35,7 @@ def test_every_plan_measured_beside_its_prediction(result):
 
 
 def test_output_reads_back_and_charts(result, tmp_path):
-    from autopar.validate import _plans_source
+    from autopar.validate.run import _plans_source
     from costmodels.plan import load_plans
     path = tmp_path / "v.json"
     path.write_text(json.dumps(result))

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from autopar.validate import _plans_source, summarize
+from autopar.validate.run import _plans_source, summarize
 from autopar.validate.stats import mape, spearman
 
 

@@ -21,7 +21,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from costmodels.plan import Plan
     plan = Plan.load(args.plan)
-    from autopar.rewrite.emit import emit
+    from autopar.runtime.emit import emit
     res = emit(args.model, plan, args.emit, seq=args.seq)
     print(f"wrote {len(res.files)} file(s) for {len(res.stages)} pipeline stage(s) × tp={plan.tp} "
           f"and {res.summary_path}")

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from autopar.cli.common import print_json
-    from autopar.estimate import as_plans, estimate_plans
+    from autopar.scoring import as_plans, estimate_plans
     plans, was_list = as_plans(args.plan)
     results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, plans, seq=args.seq)
     if args.json:

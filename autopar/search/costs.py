@@ -15,7 +15,7 @@ from costmodels.comm import collective_steps, collective_time, plan_tiers
 from costmodels.compute import activation_bytes_none, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import dp_sync, dp_sync_collectives, estimate
 from costmodels.memory import BYTES_PARAM, activation_bytes, in_flight, model_state_bytes
-from autopar.search.model import Terms
+from autopar.search.split_model import Terms
 from autopar.search.space import Config
 
 

@@ -2,7 +2,7 @@
 
 ``search(...)`` is the Python API behind ``autopar search`` (and ``autopar report --scale``).
 
-Algorithm (``autopar.search.model`` writes the integer program; the optimality argument is
+Algorithm (``autopar.search.split_model`` writes the integer program; the optimality argument is
 below):
 
 1. list every configuration (``autopar.search.space.configurations``), for one GPU count or, for
@@ -22,7 +22,7 @@ below):
 ``enumerate_plans`` is the solver-free path: every configuration × every split, each scored by
 the evaluator. The tests check that both agree on small spaces.
 
-Decomposition, and why the result is still optimal under the model (``autopar.search.model``
+Decomposition, and why the result is still optimal under the model (``autopar.search.split_model``
 writes the integer program CP-SAT solves for one configuration)
 -----------------------------------------------------------------------------------------
 The configuration is a few thousand discrete points; the split is the hard, combinatorial part.
@@ -238,7 +238,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
             heapq.heappush(heap, (_key(objective, c, lb), next(tie), 1, c, terms))
         elif level == 1:
             terms = payload
-            from autopar.search.model import SplitModel
+            from autopar.search.split_model import SplitModel
             left = time_limit_s - (time.perf_counter() - t0)
             ub = _step_bound(objective, c, exact_keys, top, target_step_time_s)
             res = SplitModel(terms, time_limit_s=max(0.05, min(solve_limit_s, left)),

@@ -30,7 +30,7 @@ class MinMemory:
 
 def min_memory(costs, gpus: int, global_batch: int, fix: dict | None, allow_cross_node_tp: bool = False,
                budget_s: float = 5.0, max_solves: int = 200) -> MinMemory | None:
-    from autopar.search.model import SplitModel
+    from autopar.search.split_model import SplitModel
     t0 = time.perf_counter()
     fix = dict(fix or {})
     fixed_stages = fix.get("stages")

@@ -1,5 +1,5 @@
 """The coefficients of one configuration's split program, and the bounds that hold for every
-split (the search's best-first keys). The program itself is ``autopar.search.model``."""
+split (the search's best-first keys). The program itself is ``autopar.search.split_model``."""
 from __future__ import annotations
 
 import math
@@ -50,7 +50,7 @@ class Terms:
 
     # ---- bounds that hold for every split -----------------------------------------------------
     def time_lower_bound(self) -> float:
-        """A bound on the step time that holds for every split (``autopar.search.model``).
+        """A bound on the step time that holds for every split (``autopar.search.split_model``).
 
         ``Σ_r T_r ≥ Στ + Q_min + Z_min`` where ``Q_min`` are the ``S − 1`` activation sends and
         gradient sends at their cheapest cut, and ``Z_min`` the ZeRO-3 exposure summed over

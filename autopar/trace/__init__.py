@@ -4,6 +4,6 @@
 ``table_for(spec, micro_batch=1, seq=None)`` is the cached convenience most callers want;
 ``trace_graph(...)`` returns everything (table, fx graphs, networkx graph via ``.graph``).
 """
-from autopar.trace.model import TraceResult, find_block_list, table_for, trace_graph, trace_model
+from autopar.trace.driver import TraceResult, find_block_list, table_for, trace_graph, trace_model
 
 __all__ = ["TraceResult", "find_block_list", "table_for", "trace_graph", "trace_model"]

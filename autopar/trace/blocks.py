@@ -1,7 +1,7 @@
 """Rows of the trace: the model's repeated blocks, their structural groups, and which top-level
 fx node belongs to which row.
 
-Kept apart from the driver (``autopar.trace.model``) because this is the part that decides the
+Kept apart from the driver (``autopar.trace.driver``) because this is the part that decides the
 layer table's row structure — embedding, one row per block call, head — and which blocks share a
 measurement: blocks with the same structure (module types, simple attributes, parameter and
 buffer shapes) called on the same input signature cost the same, so only the first is measured.

@@ -1,6 +1,6 @@
 """Assembling the LayerTable from a finished trace's measurements.
 
-Separate from the trace itself (``autopar.trace.model``): this is where per-node measurements
+Separate from the trace itself (``autopar.trace.driver``): this is where per-node measurements
 become per-row figures — FLOPs and matmuls summed per row, each saved storage counted once in the
 first row that saves it, TP pairs and the TP-region / attention-core share of saved bytes per
 measured block, parameters (tied ones once), bytes crossing each row boundary — and where blocks
@@ -20,7 +20,7 @@ from autopar.trace.tp import attention_core_nodes, find_tp_pairs, region_nodes
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
 
 if TYPE_CHECKING:
-    from autopar.trace.model import TraceResult
+    from autopar.trace.driver import TraceResult
 
 
 def _row_params(result: TraceResult) -> tuple[list[int], list[tuple[str, ...]]]:

@@ -1,7 +1,7 @@
-"""``autopar.estimate``: score plans for a model spec on a hardware profile (traces, then
+"""``autopar.scoring``: score plans for a model spec on a hardware profile (traces, then
 ``costmodels.estimate.estimate``). The Python face of ``autopar estimate``.
 
-    from autopar.estimate import estimate_plans
+    from autopar.scoring import estimate_plans
     [result] = estimate_plans("gpt3-175b", "a100-80g-sxm", gpus=1024, global_batch=1536,
                               plans={"dp": 16, "tp": 8, "pp": 8, "vpp": 3,
                                      "schedule": "interleaved-1f1b", "recompute": "selective",
