@@ -132,20 +132,6 @@ def divisors(n: int) -> str:
     return "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
 
 
-def reaches(a: fx.Node, b: fx.Node) -> bool:
-    """Whether data flows from ``a`` to ``b``."""
-    stack, seen = [a], set()
-    while stack:
-        x = stack.pop()
-        if x is b:
-            return True
-        if x in seen:
-            continue
-        seen.add(x)
-        stack.extend(x.users)
-    return False
-
-
 def getattr_path(obj, path: str):
     for p in path.split("."):
         obj = getattr(obj, p)

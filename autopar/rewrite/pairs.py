@@ -17,8 +17,9 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, reaches, tensor_like
-from autopar.trace.tp import _is_linear_module, _is_softmax, find_tp_pairs
+from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_like
+from autopar.trace.fx_graph import ABORT, EXPAND, INPUTS, PRUNE, is_linear_module, is_softmax, reaches, walk
+from autopar.trace.tp import find_tp_pairs
 from costmodels.errors import PlanError
 
 
@@ -65,7 +66,7 @@ def _is_attention_op(gm: fx.GraphModule, n: fx.Node) -> bool:
     """Softmax as the trace (cost model) recognises it, or fused attention."""
     if n.op == "call_function" and n.target is F.scaled_dot_product_attention:
         return True
-    return _is_softmax(gm, n)
+    return is_softmax(gm, n)
 
 
 class _PairFinder:
@@ -128,7 +129,7 @@ class _PairFinder:
                 n = by_name[name]
                 if not self._is_linear(n):
                     what = (type(self._mod(n)).__name__ if n.op == "call_module" and
-                            _is_linear_module(self._mod(n)) else _FUNC_NAMES.get(n.target, str(n.target)))
+                            is_linear_module(self._mod(n)) else _FUNC_NAMES.get(n.target, str(n.target)))
                     raise PlanError(f"plan field 'tp'={self.tp}: {self.row_name} applies a weight with "
                                     f"{what} (node {n.name}), which the tensor-parallel rewrite cannot shard "
                                     "(only nn.Linear modules); use tp=1 or make it an nn.Linear")
@@ -137,41 +138,30 @@ class _PairFinder:
         """(linears reached backwards from ``r``'s input through tensor ops, the ops between);
         cols None when a row input is reached (``r`` is then no row-parallel linear)."""
         cols, region = [], set()
-        stack, seen = [r.args[0]], set()
-        while stack:
-            a = stack.pop()
-            if a in seen:
-                continue
-            seen.add(a)
-            if not tensor_like(self.full.get(a)) or is_size_node(a):
-                continue
+
+        def visit(a):
+            if not tensor_like(self.full.get(a)) or is_size_node(a) or a.op == "get_attr":
+                return PRUNE
             if self._is_linear(a):
                 cols.append(a)
-                continue
+                return PRUNE
             if a.op == "placeholder":
-                return None, region
-            if a.op == "get_attr":
-                continue
+                return ABORT
             region.add(a)
-            stack.extend(a.all_input_nodes)
-        return cols, region
+            return EXPAND
+
+        return (cols if walk([r.args[0]], INPUTS, visit)[1] else None), region
 
     def _contained(self, cols, r, region):
         """Whether the column outputs flow only into this pair's region (and on into ``r``)."""
-        for c in cols:
-            stack, seen = [c], set()
-            while stack:
-                a = stack.pop()
-                if a in seen:
-                    continue
-                seen.add(a)
-                for u in a.users:
-                    if u is r or is_size_node(u):
-                        continue
-                    if u.op == "output" or (u not in region and tensor_like(self.full.get(u))):
-                        return False
-                    stack.append(u)
-        return True
+        def onward(a):
+            return [u for u in a.users if u is not r and not is_size_node(u)]
+
+        def visit(u):
+            leaves = u.op == "output" or (u not in region and tensor_like(self.full.get(u)))
+            return ABORT if leaves else EXPAND
+
+        return all(walk(onward(c), onward, visit)[1] for c in cols)
 
     def _segments_of(self, c):
         out = self.full[c].shape[-1]

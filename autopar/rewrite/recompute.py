@@ -19,8 +19,7 @@ import torch.utils.checkpoint
 
 # One definition of "attention core" for the cost model and the rewrite: what the trace counts as
 # recomputed is exactly what is wrapped here.
-from autopar.trace.tp import _is_act_matmul as _is_matmul
-from autopar.trace.tp import _is_softmax as _trace_is_softmax
+from autopar.trace.fx_graph import INPUTS, USERS, is_activation_matmul, is_softmax, nearest, walk
 from autopar.trace.tp import attention_core_nodes
 from costmodels.errors import PlanError
 
@@ -43,34 +42,6 @@ def _is_sdpa(n):
     return n.op == "call_function" and n.target is F.scaled_dot_product_attention
 
 
-def _nearest(start, step, pred, limit=64):
-    frontier, seen = list(step(start)), set()
-    for _ in range(limit):
-        nxt = []
-        for x in frontier:
-            if x in seen:
-                continue
-            seen.add(x)
-            if pred(x):
-                return x
-            nxt.extend(step(x))
-        if not nxt:
-            return None
-        frontier = nxt
-    return None
-
-
-def _closure(start, step):
-    out, stack = set(), [start]
-    while stack:
-        x = stack.pop()
-        if x in out:
-            continue
-        out.add(x)
-        stack.extend(step(x))
-    return out
-
-
 def selective(gm: fx.GraphModule) -> int:
     """Checkpoint each attention core in place; returns how many were found."""
     g = gm.graph
@@ -79,14 +50,14 @@ def selective(gm: fx.GraphModule) -> int:
     for n in list(g.nodes):
         if _is_sdpa(n):
             cores.append(([n], n))
-        elif _trace_is_softmax(gm, n):
-            m1 = _nearest(n, lambda x: x.all_input_nodes, _is_matmul)
-            m2 = _nearest(n, lambda x: list(x.users), _is_matmul)
+        elif is_softmax(gm, n):
+            m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
+            m2 = nearest(n, USERS, is_activation_matmul, limit=64)
             if m1 is None or m2 is None:
                 continue
-            desc = _closure(m1, lambda x: [u for u in x.users if order[u] <= order[m2]])
-            anc = _closure(m2, lambda x: [a for a in x.all_input_nodes if order[a] >= order[m1]])
-            core = sorted(desc & anc, key=order.get)
+            desc, _ = walk([m1], lambda x: [u for u in x.users if order[u] <= order[m2]])
+            anc, _ = walk([m2], lambda x: [a for a in x.all_input_nodes if order[a] >= order[m1]])
+            core = sorted(set(desc) & set(anc), key=order.get)
             inner = set(core) - {m2}
             if any(u not in core for c in inner for u in c.users):
                 continue  # an intermediate of the core is used elsewhere: leave it alone

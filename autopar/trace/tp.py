@@ -13,7 +13,6 @@ output and everything between it and the matmul with V, exclusive.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 import torch
@@ -21,10 +20,8 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-_MATMUL_FUNCS = {operator.matmul, torch.matmul, torch.bmm, torch.einsum}
-_MATMUL_METHODS = {"matmul", "bmm", "__matmul__"}
-_SOFTMAX_FUNCS = {F.softmax, torch.softmax, torch.nn.functional.softmax, F.log_softmax}
-_SOFTMAX_METHODS = {"softmax"}
+from autopar.trace.fx_graph import (ABORT, EXPAND, INPUTS, PRUNE, USERS, ancestors, descendants,
+                                    is_activation_matmul, is_linear_module, is_softmax, nearest, walk)
 
 
 @dataclass
@@ -35,11 +32,6 @@ class FoundPair:
     column_nodes: tuple[str, ...]
     heads: int | None = None
     kv_heads: int | None = None
-
-
-def _is_linear_module(m: nn.Module) -> bool:
-    # nn.Linear, or transformers' Conv1D (GPT-2's linear with a transposed weight)
-    return isinstance(m, nn.Linear) or (type(m).__name__ == "Conv1D" and hasattr(m, "nf"))
 
 
 def _out_features(m: nn.Module) -> int:
@@ -61,7 +53,7 @@ def linear_info(gm: fx.GraphModule, n: fx.Node):
             m = gm.get_submodule(n.target)
         except AttributeError:
             return None
-        return (n.target, _out_features(m)) if _is_linear_module(m) else None
+        return (n.target, _out_features(m)) if is_linear_module(m) else None
     if n.op == "call_function" and n.target in (F.linear, torch.nn.functional.linear):
         w = _param_arg(n, 1)
         if w is not None and w.meta["val"].dim() == 2:
@@ -83,28 +75,6 @@ def _activation_input(gm, n: fx.Node):
     return n.args[0] if n.args else None
 
 
-def _is_softmax(gm, n: fx.Node) -> bool:
-    if n.op == "call_function" and n.target in _SOFTMAX_FUNCS:
-        return True
-    if n.op == "call_method" and n.target in _SOFTMAX_METHODS:
-        return True
-    if n.op == "call_module":
-        try:
-            return isinstance(gm.get_submodule(n.target), (nn.Softmax, nn.LogSoftmax))
-        except AttributeError:
-            return False
-    return False
-
-
-def _is_act_matmul(n: fx.Node) -> bool:
-    """A matmul between two activations (no parameter operand)."""
-    if not ((n.op == "call_function" and n.target in _MATMUL_FUNCS)
-            or (n.op == "call_method" and n.target in _MATMUL_METHODS)):
-        return False
-    ins = [a for a in n.all_input_nodes]
-    return len(ins) >= 2 and not any(a.op == "get_attr" for a in ins)
-
-
 def _primary_inputs(gm: fx.GraphModule) -> set:
     """Placeholders carrying the residual stream: same shape as the block's output."""
     out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -121,28 +91,6 @@ def _primary_inputs(gm: fx.GraphModule) -> set:
     return prim
 
 
-def _ancestors(n: fx.Node) -> set:
-    seen, stack = set(), list(n.all_input_nodes)
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        stack.extend(u.all_input_nodes)
-    return seen
-
-
-def _descendants(nodes) -> set:
-    seen, stack = set(), [u for n in nodes for u in n.users]
-    while stack:
-        u = stack.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        stack.extend(u.users)
-    return seen
-
-
 def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
     prim = _primary_inputs(gm)
     pairs: list[FoundPair] = []
@@ -150,25 +98,17 @@ def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
         x = _activation_input(gm, r) if _is_linear(gm, r) else None
         if not isinstance(x, fx.Node):
             continue
-        cols, ok = [], True
-        seen, stack = set(), [x]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
+        cols: list[fx.Node] = []
+
+        def visit(u, cols=cols):
             if _is_linear(gm, u):
                 cols.append(u)
-                continue
+                return PRUNE
             if u.op == "placeholder":
-                if u in prim:
-                    ok = False
-                    break
-                continue
-            if u.op == "get_attr":
-                continue
-            stack.extend(u.all_input_nodes)
-        if not ok or not cols:
+                return ABORT if u in prim else PRUNE
+            return PRUNE if u.op == "get_attr" else EXPAND
+
+        if not walk([x], INPUTS, visit)[1] or not cols:
             continue
         cols.sort(key=lambda c: list(gm.graph.nodes).index(c))
         pair = FoundPair(columns=tuple(linear_info(gm, c)[0] for c in cols), row=linear_info(gm, r)[0],
@@ -180,11 +120,11 @@ def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
 
 
 def _heads(gm, pair: FoundPair, cols, r) -> None:
-    region = _descendants(cols) & (_ancestors(r))
+    region = descendants(cols) & (ancestors(r))
     for s in region:
-        if not _is_act_matmul(s):
+        if not is_activation_matmul(s):
             continue
-        if not any(_is_softmax(gm, d) for d in _descendants([s]) & region):
+        if not any(is_softmax(gm, d) for d in descendants([s]) & region):
             continue
         q = s.all_input_nodes[0].meta.get("val")
         out = s.meta.get("val")
@@ -211,7 +151,7 @@ def region_nodes(gm: fx.GraphModule, pairs: list[FoundPair]) -> set[str]:
     for p in pairs:
         cols = [by_name[c] for c in p.column_nodes]
         r = by_name[p.row_node]
-        names |= {n.name for n in (_descendants(cols) & _ancestors(r))}
+        names |= {n.name for n in (descendants(cols) & ancestors(r))}
         names |= set(p.column_nodes)
     return names
 
@@ -222,29 +162,13 @@ def attention_core_nodes(gm: fx.GraphModule, pairs: list[FoundPair]) -> tuple[se
     core: set[str] = set()
     scores: set[str] = set()
     for sm in gm.graph.nodes:
-        if not _is_softmax(gm, sm):
+        if not is_softmax(gm, sm):
             continue
-        s = _nearest(sm, back=True)
-        av = _nearest(sm, back=False)
+        s = nearest(sm, INPUTS, is_activation_matmul)
+        av = nearest(sm, USERS, is_activation_matmul)
         if s is None or av is None:
             continue
-        between = (_descendants([s]) & _ancestors(av)) - {av}
+        between = (descendants([s]) & ancestors(av)) - {av}
         core |= {n.name for n in between} | {s.name}
         scores.add(s.name)
     return core, scores
-
-
-def _nearest(n: fx.Node, back: bool):
-    seen, frontier = set(), [n]
-    while frontier:
-        nxt = []
-        for u in frontier:
-            for v in (u.all_input_nodes if back else u.users):
-                if v in seen:
-                    continue
-                seen.add(v)
-                if _is_act_matmul(v):
-                    return v
-                nxt.append(v)
-        frontier = nxt
-    return None
