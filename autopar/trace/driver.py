@@ -22,7 +22,6 @@ import contextlib
 import difflib
 import functools
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,6 +32,7 @@ from torch.utils import _pytree as pytree
 from autopar.trace.blocks import RowInfo, assign_rows, call_values, find_block_list, structure_groups, value_sig
 from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter, empty_like_tree, replay, storage_key
 from autopar.trace.table import build_table
+from autopar.trace.result import TraceResult
 from autopar.trace.tracer import CallWrapper, trace_call, trace_error
 from costmodels.errors import TraceError
 from costmodels.layer_table import LayerTable
@@ -40,30 +40,6 @@ from costmodels.layer_table import LayerTable
 ACT_DTYPE = torch.bfloat16
 
 __all__ = ["ACT_DTYPE", "RowInfo", "TraceResult", "find_block_list", "table_for", "trace_graph", "trace_model"]
-
-
-@dataclass
-class TraceResult:
-    """Everything the trace knows: the LayerTable, the fx graphs and the measurements."""
-
-    table: LayerTable
-    model: nn.Module
-    top: fx.GraphModule                      # top level, blocks as call_module leaves
-    blocks: dict[int, fx.GraphModule]        # row index of a measured block -> its graph
-    rows: list[RowInfo]
-    node_row: dict[str, int]                 # top-level node name -> row index
-    rec: Recorder
-    _graph: Any = field(default=None, repr=False)
-
-    @property
-    def graph(self):
-        """networkx DiGraph of the whole model: one node per fx node (blocks expanded as
-        ``<row>/<node>``), with attributes row, op, target, fwd_flops, bwd_flops,
-        output_bytes, param_bytes, saved_bytes."""
-        if self._graph is None:
-            from autopar.trace.graph import build_graph
-            self._graph = build_graph(self)
-        return self._graph
 
 
 def _leaf_classes(leaf_modules) -> tuple:

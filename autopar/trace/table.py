@@ -20,7 +20,7 @@ from autopar.trace.tp import attention_core_nodes, find_tp_pairs, region_nodes
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
 
 if TYPE_CHECKING:
-    from autopar.trace.driver import TraceResult
+    from autopar.trace.result import TraceResult
 
 
 def _row_params(result: TraceResult) -> tuple[list[int], list[tuple[str, ...]]]:
