@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("model", nargs="?", default="gpt:layers=4,hidden=256,heads=4,vocab=8192,seq=256")
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--hardware", default="hardware-profiles/cpu-2core-measured.toml")
+    ap.add_argument("--hardware", default="cpu-2core-measured")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from autopar.models import load_model

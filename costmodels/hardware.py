@@ -1,7 +1,7 @@
 """Hardware profiles: what the cost model knows about a GPU, a node and the network.
 
-A profile is a TOML file in ``<repo>/hardware-profiles/`` (found relative to this package's
-parent directory) or anywhere on disk (``--hardware path/to/file.toml``). ``load_profile``
+A profile is a TOML file in ``costmodels/hardware_profiles/`` (package data, so an installed
+autopar finds the shipped ones wherever it runs) or anywhere on disk (``--hardware path/to/file.toml``). ``load_profile``
 takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped ones.
 
 Format (version 1). Units are in the field names. Every *figure* is an inline table
@@ -94,7 +94,7 @@ from costmodels.errors import ProfileError
 from costmodels.measured_sections import collectives_section, curve_section
 
 PROFILE_VERSION = 1
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "hardware-profiles"
+PROFILES_DIR = Path(__file__).resolve().parent / "hardware_profiles"
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class HardwareProfile:
 
 
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles (files in ``<repo>/hardware-profiles/``), sorted."""
+    """Names of the shipped profiles (files in ``costmodels/hardware_profiles/`` (package data)), sorted."""
     if not PROFILES_DIR.is_dir():
         return []
     return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))

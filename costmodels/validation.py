@@ -1,4 +1,5 @@
-"""Checks of the cost model against published figures (../shared/validation/), shared by
+"""Checks of the cost model against published figures (``tests/data/validation/`` of a source
+checkout; each file's source is in its README), shared by
 ``tests/test_costmodels_*.py`` and ``benchmarks/bench_costmodels_validation.py``.
 
 Korthikanti et al. 2022, Table 5 (A100 80GB, Selene): four GPT models, each with full
@@ -28,7 +29,7 @@ from costmodels.layer_table import LayerTable
 from costmodels.memory import activation_bytes, model_state_bytes
 from costmodels.plan import Plan
 
-VALIDATION_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "validation"
+VALIDATION_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "validation"
 
 # the paper's models as autopar specs (dropout and tied embeddings as in Megatron's GPT)
 TABLE5_SPECS = {
@@ -47,9 +48,12 @@ SETTINGS = {"full": ("full_recompute_iter_s", dict(recompute="full", sequence_pa
 
 
 def read_csv(name: str, directory: Path | None = None) -> list[dict[str, str]]:
+    """The rows of a published-figure CSV; a missing file is an error (a check that silently runs
+    over no rows would pass)."""
     path = (directory or VALIDATION_DIR) / name
-    if not path.exists():
-        return []
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: published-figure file missing; the checks need the "
+                                "source checkout's tests/data/validation/")
     with open(path) as f:
         return list(csv.DictReader(f))
 

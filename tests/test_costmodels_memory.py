@@ -2,36 +2,22 @@
 (activations per layer), plus the in-flight micro-batches of each pipeline schedule."""
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 
 from costmodels.compute import table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import activation_bytes, in_flight, model_state_bytes
 from costmodels.plan import Plan
+from costmodels.validation import read_csv
 from synthetic_tables import gpt3_175b, gpt_table, tiny_gpt
 
-VALIDATION = Path(__file__).resolve().parents[1].parent / "shared" / "validation"
-
-
-def _rows(name):
-    if (VALIDATION / name).exists():
-        with open(VALIDATION / name) as f:
-            return list(csv.DictReader(f))
-    return []
-
-
 def _csv(name):
-    rows = _rows(name)
-    if not rows:
-        pytest.skip(f"../shared/validation/{name} not available")
-    return rows
+    """Rows of tests/data/validation/<name>; a missing file fails (never a silent empty set)."""
+    return read_csv(name)
 
 
 # ---------------------------------------------------------------- ZeRO Table 1 (every row, 1%)
-ZERO_ROWS = _rows("zero_table1.csv")
+ZERO_ROWS = _csv("zero_table1.csv")
 
 
 def _printed_tolerance(text: str) -> float:

@@ -13,8 +13,7 @@ from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, fit, table5, t
 
 trace = pytest.importorskip("autopar.trace")
 
-CASES = table5_cases()
-pytestmark = pytest.mark.skipif(not CASES, reason="../shared/validation/korthikanti_table5.csv not available")
+CASES = table5_cases()   # raises when tests/data/validation/korthikanti_table5.csv is missing
 
 
 @pytest.fixture(scope="module")

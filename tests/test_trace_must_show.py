@@ -4,7 +4,7 @@ GPT-3 175B (Megatron: l=96, h=12288, a=96, V=51200, s=2048) at micro-batch 1:
 * total parameters within 0.5% of 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h)) (Narayanan et al. 2021);
 * a transformer layer's forward FLOPs within 2% of 24·b·s·h²·(1 + s/(6h));
 * a layer's activation bytes saved for backward within 2% of s·b·h·(34 + 5·a·s/h), the
-  "no parallelism" row of Korthikanti et al. 2022, Table 2 (shared/validation/activation_formulas.csv);
+  "no parallelism" row of Korthikanti et al. 2022, Table 2 (tests/data/validation/activation_formulas.csv);
   of which s·b·h·(24 + 5·a·s/h) inside tensor-parallel regions and 5·a·s²·b in the attention core.
 Llama 3 presets within 1% of Meta's 8.03 B, 70.55 B and 405.85 B.
 """
@@ -18,7 +18,7 @@ from autopar.cli.main import main
 from autopar.trace import table_for
 
 L, H, A, V, S, B = 96, 12288, 96, 51200, 2048, 1
-VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "validation", "activation_formulas.csv")
+VALIDATION = os.path.join(os.path.dirname(__file__), "data", "validation", "activation_formulas.csv")
 
 
 def close(x, ref, tol):
@@ -45,14 +45,10 @@ def test_gpt3_block_forward_flops(gpt3):
 
 
 def _korthikanti_no_parallelism():
-    """The formula from shared/validation (when present) or Table 2 as printed."""
-    path = os.path.normpath(VALIDATION)
-    formula = "s*b*h*(34 + 5*a*s/h)"
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if row["setting"].strip() == "no parallelism":
-                    formula = row["bytes_per_layer"]
+    """Korthikanti Table 2's "no parallelism" formula, read from tests/data/validation."""
+    with open(VALIDATION, newline="") as f:
+        [formula] = [row["bytes_per_layer"] for row in csv.DictReader(f)
+                     if row["setting"].strip() == "no parallelism"]
     return eval(formula, {}, {"s": S, "b": B, "h": H, "a": A})  # noqa: S307 — a published formula
 
 
