@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodels.breakdown import BREAKDOWN_KEYS  # noqa: F401  (the breakdown_s keys; re-exported)
 from costmodels.comm import collective_time, plan_tiers
 from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_step_s, row_times,
                                 table_arrays)
@@ -53,8 +54,6 @@ from costmodels.plan import Plan
 from costmodels.split import balanced_stages, check_stage_rows
 
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
-BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
-                  "zero_exposed")
 
 
 def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> tuple[tuple[int, int], ...]:

@@ -128,6 +128,35 @@ class Plan:
         """First plan of a search file, a single plan, or a list of plans (JSON text or a path)."""
         return load_plans(source)[0]
 
+    def label(self) -> str:
+        """The plan on one line, e.g. ``dp16·tp8·pp8 vpp3 mb1 ZeRO-1 selective-recompute sp
+        interleaved-1f1b``: the degrees and the micro-batch size always, every other field only
+        when it is not its default (the schedule also whenever there is a pipeline), never the
+        split points. The one rendering the CLI, explain, the search's messages and the report
+        print, so a plan reads the same everywhere."""
+        default = type(self)()
+        s = f"dp{self.dp}·tp{self.tp}·pp{self.pp}"
+        if self.vpp != default.vpp:
+            s += f" vpp{self.vpp}"
+        s += f" mb{self.micro_batch_size}"
+        if self.zero != default.zero:
+            s += f" ZeRO-{self.zero}"
+        if self.recompute != default.recompute:
+            s += f" {self.recompute}-recompute"
+        if self.sequence_parallel:
+            s += " sp"
+        if self.pp > 1 or self.schedule != default.schedule:
+            s += f" {self.schedule}"
+        if self.attention != default.attention:
+            s += f" {self.attention}-attention"
+        if self.placement != default.placement:
+            s += f" placement:{self.placement}"
+        return s
+
+
+# The plan's fields as they appear in a plan's JSON (all but the format ``version``).
+PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
+
 
 # Keys that search / estimate write beside the plan fields; Plan.from_dict ignores them.
 PREDICTION_KEYS = frozenset({

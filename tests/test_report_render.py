@@ -34,9 +34,9 @@ def test_html_has_every_section_and_chart(html_text):
         assert c in figs
     # memory and timeline for the best 3 of each of the 3 searches (default --detail 3)
     assert figs.count("memory") == 9 and figs.count("timeline") == 9
-    assert "bottleneck" in html_text and "HBM" in html_text
+    assert "Bottleneck: " in html_text and "most loaded stage" in html_text and "HBM" in html_text
     for sched in ("1f1b", "interleaved-1f1b", "gpipe"):
-        assert f"· {sched}" in html_text
+        assert f"under {sched};" in html_text     # each timeline's caption names its schedule
     assert "only the first" in html_text   # capped timelines say so
 
 

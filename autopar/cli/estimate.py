@@ -33,29 +33,17 @@ def run(args) -> int:
     return 0
 
 
-def _plan_label(d) -> str:
-    s = f"dp{d['dp']} tp{d['tp']} pp{d['pp']}"
-    if d["vpp"] > 1:
-        s += f" vpp{d['vpp']}"
-    s += f" mb{d['micro_batch_size']}"
-    if d["zero"]:
-        s += f" z{d['zero']}"
-    if d["recompute"] != "none":
-        s += f" rc:{d['recompute']}"
-    if d["sequence_parallel"]:
-        s += " sp"
-    return s + f" {d['schedule']} {d['attention']}"
-
-
 def render(results) -> None:
     from rich.table import Table
     from autopar.cli.common import console, human
+    from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
+    from costmodels.plan import Plan
     first = results[0]
     t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
                     f"{first['global_batch']}, seq {first['seq']}")
     t.add_column("")
     for i, d in enumerate(results):
-        t.add_column(f"plan {i + 1}\n{_plan_label(d)}", justify="right")
+        t.add_column(f"plan {i + 1}\n{Plan.from_dict(d).label()}", justify="right")
 
     def row(label, fn):
         t.add_row(label, *[fn(d) for d in results])
@@ -67,13 +55,13 @@ def render(results) -> None:
     row("TFLOP/s per GPU", lambda d: f"{d['tflops_per_gpu']:.1f}")
     row("MFU", lambda d: f"{100 * d['mfu']:.1f} %")
     row("bubble", lambda d: f"{100 * d['bubble_fraction']:.1f} %")
-    for k in ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed", "zero_exposed"):
-        row(f"  {k}", lambda d, k=k: f"{d['breakdown_s'][k]:.4g} s")
+    for k in BREAKDOWN_KEYS:
+        row(f"  {term_label(k)}", lambda d, k=k: f"{d['breakdown_s'][k]:.4g} s")
     row("memory (most loaded GPU)", lambda d: gb(d["memory_bytes"]["total"]))
     for k in ("params", "grads", "optimizer", "activations", "reserve"):
         row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"][k]))
     row("HBM", lambda d: gb(d["hbm_bytes"]))
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
-        row(f"sent per GPU: {k}", lambda d, k=k: gb(d["comm_bytes"][k]))
+        row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))
     console().print(t)

@@ -63,9 +63,7 @@ def run(args) -> int:
                     "parallel": par, "serial": ser, "max_rel_diff": worst, "rtol": args.rtol,
                     "ok": ok})
         return 0 if ok else 1
-    print(f"model {args.model}   plan dp={plan.dp} tp={plan.tp} pp={plan.pp} vpp={plan.vpp} "
-          f"zero={plan.zero} recompute={plan.recompute} sp={plan.sequence_parallel} "
-          f"schedule={plan.schedule}   global batch {gb}, {args.optimizer} lr {args.lr}, "
+    print(f"model {args.model}   plan {plan.label()}   global batch {gb}, {args.optimizer} lr {args.lr}, "
           "dropout off")
     print(f"{'step':>4}  {'parallel':>14}  {'serial':>14}  {'rel diff':>9}")
     for i, (a, b, d) in enumerate(zip(par, ser, diffs)):

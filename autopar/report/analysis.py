@@ -11,14 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autopar.report.load import BREAKDOWN_KEYS, COMM_KINDS, MEMORY_KEYS, PlanRecord
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS, bottleneck as find_bottleneck
+from costmodels.plan import PLAN_FIELDS
 
-PLAN_FIELDS = ("dp", "tp", "pp", "vpp", "micro_batch_size", "zero", "recompute",
-               "sequence_parallel", "schedule", "attention", "placement", "stages")
-TERM_NAMES = {"compute": "compute", "recompute": "recompute", "bubble": "pipeline bubble",
-              "dp_exposed": "exposed DP communication", "tp_exposed": "exposed TP communication",
-              "pp_exposed": "exposed PP communication", "zero_exposed": "exposed ZeRO gathers"}
-COMM_NAMES = {"dp": "DP gradients", "tp": "TP activations", "pp": "PP sends", "zero": "ZeRO gathers"}
+from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 
 
 # ---- small helpers ------------------------------------------------------------------------
@@ -87,7 +83,8 @@ def stage_memories(r: PlanRecord) -> list[tuple[int, dict[str, float], float]]:
     return sorted(out, key=lambda x: x[0])
 
 
-def bottleneck_stage(r: PlanRecord) -> int:
+def most_loaded_stage(r: PlanRecord) -> int:
+    """The pipeline stage whose GPU holds the most memory (the one the plan's memory figure is)."""
     mems = stage_memories(r)
     return max(mems, key=lambda x: x[2])[0]
 
@@ -104,28 +101,32 @@ def comm_rows(r: PlanRecord) -> list[dict[str, Any]]:
 
 
 # ---- why this plan ------------------------------------------------------------------------
-def bottleneck(r: PlanRecord) -> tuple[str, str]:
-    """(term key, sentence) naming what limits this plan's step time."""
+def bottleneck(r: PlanRecord) -> tuple[str | None, str]:
+    """(term key, sentence) naming what limits this plan's step time: the bottleneck as
+    ``costmodels.breakdown.bottleneck`` defines it (``autopar explain`` names the same one);
+    (None, why not) when the input has no step-time breakdown."""
+    bn = find_bottleneck(r.data)
+    if bn is None:
+        return None, "the input has no step-time breakdown, so no bottleneck to name"
     b = breakdown(r)
     step = float(r["step_time_s"]) or 1e-30
-    non_compute = {k: v for k, v in b.items() if k != "compute"}
-    worst = max(non_compute, key=non_compute.get) if non_compute else "compute"
     share_c = b["compute"] / step
-    if share_c >= 0.75 or non_compute.get(worst, 0.0) <= 0.0:
-        key = "compute"
-        text = (f"compute-bound: compute is {pct(share_c)} of the step; the largest overhead is "
-                f"{TERM_NAMES[worst]} ({pct(non_compute.get(worst, 0.0) / step)})")
+    if bn.term == "compute":
+        overheads = {k: v for k, v in b.items() if k != "compute"}
+        worst = max(overheads, key=overheads.get)
+        rest = (f"the largest overhead is {TERM_LABELS[worst]} ({pct(overheads[worst] / step)})"
+                if overheads[worst] > 0 else "there is no overhead")
+        text = f"compute-bound: compute{bn.where()} is the largest term, {pct(share_c)} of the step; {rest}"
     else:
-        key = worst
-        text = (f"{TERM_NAMES[worst]} is the largest overhead, {pct(b[worst] / step)} of the step "
-                f"({seconds(b[worst])}); compute is {pct(share_c)}")
-    return key, text
+        text = (f"{bn.label}{bn.where()} is the largest term, {pct(bn.seconds / step)} of the step "
+                f"({seconds(bn.seconds)}); compute is {pct(share_c)}")
+    return bn.term, text
 
 
 def memory_sentence(r: PlanRecord) -> str:
     total = float(r["memory_bytes"].get("total", 0.0))
     h = hbm(r)
-    stage = bottleneck_stage(r)
+    stage = most_loaded_stage(r)
     where = f" on pipeline stage {stage}" if r.plan.pp > 1 else ""
     if h:
         state = "fits" if r["fits"] else "does NOT fit"
@@ -154,10 +155,10 @@ def loses_on(best: PlanRecord, other: PlanRecord) -> str:
         return f"ties the best ({seconds(float(other['step_time_s']))}; {changes})"
     gains = [k for k, v in deltas.items() if v < -1e-12]
     gain = min(gains, key=deltas.get) if gains else None
-    s = (f"{seconds(dt)} (+{pct(rel)}) slower, mostly {TERM_NAMES[worst]} "
+    s = (f"{seconds(dt)} (+{pct(rel)}) slower, mostly {TERM_LABELS[worst]} "
          f"+{seconds(deltas[worst])}")
     if gain:
-        s += f" (while saving {seconds(-deltas[gain])} of {TERM_NAMES[gain]})"
+        s += f" (while saving {seconds(-deltas[gain])} of {TERM_LABELS[gain]})"
     return s + f"; {changes}"
 
 
@@ -206,11 +207,11 @@ def diff(a: PlanRecord, b: PlanRecord) -> list[tuple[str, str, str, str]]:
     ba, bb = breakdown(a), breakdown(b)
     for k in BREAKDOWN_KEYS:
         if ba[k] or bb[k]:
-            num(f"  {TERM_NAMES[k]}", ba[k], bb[k], seconds, rel=False)
+            num(f"  {TERM_LABELS[k]}", ba[k], bb[k], seconds, rel=False)
     ca, cbb = a.get("comm_bytes") or {}, b.get("comm_bytes") or {}
     for k in COMM_KINDS:
         if ca.get(k) or cbb.get(k):
-            num(f"  {COMM_NAMES[k]} bytes/GPU", float(ca.get(k, 0) or 0), float(cbb.get(k, 0) or 0),
+            num(f"  {COMM_KIND_LABELS[k]} bytes/GPU", float(ca.get(k, 0) or 0), float(cbb.get(k, 0) or 0),
                 gib, rel=False)
     return rows
 

@@ -16,9 +16,10 @@ from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
-from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, ScalingSeries, breakdown, comm_rows,
-                                     hbm, stage_memories)
-from autopar.report.load import BREAKDOWN_KEYS, MEMORY_KEYS, PlanRecord
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+
+from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, stage_memories
+from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.timeline import Timeline
 
 TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756",
@@ -97,7 +98,7 @@ def step_time_chart(records: list[PlanRecord]) -> str:
         if not any(vals):
             continue
         used.add(k)
-        ax.barh(ys, vals, left=left, color=TERM_COLORS[k], label=TERM_NAMES[k], height=0.7)
+        ax.barh(ys, vals, left=left, color=TERM_COLORS[k], label=TERM_LABELS[k], height=0.7)
         left = [a + b for a, b in zip(left, vals)]
     for y, r in zip(ys, records):
         ax.text(float(r["step_time_s"]) * scale, y, f" {float(r['step_time_s']) * scale:.3g}",
@@ -127,7 +128,7 @@ def memory_chart(r: PlanRecord) -> str:
     totals = [m[2] / 1e9 for m in mems]
     worst = max(range(n), key=totals.__getitem__)
     ax.bar([worst], [totals[worst]], width=0.75, fill=False, edgecolor="black", linewidth=1.6)
-    ax.annotate("bottleneck", (worst, totals[worst]), xytext=(0, 8), textcoords="offset points",
+    ax.annotate("most loaded", (worst, totals[worst]), xytext=(0, 8), textcoords="offset points",
                 ha="center", fontsize=7, arrowprops={"arrowstyle": "-|>", "lw": 0.8})
     h = hbm(r)
     top = max(totals)
@@ -182,8 +183,7 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
     ax.set_xlabel(f"time ({unit})")
     shown = (f"first {t.micro_batches} of {t.total_micro_batches} micro-batches drawn"
              if t.capped else f"{t.micro_batches} micro-batches")
-    ax.set_title(f"#{r.id} {r.label()} · {t.schedule}" + (f" (vpp={t.vpp})" if t.vpp > 1 else "")
-                 + f" · {shown} · idle {100 * t.idle_fraction:.0f}%", fontsize=9, loc="left")
+    ax.set_title(f"#{r.id} {r.label()} · {shown} · idle {100 * t.idle_fraction:.0f}%", fontsize=9, loc="left")
     if t.vpp > 1:
         handles = [Patch(color=FWD[0], label="forward (shade: virtual chunk)"),
                    Patch(color=BWD[0], label="backward (shade: virtual chunk)")]
@@ -224,7 +224,7 @@ def comm_chart(records: list[PlanRecord]) -> str:
             if left > 0:
                 ax.text(left, y, " " + _num(left), va="center", fontsize=6)
         ax.set_xlim(0, top * 1.35 if top > 0 else 1)
-        ax.set_title(COMM_NAMES.get(kind, kind), fontsize=9)
+        ax.set_title(COMM_KIND_LABELS.get(kind, kind), fontsize=9)
         ax.set_xlabel("GB per GPU per step", fontsize=7)
         ax.tick_params(labelsize=6)
         _style(ax)

@@ -62,11 +62,7 @@ class PlanRecord:
         return tuple(self.data.get(k) for k in CONTEXT_KEYS)
 
     def label(self) -> str:
-        p = self.plan
-        s = f"dp{p.dp}·tp{p.tp}·pp{p.pp}"
-        if p.vpp > 1:
-            s += f"·v{p.vpp}"
-        return s
+        return self.plan.label()
 
     def short(self) -> str:
         return f"#{self.id} {self.label()} ({self.gpus} GPUs)"

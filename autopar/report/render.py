@@ -6,9 +6,10 @@ import io
 import os
 from typing import Any
 
-from autopar.report.analysis import (COMM_NAMES, TERM_NAMES, breakdown, comm_rows, gib, pct, seconds,
-                                     stage_memories)
-from autopar.report.load import BREAKDOWN_KEYS, COMM_KINDS, MEMORY_KEYS, PlanRecord
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+
+from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
+from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 
 RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
                 "SP", "step time", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")
@@ -84,8 +85,7 @@ def to_markdown(report) -> str:
     L += ["## Why this plan", ""]
     for w in report.why:
         b = w["best"]
-        L.append(f"**{b.gpus} GPUs — best #{b.id} {b.label()}** ({b.plan.schedule}, micro-batch "
-                 f"{b.plan.micro_batch_size}, ZeRO {b.plan.zero}, recompute {b.plan.recompute}): "
+        L.append(f"**{b.gpus} GPUs — best #{b.id} {b.label()}**: "
                  f"{w['bottleneck_text']}. Memory: {w['memory_text']}.")
         L.append("")
         for r, text in w["runners_up"]:
@@ -97,14 +97,14 @@ def to_markdown(report) -> str:
             L += warns + [""]
     L += ["## Step time by term", ""]
     keys = [k for k in BREAKDOWN_KEYS if any(breakdown(r)[k] for r in report.records)]
-    L.append(_md_table(["#", "plan", "step time"] + [TERM_NAMES[k] for k in keys],
+    L.append(_md_table(["#", "plan", "step time"] + [TERM_LABELS[k] for k in keys],
                        [[str(r.id), f"{r.label()} · {r.gpus} GPUs", seconds(float(r["step_time_s"]))]
                         + [seconds(breakdown(r)[k]) for k in keys] for r in report.records]))
     L += ["", "## Memory per pipeline stage", ""]
     for r in report.detail_records:
         mems = stage_memories(r)
         worst = max(mems, key=lambda m: m[2])[0]
-        L.append(f"**#{r.id} {r.label()}** (HBM {gib(float(r.get('hbm_bytes') or 0))}, bottleneck "
+        L.append(f"**#{r.id} {r.label()}** (HBM {gib(float(r.get('hbm_bytes') or 0))}, most loaded "
                  f"stage {worst})")
         L.append("")
         L.append(_md_table(["stage", *MEMORY_KEYS, "total"],
@@ -117,13 +117,13 @@ def to_markdown(report) -> str:
         if t is None:
             L += [f"#{r.id} {r.label()}: no stages_detail in the input, no timeline.", ""]
             continue
-        L.append(f"**#{r.id} {r.label()} · {t.schedule}**: {report.timeline_caption(t, r)}")
+        L.append(f"**#{r.id} {r.label()}**: {report.timeline_caption(t, r)}")
         L += ["", "```", ascii_timeline(t), "```", ""]
     L += ["## Communication per step", ""]
     crow = []
     for r in report.records:
         for c in comm_rows(r):
-            crow.append([str(r.id), r.label(), COMM_NAMES.get(c.get("kind"), str(c.get("kind"))),
+            crow.append([str(r.id), r.label(), COMM_KIND_LABELS.get(c.get("kind"), str(c.get("kind"))),
                          str(c.get("collective") or ""), str(c.get("group_size") or ""), str(c.get("tier")),
                          gib(float(c.get("bytes_per_gpu") or 0)),
                          seconds(float(c["time_s"])) if c.get("time_s") is not None else "–",
@@ -224,9 +224,7 @@ def to_html(report) -> str:
     for w in report.why:
         b = w["best"]
         items = "".join(f"<li><b>#{r.id} {_e(r.label())}</b>: {_e(text)}</li>" for r, text in w["runners_up"])
-        why.append(f"<h3>{b.gpus} GPUs · {_e(b.get('hardware'))}: best is #{b.id} {_e(b.label())} "
-                   f"({_e(b.plan.schedule)}, micro-batch {b.plan.micro_batch_size}, ZeRO {b.plan.zero}, "
-                   f"recompute {_e(b.plan.recompute)}{', SP' if b.plan.sequence_parallel else ''})</h3>"
+        why.append(f"<h3>{b.gpus} GPUs · {_e(b.get('hardware'))}: best is #{b.id} {_e(b.label())}</h3>"
                    f"<ul class='why'><li>Bottleneck: {_e(w['bottleneck_text'])}.</li>"
                    f"<li>Memory: {_e(w['memory_text'])}.</li>"
                    + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "")
@@ -252,7 +250,7 @@ def to_html(report) -> str:
         mems = stage_memories(r)
         worst = max(mems, key=lambda m: m[2])[0]
         mem.append(_figure("memory", charts.memory_chart(r),
-                           f"#{r.id}: per pipeline stage (most loaded GPU of each stage); bottleneck stage "
+                           f"#{r.id}: per pipeline stage (most loaded GPU of each stage); most loaded stage "
                            f"{worst}; dashed line: HBM.", key=str(r.id)))
     S.append(("memory", "Memory per pipeline stage",
               report.detail_note_html() + "<div class='grid'>" + "".join(mem) + "</div>"))
@@ -268,7 +266,7 @@ def to_html(report) -> str:
     crow = []
     for r in report.records:
         for c in comm_rows(r):
-            crow.append([f"#{r.id}", r.label(), COMM_NAMES.get(c.get("kind"), c.get("kind")),
+            crow.append([f"#{r.id}", r.label(), COMM_KIND_LABELS.get(c.get("kind"), c.get("kind")),
                          c.get("collective") or "", c.get("group_size") or "", c.get("tier"),
                          gib(float(c.get("bytes_per_gpu") or 0)),
                          seconds(float(c["time_s"])) if c.get("time_s") is not None else "–",

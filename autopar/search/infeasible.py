@@ -69,15 +69,6 @@ def min_memory(costs, gpus: int, global_batch: int, fix: dict | None, allow_cros
     return best
 
 
-def _plan_brief(plan) -> str:
-    s = f"dp={plan.dp} tp={plan.tp} pp={plan.pp}"
-    if plan.vpp > 1:
-        s += f" vpp={plan.vpp}"
-    s += (f" micro_batch={plan.micro_batch_size} zero={plan.zero} recompute={plan.recompute}"
-          f"{' sp' if plan.sequence_parallel else ''} schedule={plan.schedule}")
-    return s
-
-
 def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step_time_s, dropped, stats,
                        allow_cross_node_tp=False, context=None) -> str:
     ctx = context or {}
@@ -95,7 +86,7 @@ def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step
     lines = [f"no plan for {model} fits on {gpus} × {costs.profile.name} (global batch {global_batch}): "
              f"the smallest memory any plan reaches is {mm.total / GiB:.1f} GiB per GPU "
              f"{'' if mm.exact else '(best found) '}against {hbm / GiB:.1f} GiB of HBM, with "
-             f"{_plan_brief(mm.plan)}; the largest term is {dom} ({parts[dom] / GiB:.1f} GiB"
+             f"{mm.plan.label()}; the largest term is {dom} ({parts[dom] / GiB:.1f} GiB"
              + "".join(f", {k} {v / GiB:.1f}" for k, v in parts.items() if k != dom) + " GiB)."]
     fixes = []
     # more GPUs
@@ -104,7 +95,7 @@ def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step
         m2 = min_memory(costs, g2, global_batch, _drop(fix, ("dp",)), allow_cross_node_tp, budget_s=2.0,
                         max_solves=40)
         if m2 is not None and m2.total <= hbm:
-            fixes.append(f"more GPUs: {g2} fit ({m2.total / GiB:.1f} GiB with {_plan_brief(m2.plan)})")
+            fixes.append(f"more GPUs: {g2} fit ({m2.total / GiB:.1f} GiB with {m2.plan.label()})")
             break
     else:
         fixes.append(f"more GPUs: none up to {gpus * 64} fit at this batch")
@@ -131,7 +122,7 @@ def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step
             m2 = min_memory(costs, gpus, global_batch, f2, allow_cross_node_tp, budget_s=2.0, max_solves=40)
             if m2 is not None and m2.total <= hbm:
                 fixes.append(f"unpinning --fix {','.join(k for k in fix if k not in f2)} fits "
-                             f"({m2.total / GiB:.1f} GiB with {_plan_brief(m2.plan)})")
+                             f"({m2.total / GiB:.1f} GiB with {m2.plan.label()})")
     # a larger GPU: memory needs do not depend on the GPU apart from its reserve
     bigger = _larger_gpus(costs, mm)
     if bigger:

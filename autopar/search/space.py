@@ -28,9 +28,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterator
 
 from costmodels.errors import PlanError
-from costmodels.plan import ATTENTION, PLACEMENTS, RECOMPUTE, SCHEDULES, Plan
+from costmodels.plan import ATTENTION, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
 
-PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
 ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-batch": "micro_batch_size",
            "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
            "sequence-parallel": "sequence_parallel", "zero_stage": "zero", "virtual_stages": "vpp",

@@ -51,14 +51,14 @@ import time
 from typing import Any
 
 from costmodels.errors import PlanError
+from costmodels.plan import PLAN_FIELDS
 
 from autopar.validate.rank import validate_rank
 from autopar.validate.stats import mape, spearman
 
 __all__ = ["validate", "default_plans", "summarize", "mape", "spearman", "is_validate_output"]
 
-PLAN_KEYS = ("dp", "tp", "pp", "vpp", "micro_batch_size", "zero", "recompute", "sequence_parallel",
-             "schedule", "attention", "stages", "placement")
+PLAN_KEYS = PLAN_FIELDS   # what a plan is, beside the predictions and measurements
 
 
 def is_validate_output(data: Any) -> bool:
