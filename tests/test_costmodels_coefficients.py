@@ -10,7 +10,7 @@ import pytest
 from costmodels.coefficients import dp_sync, dp_sync_line, row_coefficients
 from costmodels.comm import collective_steps, collective_time, plan_tiers
 from costmodels.compute import optimizer_step_s, row_times, table_arrays
-from costmodels.estimate import chunk_cost, check_plan
+from costmodels.estimate import check_plan, chunk_cost
 from costmodels.hardware import load_profile
 from costmodels.memory import activation_bytes
 from costmodels.plan import Plan
