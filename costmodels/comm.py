@@ -89,6 +89,12 @@ def collective_steps(kind: str, n: int) -> int:
     return {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1, "p2p": 1}[kind]
 
 
+def collective_latency(kind: str, n: int, tier) -> float:
+    """The α part of a collective's line, ``steps·α`` (the same for every buffer size): the
+    fixed term the search's integer program keeps apart from the per-byte one."""
+    return collective_steps(kind, n) * tier.alpha_beta(kind)[0]
+
+
 def collective_time(kind: str, nbytes, n: int, tier, line: bool = False):
     """(bytes sent per GPU, seconds) for one collective; ``nbytes`` may be a numpy array.
     ``tier`` is a ``hardware.LinkTier``. A zero-byte buffer costs 0 (nothing is launched).
@@ -96,10 +102,9 @@ def collective_time(kind: str, nbytes, n: int, tier, line: bool = False):
     they are interpolated (``curve_time``), unless ``line``: the α-β line, which the gradient
     sync uses so that its time stays linear in the parameters a split puts on a stage."""
     b = collective_bytes(kind, nbytes, n)
-    steps = collective_steps(kind, n)
-    alpha, beta = tier.alpha_beta(kind)
+    beta = tier.alpha_beta(kind)[1]
     curve = None if line or n <= 1 else tier.curve(kind, n)
-    t = steps * alpha + b / beta if curve is None else curve_time(curve, nbytes)
+    t = collective_latency(kind, n, tier) + b / beta if curve is None else curve_time(curve, nbytes)
     if isinstance(nbytes, np.ndarray):
         t = np.where(nbytes > 0, t, 0.0)
     elif nbytes <= 0:

@@ -69,7 +69,7 @@ precision), cached per table and profile, so the search and ``estimate`` get bit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -188,6 +188,13 @@ class RowTimes:
             pre[name] = np.concatenate(([0.0], np.cumsum(getattr(self, name))))
         object.__setattr__(self, "_prefix", pre)
 
+    @cached_property
+    def row_total_s(self) -> np.ndarray:
+        """τ_i: everything a row costs one micro-batch on the critical path (compute, recompute
+        and the exposed TP collectives), the per-row time the search's split program sums."""
+        return (self.fwd_s + self.bwd_s + self.recompute_s + self.tp_fwd_s + self.tp_bwd_s
+                + self.tp_recompute_s)
+
     def range_sum(self, name: str, start: int, end: int) -> float:
         """Sum of ``name`` over rows [start, end)."""
         p = self._prefix[name]
@@ -284,6 +291,12 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_fwd_t, tp_bwd_s=tp_bwd_t,
                     tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_fwd_b, tp_bytes_bwd=tp_bwd_b,
                     tp_bytes_recompute=tp_rec_b)
+
+
+def optimizer_shards(dp: int, zero: int) -> int:
+    """Into how many parts the Adam step of a model-parallel shard is split: ZeRO ≥ 1 gives each
+    of the ``dp`` replicas the optimizer state, and so the update, of 1/dp of the parameters."""
+    return dp if zero >= 1 else 1
 
 
 def optimizer_step_s(params_per_gpu: float, profile: HardwareProfile) -> float:

@@ -1,8 +1,10 @@
 """Totals: score one plan — step time, throughput, MFU, memory, communication, breakdown.
 
 ``estimate(table, profile, plan, gpus, global_batch) -> Estimate`` composes the pure per-term
-functions of the other modules (compute.row_times, memory.stage_memory, comm.collective_time,
-pipeline.pipeline_time); the search calls the same functions, so its predictions equal this.
+functions of the other modules: the per-row coefficients of the plan's configuration
+(``coefficients.row_coefficients``: row times, p2p at each cut, ZeRO-3 gathers, activation
+bytes, the dp sync's line), memory.stage_memory, pipeline.pipeline_time. The search's integer
+program reads the same coefficients, so its objective is this step time up to its rounding.
 
 For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
 
@@ -41,14 +43,14 @@ from typing import Any
 import numpy as np
 
 from costmodels.breakdown import BREAKDOWN_KEYS  # noqa: F401  (the breakdown_s keys; re-exported)
+from costmodels.coefficients import dp_sync, row_coefficients
 from costmodels.comm import collective_time, plan_tiers
-from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_step_s, row_times,
-                                table_arrays)
+from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards,
+                                optimizer_step_s, table_arrays)
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
-from costmodels.memory import (STATE_BYTES, activation_bytes, check_precision, in_flight,
-                               stage_memory)
+from costmodels.memory import STATE_BYTES, check_precision, in_flight, stage_memory
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
 from costmodels.split import balanced_stages, check_stage_rows
@@ -147,16 +149,13 @@ class ChunkCost:
 
 
 def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: int, end: int,
-               virtual_stage: int, tiers: dict[str, str] | None = None,
-               precision: str = "bf16-mixed") -> ChunkCost:
-    """Cost of rows [start, end) as virtual stage ``virtual_stage`` of ``plan`` (pure function)."""
-    if tiers is None:
-        tiers = plan_tiers(plan, profile.gpus_per_node)
+               virtual_stage: int, precision: str = "bf16-mixed") -> ChunkCost:
+    """Cost of rows [start, end) as virtual stage ``virtual_stage`` of ``plan`` (pure function):
+    range sums of the configuration's ``RowCoefficients``, the p2p at the stage's two cuts and
+    the part of its ZeRO-3 gathers compute does not hide."""
     arr = table_arrays(table)
-    tp, b = plan.tp, plan.micro_batch_size
-    k = b / table.micro_batch
-    rt = row_times(table, profile, tp, plan.sequence_parallel, b, plan.recompute, plan.attention,
-                   tiers["tp"], precision)
+    co = row_coefficients(table, profile, plan, precision)
+    rt = co.times
     f = rt.range_sum("fwd_s", start, end)
     bw = rt.range_sum("bwd_s", start, end)
     rec = rt.range_sum("recompute_s", start, end)
@@ -167,60 +166,23 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     pp_s = pp_b = 0.0
     nvs = plan.pp * plan.vpp
     if plan.pp > 1:
-        tier = profile.tier(tiers["pp"])
         if virtual_stage < nvs - 1:       # send the output forward
-            bb, tt = collective_time("p2p", float(arr.boundary[end - 1]) * k / tp, 2, tier)
-            pp_s += tt
-            pp_b += bb
+            pp_s += float(co.cut_p2p_s[end])
+            pp_b += float(co.cut_p2p_bytes[end])
         if virtual_stage > 0 and start > 0:  # send the input gradient backward
-            bb, tt = collective_time("p2p", float(arr.boundary[start - 1]) * k / tp, 2, tier)
-            pp_s += tt
-            pp_b += bb
-    params = float(arr.params[start:end].sum()) / tp
+            pp_s += float(co.cut_p2p_s[start])
+            pp_b += float(co.cut_p2p_bytes[start])
+    params = float(arr.params[start:end].sum()) / plan.tp
     z_s = z_b = z_all = 0.0
     if plan.zero == 3 and plan.dp > 1:
-        zb, zt = collective_time("all_gather_into_tensor", STATE_BYTES[precision][0] * arr.params[start:end] / tp, plan.dp,
-                                 profile.tier(tiers["dp"]))
-        zb, zt = float(np.sum(zb)), float(np.sum(zt))
+        zb = float(np.sum(co.zero3_gather_bytes[start:end]))
+        zt = float(np.sum(co.zero3_gather_s[start:end]))
         ov = profile.overlap(plan.zero)   # the share of the gathers compute can hide (comm docstring)
         z_s = max(0.0, zt - ov * f) + max(0.0, zt - ov * (bw + rec))
         z_b, z_all = 2 * zb, 2 * zt
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
                      tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params,
                      zero_total_s=z_all)
-
-
-def dp_sync_collectives(plan: Plan, precision: str = "bf16-mixed") -> list[tuple[str, float]]:
-    """The gradient sync over dp as ``[(collective kind, bytes per parameter)]``: what
-    ``dp_sync`` prices, and the search splits into latency and cost per parameter."""
-    if plan.dp <= 1:
-        return []
-    bytes_param, bytes_grad, _ = STATE_BYTES[precision]
-    if plan.zero == 0 or (plan.zero == 1 and precision in RUNTIME_PRECISIONS):
-        # autopar's runtime runs ZeRO-1 as DDP's all-reduce + the owners' broadcasts after the
-        # optimizer step (zero1_broadcast, never hidden)
-        return [("all_reduce", bytes_grad)]
-    # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
-    # flat-tensor collectives (ZeRO-3 gathers its parameters per micro-batch, not here)
-    rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
-        ("reduce_scatter_tensor", "all_gather_into_tensor")
-    return [(rs, bytes_grad)] if plan.zero == 3 else [(rs, bytes_grad), (ag, bytes_param)]
-
-
-def dp_sync(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
-            precision: str = "bf16-mixed") -> tuple[str, float, float]:
-    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp: on
-    the α-β line, not a measured curve (``comm.collective_time``), so the search can keep it
-    linear in the parameters of a stage."""
-    colls = dp_sync_collectives(plan, precision)
-    if not colls:
-        return "none", 0.0, 0.0
-    t = profile.tier(tier)
-    nbytes = seconds = 0.0
-    for kind, per_param in colls:
-        b, s = collective_time(kind, per_param * params_per_gpu, plan.dp, t, line=True)
-        nbytes, seconds = nbytes + b, seconds + s
-    return "+".join(k for k, _ in colls), nbytes, seconds
 
 
 def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
@@ -251,7 +213,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     p, v = plan.pp, plan.vpp
     tiers = plan_tiers(plan, profile.gpus_per_node)
     arr = table_arrays(table)
-    chunks = [chunk_cost(table, profile, plan, s, e, c, tiers, precision) for c, (s, e) in enumerate(stages)]
+    chunks = [chunk_cost(table, profile, plan, s, e, c, precision) for c, (s, e) in enumerate(stages)]
     rank_chunks = [[c for c in range(len(stages)) if c % p == r] for r in range(p)]
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
     pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
@@ -264,7 +226,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     bcast = [zero1_broadcast(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
     dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) + bcast[r][1] for r in range(p)]
     dp_exposed = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / (plan.dp if plan.zero >= 1 else 1), profile)
+    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profile)
              + autocast_step_s(params_r[r], m, precision, profile) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed + opt_s
@@ -285,8 +247,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     }
 
     # memory per pipeline rank
-    act_rows = activation_bytes(arr, plan.tp, plan.sequence_parallel, plan.micro_batch_size,
-                                plan.recompute, plan.attention, precision)
+    act_rows = row_coefficients(table, profile, plan, precision).act_bytes
     mems = []
     for r in range(p):
         infl = in_flight(plan.schedule, p, v, m, r)

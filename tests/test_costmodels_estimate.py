@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from costmodels.comm import collective_bytes, collective_time, group_tier, plan_tiers
 from costmodels.compute import optimizer_step_s
 from costmodels.errors import PlanError
-from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, chunk_cost, check_plan, dp_sync, estimate
+from costmodels.coefficients import dp_sync
+from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, chunk_cost, check_plan, estimate
 from costmodels.hardware import LinkTier, load_profile
 from costmodels.pipeline import bubble_fraction_uniform, pipeline_time
 from costmodels.plan import Plan
@@ -110,7 +111,7 @@ def test_estimate_equals_its_pieces(plan, gpus, batch):
     stages = check_plan(t, plan, gpus, batch)
     m = plan.num_micro_batches(batch)
     tiers = plan_tiers(plan, prof.gpus_per_node)
-    chunks = [chunk_cost(t, prof, plan, s, e_, c, tiers) for c, (s, e_) in enumerate(stages)]
+    chunks = [chunk_cost(t, prof, plan, s, e_, c) for c, (s, e_) in enumerate(stages)]
     ranks = [[chunks[c] for c in range(len(stages)) if c % plan.pp == r] for r in range(plan.pp)]
     pipe, _ = pipeline_time([[c.total_s for c in cs] for cs in ranks], m, plan.vpp)
     bwd = [sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]

@@ -173,3 +173,26 @@ def test_progress_goes_to_stderr_only_after_a_second():
     quiet = io.StringIO()
     Progress(True, after_s=60.0, stream=quiet)(lambda: "x")
     assert quiet.getvalue() == ""
+
+
+def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch):
+    """A split CP-SAT could not finish is only bounded: with one such run the plans still come
+    out but are not proved optimal; with every run unfinished there is no plan, and the error
+    says the time ran out rather than that nothing fits."""
+    from autopar.search import split_model
+    t = table(4, 64, 4, 64)
+    costs = Costs(t, small_profile(1e12), 8)
+    solve, calls = split_model.SplitModel.solve, []
+
+    def first_unknown(self):
+        calls.append(1)
+        if len(calls) == 1:
+            return split_model.SplitResult("unknown", None, None, 0.0, None)
+        return solve(self)
+    monkeypatch.setattr(split_model.SplitModel, "solve", first_unknown)
+    res = run_search(costs, gpus=2, global_batch=8, top=2)
+    assert len(res.plans) == 2 and not res.optimal and res.stats.not_proved == 1
+    monkeypatch.setattr(split_model.SplitModel, "solve",
+                        lambda self: split_model.SplitResult("unknown", None, None, 0.0, None))
+    with pytest.raises(NoFeasiblePlanError, match="time limit"):
+        run_search(costs, gpus=2, global_batch=8, top=2)

@@ -7,8 +7,8 @@ below):
 
 1. list every configuration (``autopar.search.space.configurations``), for one GPU count or, for
    the GPU-count objectives, for every count up to ``--gpus``;
-2. push each with a cheap bound on its objective (``costs.quick_bound``: the compute every rank
-   must do, no communication) on a heap;
+2. offer each to a ``Frontier`` (``autopar.search.frontier``), a heap keyed by a cheap bound on
+   its objective (``costs.quick_bound``: the compute every rank must do, no communication);
 3. pop the smallest; a configuration popped the first time gets its full terms (``costs.terms``)
    and is pushed back with the tighter split-independent bound (``Terms.time_lower_bound``) —
    unless its memory bound already exceeds HBM, which drops it; popped the second time, CP-SAT
@@ -39,8 +39,6 @@ exact plan. Each CP-SAT solve ends ``OPTIMAL`` or ``INFEASIBLE`` (otherwise the 
 """
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 import sys
 import time
@@ -49,32 +47,10 @@ from typing import Any, Callable, Iterable
 
 from costmodels.errors import NoFeasiblePlanError, PlanError
 from costmodels.estimate import check_plan
-from autopar.search.space import Config, Shape, configurations, gpu_counts, check_fix_against
+from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
+from autopar.search.space import Shape, configurations, gpu_counts, check_fix_against
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
-
-
-@dataclass
-class Candidate:
-    config: Config
-    plan: Any                       # costmodels.plan.Plan with explicit stages
-    prediction: dict                # estimate(...).to_dict() plus rank
-    solver_objective_s: float       # a·T + k from the integer model
-    status: str                     # CP-SAT status of its split
-
-
-@dataclass
-class SearchStats:
-    configurations: int = 0
-    bounded: int = 0                # full terms computed
-    pruned_memory: int = 0          # dropped: memory bound above HBM
-    pruned_target: int = 0          # dropped: cannot reach the target (fewest_gpus)
-    pruned_bound: int = 0           # CP-SAT proved no split beats the k-th plan found
-    solved: int = 0                 # CP-SAT runs
-    infeasible: int = 0             # CP-SAT proved no split fits
-    not_proved: int = 0             # CP-SAT stopped before proving
-    solver_s: float = 0.0
-    evaluator_s: float = 0.0
 
 
 @dataclass
@@ -137,43 +113,56 @@ class Progress:
             self.stream.flush()
 
 
-def _key(objective: str, config: Config, step_time: float):
-    if objective == "throughput_per_gpu":
-        return (step_time * config.gpus,)
-    if objective == "fewest_gpus":
-        return (config.gpus, step_time)
-    return (step_time,)
-
-
-def _step_bound(objective: str, c: Config, exact_keys: list, top: int, target: float | None):
-    """The step time a split of ``c`` must beat to enter the top ``top`` (None: no bound yet)."""
-    bound = target
-    if len(exact_keys) >= top:
-        kth = exact_keys[top - 1]
-        if objective == "throughput_per_gpu":
-            b = kth[0] / c.gpus
-        elif objective == "fewest_gpus":
-            if c.gpus < kth[0]:
-                b = None
-            elif c.gpus == kth[0]:
-                b = kth[1]
-            else:
-                b = 0.0
-        else:
-            b = kth[0]
-        if b is not None:
-            bound = b if bound is None else min(bound, b)
-    return bound
-
-
 def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, top: int = 5,
                objective: str = "step_time", target_step_time_s: float | None = None,
                allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
                time_limit_s: float = 600.0, solve_limit_s: float = 2.0,
                progress: Progress | None = None,
                context: dict | None = None) -> SearchResult:
-    """Search over ``costs`` (a ``autopar.search.costs.Costs``: table + profile + batch)."""
+    """Search over ``costs`` (a ``autopar.search.costs.Costs``: table + profile + batch): fill a
+    ``Frontier`` with every configuration, run it to ``top`` plans or ``time_limit_s``, and
+    explain why when no plan comes out."""
     t0 = time.perf_counter()
+    _check_request(objective, target_step_time_s, top)
+    fix = dict(fix or {})
+    check_fix_against(fix, gpus if objective == "step_time" else None)
+    frontier = Frontier(costs, objective=objective, top=top, target_step_time_s=target_step_time_s,
+                        fixed_stages=fix.get("stages"), solve_limit_s=solve_limit_s,
+                        deadline=t0 + time_limit_s)
+    shape = Shape.of(costs.table)
+    counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
+    _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
+                          max_micro_batch)
+    if frontier.stats.configurations == 0:
+        raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
+                                                            allow_cross_node_tp, objective))
+    progress = progress or Progress(False)
+    optimal = frontier.run(progress) and frontier.proved()
+    progress.done()
+    results = frontier.results
+    for i, cand in enumerate(results):
+        cand.prediction["rank"] = i + 1
+    ctx = context or {}
+    if not results:
+        if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer
+            raise NoFeasiblePlanError(f"the search ran past its time limit ({time_limit_s:g} s) before "
+                                      "finding a plan; raise --time-limit or pin fields with --fix")
+        from autopar.search.infeasible import explain_infeasible
+        raise NoFeasiblePlanError(explain_infeasible(costs, gpus=gpus, global_batch=global_batch,
+                                                     fix=fix, objective=objective,
+                                                     target_step_time_s=target_step_time_s,
+                                                     dropped=frontier.memory_dropped,
+                                                     stats=frontier.stats,
+                                                     allow_cross_node_tp=allow_cross_node_tp,
+                                                     context=ctx))
+    return SearchResult(model=ctx.get("model", costs.table.model),
+                        hardware=ctx.get("hardware", costs.profile.name), gpus=gpus,
+                        global_batch=global_batch, seq=costs.table.seq, objective=objective,
+                        plans=results, optimal=optimal,
+                        search_time_s=time.perf_counter() - t0, stats=frontier.stats)
+
+
+def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
     if objective not in OBJECTIVES:
         raise PlanError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "fewest_gpus" and target_step_time_s is None:
@@ -181,132 +170,25 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                         "--target-tokens-per-s N")
     if top < 1:
         raise PlanError(f"--top {top} must be at least 1")
-    fix = dict(fix or {})
-    check_fix_against(fix, gpus if objective == "step_time" else None)
-    fixed_stages = fix.get("stages")
-    stages_checked = False
-    shape = Shape.of(costs.table)
-    counts = [gpus] if objective == "step_time" else [
-        g for g in gpu_counts(gpus, costs.profile.gpus_per_node)]
-    stats = SearchStats()
-    progress = progress or Progress(False)
-    heap: list = []
-    tie = itertools.count()
+
+
+def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch: int, fix: dict,
+                          allow_cross_node_tp: bool, max_micro_batch: int | None) -> None:
+    """Level 0 of every configuration for the GPU counts; with pinned stages only those with as
+    many virtual stages, the stages checked once (the same one-line PlanError as 'autopar
+    estimate')."""
+    costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
                                 allow_cross_node_tp, max_micro_batch):
-            stats.configurations += 1
+            frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:
                     continue
-                if not stages_checked:   # same one-line PlanError as 'autopar estimate'
+                if not checked:
                     check_plan(costs.table, c.plan(fixed_stages), g, global_batch)
-                    stages_checked = True
-            lb = costs.quick_bound(c)
-            if target_step_time_s is not None and lb > target_step_time_s:
-                stats.pruned_target += 1
-                continue
-            heapq.heappush(heap, (_key(objective, c, lb), next(tie), 0, c, None))
-    if stats.configurations == 0:
-        raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
-                                                            allow_cross_node_tp, objective))
-    results: list[Candidate] = []
-    exact_keys: list = []         # keys of every exact plan found (popped or still on the heap)
-    unresolved: list = []         # (config, proved lower bound on its step time) of unfinished proofs
-    optimal = True
-    memory_dropped: list = []     # (memory lower bound, config) for the explanation
-    best_seen = lambda: (f"best {results[0].prediction['step_time_s']:.4g} s" if results else "no plan yet")
-    while heap and len(results) < top:
-        if time.perf_counter() - t0 > time_limit_s:
-            optimal = False
-            break
-        key, _, level, c, payload = heapq.heappop(heap)
-        progress(lambda: f"{stats.configurations} configurations, {stats.bounded} bounded, "
-                         f"{stats.solved} split by CP-SAT, {len(heap)} open, {best_seen()}")
-        if level == 0:
-            terms = costs.terms(c)
-            stats.bounded += 1
-            mlb = terms.memory_lower_bound()
-            if mlb > terms.hbm:
-                stats.pruned_memory += 1
-                memory_dropped.append((mlb, c))
-                continue
-            lb = terms.time_lower_bound()
-            if target_step_time_s is not None and lb > target_step_time_s:
-                stats.pruned_target += 1
-                continue
-            heapq.heappush(heap, (_key(objective, c, lb), next(tie), 1, c, terms))
-        elif level == 1:
-            terms = payload
-            from autopar.search.split_model import SplitModel
-            left = time_limit_s - (time.perf_counter() - t0)
-            ub = _step_bound(objective, c, exact_keys, top, target_step_time_s)
-            res = SplitModel(terms, time_limit_s=max(0.05, min(solve_limit_s, left)),
-                             fixed_stages=fixed_stages, upper_bound_s=ub).solve()
-            stats.solved += 1
-            stats.solver_s += res.wall_s
-            if res.status == "infeasible":
-                if ub is not None:        # no split fits *and* beats the k-th plan: out
-                    stats.pruned_bound += 1
-                    continue
-                stats.infeasible += 1
-                memory_dropped.append((terms.memory_lower_bound(), c))
-                continue
-            if res.status not in ("optimal", "feasible"):
-                # out of time before any split: what CP-SAT proved still bounds the configuration
-                stats.not_proved += 1
-                unresolved.append((c, res.bound_s))
-                continue
-            if res.status != "optimal":
-                stats.not_proved += 1
-                unresolved.append((c, res.bound_s))
-            te = time.perf_counter()
-            plan = c.plan(res.stages)
-            pred = costs.evaluate(plan)
-            stats.evaluator_s += time.perf_counter() - te
-            if not pred.get("fits", True):
-                # the integer model and the evaluator disagree on memory by rounding only; treat as
-                # infeasible rather than return a plan that does not fit
-                stats.infeasible += 1
-                continue
-            if target_step_time_s is not None and pred["step_time_s"] > target_step_time_s:
-                stats.pruned_target += 1
-                continue
-            cand = Candidate(c, plan, pred, res.objective_s, res.status)
-            k2 = _key(objective, c, pred["step_time_s"])
-            bisect.insort(exact_keys, k2)
-            heapq.heappush(heap, (k2, next(tie), 2, c, cand))
-        else:
-            results.append(payload)
-    progress.done()
-    # a CP-SAT run cut short leaves its configuration between its proved bound and the split it
-    # found; the ranking is still proved when that bound cannot beat the last plan returned
-    if unresolved:
-        if len(results) < top and heap:
-            optimal = False
-        for c, bound in unresolved:
-            if bound is None or not results or _key(objective, c, bound) < _key(
-                    objective, results[-1].config, results[-1].prediction["step_time_s"]):
-                optimal = False
-    for i, cand in enumerate(results):
-        cand.prediction["rank"] = i + 1
-    ctx = context or {}
-    result = SearchResult(model=ctx.get("model", costs.table.model), hardware=ctx.get("hardware", costs.profile.name),
-                          gpus=gpus, global_batch=global_batch, seq=costs.table.seq, objective=objective,
-                          plans=results, optimal=optimal and bool(results),
-                          search_time_s=time.perf_counter() - t0, stats=stats)
-    if not results:
-        if not optimal:
-            raise NoFeasiblePlanError(f"the search ran past its time limit ({time_limit_s:g} s) before "
-                                      "finding a plan; raise --time-limit or pin fields with --fix")
-        from autopar.search.infeasible import explain_infeasible
-        raise NoFeasiblePlanError(explain_infeasible(costs, gpus=gpus, global_batch=global_batch,
-                                                     fix=fix, objective=objective,
-                                                     target_step_time_s=target_step_time_s,
-                                                     dropped=memory_dropped, stats=stats,
-                                                     allow_cross_node_tp=allow_cross_node_tp,
-                                                     context=ctx))
-    return result
+                    checked = True
+            frontier.offer(c)
 
 
 def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allow_cross, objective) -> str:
@@ -359,7 +241,7 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
                 pred = costs.evaluate(plan)
                 if not pred["fits"]:
                     continue
-                k = _key(objective, c, pred["step_time_s"])
+                k = objective_key(objective, c, pred["step_time_s"])
                 if best is None or k < best[0]:
                     best = (k, plan, pred)
             if best is not None:

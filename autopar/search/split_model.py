@@ -16,19 +16,28 @@ Decision variables
 * the split points ``0 = x_0 < x_1 < … < x_S = n``, ``S = pp·vpp``: virtual stage ``v`` runs rows
   ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp``.
 
-Coefficients (all from ``costmodels``, for configuration ``c``; per micro-batch, one GPU):
-``τ_i`` = forward + backward + recompute + tensor-parallel collectives of row ``i``
-(``compute.row_times``); ``f_i`` and ``β_i`` the windows dp / ZeRO communication can hide in:
-forward and backward + recompute compute time times the profile's ``overlap(zero)``;
-``π_i`` parameters of row ``i`` on one GPU (``params / tp``); ``α_i`` activation bytes saved per
-micro-batch (``memory.activation_bytes``); ``σ_i`` model-state bytes (ZeRO Table 1 per stage);
-``SEND[x]``, ``GRAD[x]`` the p2p time of the activation leaving / the gradient entering a stage
-cut at ``x`` (``comm.collective_time('p2p', boundary[x-1]·b/b0/tp)``); ``φ_v`` the micro-batches
-in flight in virtual stage ``v`` under the schedule (``memory.in_flight``: GPipe ``m``, 1F1B
-``pp − r``, interleaved Megatron's warm-up count); ``g_i`` the ZeRO-3 all-gather time of row
-``i``'s weights (one per row and pass); ``γ_d``, ``γ_o`` the per-parameter times of the
-data-parallel gradient sync and the Adam step, ``λ_d`` its latency term; ``w`` the
-full-recompute working set; ``R`` the memory reserve.
+Coefficients: each is a field of the cost model's ``RowCoefficients``
+(``costmodels.coefficients.row_coefficients``, whose arrays ``estimate.chunk_cost`` reads too)
+for configuration ``c``, per micro-batch and GPU; ``Terms`` adds the schedule's and the GPU's:
+
+* ``τ_i`` ``row_s``: forward + backward + recompute + TP collectives of row ``i``
+  (``compute.RowTimes.row_total_s``);
+* ``f_i`` ``fwd_window_s``, ``β_i`` ``bwd_window_s``: forward, and backward + recompute, compute
+  time × the profile's ``overlap(zero)``, the windows ZeRO-3's gathers and the dp sync hide in;
+* ``SEND[x]`` = ``GRAD[x]`` ``cut_p2p_s[x]``: the p2p of the activation leaving / the gradient
+  entering a stage cut at ``x`` (``coefficients.cut_p2p``: ``boundary[x-1]·b/b0/tp``);
+* ``g_i`` ``zero3_gather_s``: the ZeRO-3 all-gather of row ``i``'s weights (one per row and pass);
+* ``π_i`` ``params``: parameters of row ``i`` on one GPU (``params / tp``); ``2·π_i``
+  ``weight_bytes`` its weights gathered whole (ZeRO-3's buffer holds a rank's two largest rows);
+* ``σ_i`` ``state_bytes``: model-state bytes (``memory.model_state_bytes``, ZeRO Table 1);
+* ``α_i`` ``act_bytes``: activation bytes saved per micro-batch (``memory.activation_bytes``);
+  ``w`` the full-recompute working set, the largest block's ``act_none_bytes``;
+* ``λ_d`` ``dp_latency_s``, ``γ_d`` ``dp_per_param_s``: the data-parallel gradient sync's latency
+  and time per parameter (``coefficients.dp_sync_line``, ``dp_sync``'s α-β line);
+  ``γ_o`` ``optimizer_per_param_s``: the Adam step's (``compute.optimizer_step_s``);
+* ``φ_v`` ``Terms.inflight``: micro-batches in flight in virtual stage ``v`` (``memory.in_flight``:
+  GPipe ``m``, 1F1B ``pp − r``, interleaved Megatron's warm-up count); ``R`` ``Terms.reserve``
+  the memory reserve; ``Terms.hbm`` the GPU's memory.
 
 Constraints (one method of ``SplitModel`` per family):
 
@@ -92,6 +101,7 @@ class SplitModel:
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
+        self.co = terms.coef      # costmodels.coefficients.RowCoefficients
         self.objective = objective
         self.time_limit_s = time_limit_s
         self.workers = workers
@@ -150,20 +160,20 @@ class SplitModel:
         return [at[v + 1] - at[v] for v in range(self.S)]
 
     def _stage_sums(self):
-        t = self.t
-        self.A = self._sums("pA", self._ns(t.tau))
-        self.Bk = self._sums("pB", self._ns(t.bwdrec))
-        self.Pi = self._sums("pP", [int(p) for p in np.rint(t.params)])
-        self.Sig = self._sums("pS", _up(t.static))
-        self.U = self._sums("pU", _up(t.act))
-        if t.zero3 and t.z_on:
-            self.F = self._sums("pF", self._ns(t.fwd))
-            self.Zt = self._sums("pZ", self._ns(t.zgather))
-        if t.d_on:
-            self.Dt = self._sums("pD", self._ns(t.d_per_param * t.params))
-        self.Ot = self._sums("pO", self._ns(t.o_per_param * t.params))
+        t, co = self.t, self.co
+        self.A = self._sums("pA", self._ns(co.row_s))
+        self.Bk = self._sums("pB", self._ns(co.bwd_window_s))
+        self.Pi = self._sums("pP", [int(p) for p in np.rint(co.params)])
+        self.Sig = self._sums("pS", _up(co.state_bytes))
+        self.U = self._sums("pU", _up(co.act_bytes))
+        if t.zero3_gathers:
+            self.F = self._sums("pF", self._ns(co.fwd_window_s))
+            self.Zt = self._sums("pZ", self._ns(co.zero3_gather_s))
+        if t.dp_sync:
+            self.Dt = self._sums("pD", self._ns(co.dp_per_param_s * co.params))
+        self.Ot = self._sums("pO", self._ns(co.optimizer_per_param_s * co.params))
         if t.full_recompute:
-            self.K = self._sums("pK", [int(b) for b in t.is_block])
+            self.K = self._sums("pK", [int(b) for b in co.is_block])
 
     def _has(self, expr, name):
         """Boolean ⇔ expr ≥ 1 (expr a non-negative integer expression)."""
@@ -176,9 +186,9 @@ class SplitModel:
     def _communication(self):
         t, md, S = self.t, self.model, self.S
         self.Q = [0] * S
-        if self.pp > 1:
-            send = self._at("sd", self._ns(t.send))
-            grad = self._at("gr", self._ns(t.grad))
+        if self.pp > 1:   # the activation out of a cut and its gradient back: the same p2p time
+            send = self._at("sd", self._ns(self.co.cut_p2p_s))
+            grad = self._at("gr", self._ns(self.co.cut_p2p_s))
             for v in range(S):
                 q = 0
                 if v < S - 1:
@@ -187,8 +197,8 @@ class SplitModel:
                     q = q + grad[v]
                 self.Q[v] = q
         self.Z = [0] * S
-        if t.zero3 and t.z_on:
-            big = sum(self._ns(t.zgather)) + 1
+        if t.zero3_gathers:
+            big = sum(self._ns(self.co.zero3_gather_s)) + 1
             for v in range(S):
                 zf = md.NewIntVar(0, big, f"zf{v}")
                 zb = md.NewIntVar(0, big, f"zb{v}")
@@ -202,9 +212,10 @@ class SplitModel:
     # 4. -------------------------------------------------------------------------------------
     def _rank_time(self):
         md = self.model
-        ub = 2 * (sum(self._ns(self.t.tau)) + sum(self._ns(self.t.send)) + sum(self._ns(self.t.grad))) + 10 ** 6
-        if self.t.zero3 and self.t.z_on:
-            ub += 2 * sum(self._ns(self.t.zgather))
+        co = self.co
+        ub = 2 * (sum(self._ns(co.row_s)) + 2 * sum(self._ns(co.cut_p2p_s))) + 10 ** 6
+        if self.t.zero3_gathers:
+            ub += 2 * sum(self._ns(co.zero3_gather_s))
         self.Tr = []
         for r in range(self.pp):
             e = md.NewIntVar(0, ub, f"T{r}")
@@ -214,7 +225,7 @@ class SplitModel:
         md.AddMaxEquality(self.T, self.Tr)
         # redundant cut (the integer bound of Terms.rank_time_bound, in rounded units): it does not
         # change the optimum, it closes the LP gap that identical blocks leave
-        cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - len(self.t.tau))))
+        cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - self.n)))
         md.Add(self.T >= cut)
         if self.vpp > 1:
             # interleaved: C_c = max_r t_{r,c}, the slowest chunk of column c; Cmax = max_c C_c
@@ -234,16 +245,16 @@ class SplitModel:
             # blocks): each rank's chunks sit in the columns, the columns hold every block
             md.Add(sum(self.C) >= self.T)
             md.Add(self.vpp * self.Cmax >= sum(self.C))
-            col = int(math.floor(self.t.column_sum_bound() / self.unit - len(self.t.tau)))
+            col = int(math.floor(self.t.column_sum_bound() / self.unit - self.n))
             md.Add(sum(self.C) >= max(0, col))
 
     # 5. -------------------------------------------------------------------------------------
     def _data_parallel(self):
-        md, t = self.model, self.t
+        md, t, co = self.model, self.t, self.co
         self.D = 0
-        if t.d_on:
-            lat = int(round(t.d_lat / self.unit))
-            ub = sum(self._ns(t.d_per_param * t.params)) + lat + 1
+        if t.dp_sync:
+            lat = int(round(co.dp_latency_s / self.unit))
+            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 1
             exposed, before = [], 0
             for r in range(self.pp):
                 bk = self._rank(self.Bk, r)
@@ -253,15 +264,17 @@ class SplitModel:
                 exposed.append(e)
             self.D = md.NewIntVar(0, ub, "D")
             md.AddMaxEquality(self.D, exposed)
-        ub = sum(self._ns(t.o_per_param * t.params)) + 1
+        ub = sum(self._ns(co.optimizer_per_param_s * co.params)) + 1
         self.O = md.NewIntVar(0, ub, "O")
         md.AddMaxEquality(self.O, [self._rank(self.Ot, r) for r in range(self.pp)])
 
     # 6. -------------------------------------------------------------------------------------
     def _memory(self):
-        md, t = self.model, self.t
+        md, t, co = self.model, self.t, self.co
         reserve = int(math.ceil(t.reserve))
-        w = int(math.ceil(float(t.act_none[t.is_block].max()))) if (t.full_recompute and t.is_block.any()) else 0
+        # full recompute: one block's activations are rebuilt at a time (the largest one)
+        w = (int(math.ceil(float(co.act_none_bytes[co.is_block].max())))
+             if (t.full_recompute and co.is_block.any()) else 0)
         self.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
         for r in range(self.pp):
             vs = list(range(r, self.S, self.pp))
@@ -271,12 +284,12 @@ class SplitModel:
                 anyb = md.NewBoolVar(f"anyb{r}")
                 md.AddMaxEquality(anyb, hb)
                 base = base + w * anyb
-            if t.zero3:
+            if t.zero3_buffer:
                 base = base + self._top2_rows(vs, r)
             self.exprs.append(base)
         if self.objective == "memory":
-            hi = (reserve + sum(_up(t.static)) + max(t.inflight) * sum(_up(t.act)) + w
-                  + 2 * int(math.ceil(2.0 * float(t.params.max()) + 1)))
+            hi = (reserve + sum(_up(co.state_bytes)) + max(t.inflight) * sum(_up(co.act_bytes)) + w
+                  + 2 * int(math.ceil(float(co.weight_bytes.max()) + 1)))
             self.M = md.NewIntVar(0, hi, "M")
             for e in self.exprs:
                 md.Add(e <= self.M)
@@ -292,9 +305,9 @@ class SplitModel:
         of size ≥ ``u_j`` (prefix counts, linear in the cuts), the sum of the two largest is
         ``Σ_j (u_j − u_{j+1})·min(2, c_j)`` — exact. Beyond 8 distinct sizes the smaller ones are
         rounded up to the 8th (conservative: never accepts a split that does not fit)."""
-        t, md = self.t, self.model
+        md = self.model
         if not hasattr(self, "_levels"):
-            size = np.array(_up(2.0 * t.params), dtype=np.int64)   # buffer bytes per row
+            size = np.array(_up(self.co.weight_bytes), dtype=np.int64)   # buffer bytes per row
             u = sorted(set(size.tolist()), reverse=True)
             if len(u) > 8:
                 u = u[:8]
@@ -342,7 +355,7 @@ class SplitModel:
             return
         from costmodels.split import partition
         try:
-            st = partition([float(x) for x in self.t.tau], self.S)
+            st = partition([float(x) for x in self.co.row_s], self.S)
         except Exception:  # a hint only
             return
         for v in range(1, self.S):

@@ -1,52 +1,63 @@
-"""The coefficients of one configuration's split program, and the bounds that hold for every
-split (the search's best-first keys). The program itself is ``autopar.search.split_model``."""
+"""The data of one configuration's split program, and the bounds that hold for every split (the
+search's best-first keys). The coefficients are the cost model's (``costmodels.coefficients``);
+the program itself is ``autopar.search.split_model``."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from costmodels.coefficients import RowCoefficients
 
 TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 
 
 @dataclass
 class Terms:
-    """Coefficients of the split program for one configuration (SI units; module docstring)."""
-    config: object
-    m: int
-    pp: int
-    vpp: int
-    tau: np.ndarray            # τ_i  s
-    fwd: np.ndarray            # f_i  s  forward × overlap(zero): where comm can hide
-    bwdrec: np.ndarray         # β_i  s  (backward + recompute) × overlap(zero)
-    params: np.ndarray         # π_i  parameters per GPU (params / tp)
-    static: np.ndarray         # σ_i  bytes
-    act: np.ndarray            # α_i  bytes per micro-batch in flight
-    is_block: np.ndarray       # bool
-    act_none: np.ndarray       # activation bytes without recompute (full-recompute working set)
-    send: np.ndarray           # SEND[x], x = 0..n  s
-    grad: np.ndarray           # GRAD[x]
-    inflight: list[int]        # φ_v per virtual stage v
-    reserve: float
-    hbm: float
-    zero3: bool                # ZeRO-3 buffer (zero == 3); gathers when also dp > 1
-    z_on: bool
-    zgather: np.ndarray        # per-row all-gather time of a ZeRO-3 gather (one per row and pass)
-    d_on: bool
-    d_lat: float               # λ_d
-    d_per_param: float         # γ_d
-    o_per_param: float         # γ_o
-    full_recompute: bool
-    extra: dict = field(default_factory=dict)
+    """The data of one configuration's split program: the cost model's per-row coefficients
+    (``costmodels.coefficients.RowCoefficients``: τ, f, β, P, g, π, σ, α, λ_d, γ_d, γ_o), the
+    schedule's micro-batches and in-flight counts, and the GPU's memory limits."""
+    config: object             # autopar.search.space.Config
+    coef: RowCoefficients
+    m: int                     # micro-batches per step
+    inflight: list[int]        # φ_v per virtual stage v (memory.in_flight)
+    reserve: float             # R  bytes
+    hbm: float                 # bytes per GPU
+
+    @property
+    def pp(self) -> int:
+        return self.config.pp
+
+    @property
+    def vpp(self) -> int:
+        return self.config.vpp
 
     @property
     def n(self) -> int:
-        return len(self.tau)
+        return self.coef.n
 
     @property
     def n_virtual(self) -> int:
         return self.pp * self.vpp
+
+    @property
+    def zero3_buffer(self) -> bool:
+        """ZeRO-3: every rank holds its two largest rows' weights whole."""
+        return self.config.zero == 3
+
+    @property
+    def zero3_gathers(self) -> bool:
+        """ZeRO-3 over dp > 1: each row's weights are gathered every pass."""
+        return self.config.zero == 3 and self.config.dp > 1
+
+    @property
+    def dp_sync(self) -> bool:
+        return self.config.dp > 1
+
+    @property
+    def full_recompute(self) -> bool:
+        return self.config.recompute == "full"
 
     # ---- bounds that hold for every split -----------------------------------------------------
     def time_lower_bound(self) -> float:
@@ -56,21 +67,22 @@ class Terms:
         gradient sends at their cheapest cut, and ``Z_min`` the ZeRO-3 exposure summed over
         stages (``Σ_v max(0, a_v) ≥ max(0, Σ_v a_v)``); ``T ≥ max(Σ_r T_r / pp, max τ)``; the
         optimizer step is at least the mean over ranks; data-parallel exposure ≥ 0."""
-        S = self.n_virtual
-        total = float(self.tau.sum())
-        if self.pp > 1 and S > 1:
-            total += (S - 1) * (float(self.send[1:self.n].min()) + float(self.grad[1:self.n].min()))
-        if self.zero3 and self.z_on:
-            g = float(self.zgather.sum())
-            total += max(0.0, g - float(self.fwd.sum())) + max(0.0, g - float(self.bwdrec.sum()))
-        tsum = float(self.tau.sum())
+        S, co = self.n_virtual, self.coef
+        total = float(co.row_s.sum())
+        if self.pp > 1 and S > 1:   # each cut: an activation out and its gradient back, same size
+            total += (S - 1) * (2 * float(co.cut_p2p_s[1:self.n].min()))
+        if self.zero3_gathers:
+            g = float(co.zero3_gather_s.sum())
+            total += (max(0.0, g - float(co.fwd_window_s.sum()))
+                      + max(0.0, g - float(co.bwd_window_s.sum())))
+        tsum = float(co.row_s.sum())
         tstar = max(total / self.pp, self.rank_time_bound())
-        opt = self.o_per_param * float(self.params.sum()) / self.pp
+        opt = co.optimizer_per_param_s * float(co.params.sum()) / self.pp
         if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
             return self._t_and_dp_bound(self.m - 1.0, tsum, total, tstar) + total + opt
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
         # at least the slowest rank's chunk in it) and max_c C_c ≥ max(T*/vpp, max τ)
-        fill = (self.pp - 1) * max(tstar / self.vpp, float(self.tau.max()))
+        fill = (self.pp - 1) * max(tstar / self.vpp, float(co.row_s.max()))
         return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + fill + opt
 
     def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float) -> float:
@@ -85,30 +97,31 @@ class Terms:
         total rank time bound. Both ``a·g_k + D`` are convex piecewise linear in ``y``, so their
         minima sit at breakpoints; the bound is the larger of the two minima and of
         ``a·T* + min D``."""
-        pp = self.pp
-        if not self.d_on:
+        pp, co = self.pp, self.coef
+        tau, params, bwd = co.row_s, co.params, co.bwd_window_s
+        lat, per_param = co.dp_latency_s, co.dp_per_param_s
+        if not self.dp_sync:
             return a * tstar
         if pp == 1:
-            exact = max(0.0, self.d_lat + self.d_per_param * float(self.params.sum()) - float(self.bwdrec.sum()))
+            exact = max(0.0, lat + per_param * float(params.sum()) - float(bwd.sum()))
             return a * tstar + exact
         mid = slice(1, self.n - 1)
-        pos = self.tau[mid] > 0
+        pos = tau[mid] > 0
         if not pos.any():
             return a * tstar
-        kappa = float(np.min((self.d_per_param * self.params[mid][pos] - self.bwdrec[mid][pos])
-                             / self.tau[mid][pos]))
-        lo = float(self.tau[0])
-        lam = self.d_lat + self.d_per_param * float(self.params[0]) - float(self.bwdrec[0])
+        kappa = float(np.min((per_param * params[mid][pos] - bwd[mid][pos]) / tau[mid][pos]))
+        lo = float(tau[0])
+        lam = lat + per_param * float(params[0]) - float(bwd[0])
 
         def D(y):
             return max(0.0, lam + kappa * (y - lo))
         kinks = [lo, tsum]
         if kappa != 0:
             kinks.append(lo - lam / kappa)
-        if self.zero3 and self.z_on:
+        if self.zero3_gathers:
             q0 = float("inf")
         else:
-            q0 = self.vpp * (float(self.send[1:self.n].max()) + float(self.grad[1:self.n].max()))
+            q0 = self.vpp * (2 * float(co.cut_p2p_s[1:self.n].max()))
         star = total / pp
 
         def g1(y):
@@ -133,7 +146,7 @@ class Terms:
         row is treated as divisible (fluid). ``T`` is feasible only if the ranks can hold the
         ``L`` blocks, ``Σ_r ⌊(T − pinned_r)/b⌋ ≥ L``, and the total fits, ``pp·T ≥ Στ``; the
         smallest such ``T`` is found among the candidates ``k·b + pinned_r``."""
-        tau = self.tau
+        tau = self.coef.row_s
         n, pp = self.n, self.pp
         total = float(tau.sum())
         base = max(total / pp, float(tau.max()))
@@ -173,7 +186,7 @@ class Terms:
         The least ``C_first + C_last + (vpp − 2)·q + b·max(vpp − 2, ⌈rest/pp⌉)`` over the
         candidates ``k·b + q`` and ``k·b + pinned`` of the two pinned columns that still hold
         all ``L`` blocks is the bound."""
-        tau, n, pp, v = self.tau, self.n, self.pp, self.vpp
+        tau, n, pp, v = self.coef.row_s, self.n, self.pp, self.vpp
         if pp < 2 or v < 2 or n < 3:
             return 0.0
         vals, counts = np.unique(np.round(tau[1:-1], 15), return_counts=True)
@@ -181,7 +194,7 @@ class Terms:
         L = int(counts.max())
         if b <= 0 or L < 2:
             return 0.0
-        send, grad = float(self.send[1:n].min()), float(self.grad[1:n].min())
+        send = grad = float(self.coef.cut_p2p_s[1:n].min())   # activation out, gradient in
         q = send + grad
         ks = np.arange(0, L + 1, dtype=float)
 
@@ -209,15 +222,15 @@ class Terms:
         homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
         """
         pp, S = self.pp, self.n_virtual
-        static = self.static
+        static, act = self.coef.state_bytes, self.coef.act_bytes
         phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
-        tot_s, tot_a = float(static.sum()), float(self.act.sum())
+        tot_s, tot_a = float(static.sum()), float(act.sum())
         denom = tot_s + phi * tot_a
         if np.any(denom <= 0):
             return self.reserve
         lam = 1.0 / denom
         lam /= lam.sum()
-        per_row = np.min(lam[None, :] * (static[:, None] + phi[None, :] * self.act[:, None]), axis=1)
+        per_row = np.min(lam[None, :] * (static[:, None] + phi[None, :] * act[:, None]), axis=1)
         return self.reserve + float(per_row.sum())
 
 

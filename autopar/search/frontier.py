@@ -1,0 +1,214 @@
+"""The best-first frontier of one search: configurations on a heap, three levels deep.
+
+``autopar.search.engine`` fills a ``Frontier`` with every configuration and steps it until the
+top plans are out; its docstring has the algorithm and why the ranking is exact ("Decomposition").
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.search.space import Config
+
+
+@dataclass
+class Candidate:
+    config: Config
+    plan: Any                       # costmodels.plan.Plan with explicit stages
+    prediction: dict                # estimate(...).to_dict() plus rank
+    solver_objective_s: float       # a·T + k from the integer model
+    status: str                     # CP-SAT status of its split
+
+
+@dataclass
+class SearchStats:
+    configurations: int = 0
+    bounded: int = 0                # full terms computed
+    pruned_memory: int = 0          # dropped: memory bound above HBM
+    pruned_target: int = 0          # dropped: cannot reach the target (fewest_gpus)
+    pruned_bound: int = 0           # CP-SAT proved no split beats the k-th plan found
+    solved: int = 0                 # CP-SAT runs
+    infeasible: int = 0             # CP-SAT proved no split fits
+    not_proved: int = 0             # CP-SAT stopped before proving
+    solver_s: float = 0.0
+    evaluator_s: float = 0.0
+
+
+def objective_key(objective: str, config: Config, step_time: float) -> tuple:
+    """The sort key of a plan of ``config`` taking ``step_time`` (smaller is better): the step
+    time, the GPU-seconds per step, or the GPU count then the step time."""
+    if objective == "throughput_per_gpu":
+        return (step_time * config.gpus,)
+    if objective == "fewest_gpus":
+        return (config.gpus, step_time)
+    return (step_time,)
+
+
+def _step_bound(objective: str, c: Config, exact_keys: list, top: int, target: float | None):
+    """The step time a split of ``c`` must beat to enter the top ``top`` (None: no bound yet)."""
+    bound = target
+    if len(exact_keys) >= top:
+        kth = exact_keys[top - 1]
+        if objective == "throughput_per_gpu":
+            b = kth[0] / c.gpus
+        elif objective == "fewest_gpus":
+            if c.gpus < kth[0]:
+                b = None
+            elif c.gpus == kth[0]:
+                b = kth[1]
+            else:
+                b = 0.0
+        else:
+            b = kth[0]
+        if b is not None:
+            bound = b if bound is None else min(bound, b)
+    return bound
+
+
+class Frontier:
+    """The best-first frontier of one search (``autopar.search.engine``'s steps 2–4).
+
+    Configurations wait on a heap keyed by a bound on their objective, at one of three levels:
+    0 with the cheap bound (``offer``), 1 with the split-independent bound and their terms,
+    2 with an exact plan. ``run`` pops the best entry and ``advance`` moves it one level on, or
+    drops it (memory bound above HBM, no split fits, too slow for the target); an entry popped
+    at level 2 is the next-best plan. ``stats`` counts what happened, ``proved`` says whether
+    the ranking is exact under the model. Every key is a lower bound on what the entry can still
+    become, so the plans come out best first."""
+
+    def __init__(self, costs, *, objective: str, top: int, target_step_time_s: float | None,
+                 fixed_stages, solve_limit_s: float, deadline: float):
+        self.costs, self.objective, self.top = costs, objective, top
+        self.target = target_step_time_s
+        self.fixed_stages = fixed_stages
+        self.solve_limit_s, self.deadline = solve_limit_s, deadline
+        self.stats = SearchStats()
+        self.heap: list = []
+        self._tie = itertools.count()
+        self.results: list[Candidate] = []
+        self.exact_keys: list = []     # keys of every exact plan found (popped or still on the heap)
+        self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
+        self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
+
+    def push(self, c: Config, step_time: float, level: int, payload=None):
+        key = objective_key(self.objective, c, step_time)
+        heapq.heappush(self.heap, (key, next(self._tie), level, c, payload))
+        return key
+
+    def pop(self):
+        _, _, level, c, payload = heapq.heappop(self.heap)
+        return level, c, payload
+
+    def done(self) -> bool:
+        return not self.heap or len(self.results) >= self.top
+
+    def offer(self, c: Config) -> None:
+        """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
+        lb = self.costs.quick_bound(c)
+        if not self._misses_target(lb):
+            self.push(c, lb, 0)
+
+    def run(self, progress: Callable[[Callable[[], str]], None]) -> bool:
+        """Step until ``top`` plans are out or nothing is left; False when the deadline cut it.
+        ``progress`` is called after every pop with ``describe``."""
+        while not self.done():
+            if time.perf_counter() > self.deadline:
+                return False
+            level, c, payload = self.pop()
+            progress(self.describe)
+            self.advance(level, c, payload)
+        return True
+
+    def advance(self, level: int, c: Config, payload) -> None:
+        """Move a popped entry one level on: bound it, split it, or return its plan."""
+        if level == 0:
+            self._bound(c)
+        elif level == 1:
+            self._split(c, payload)
+        else:
+            self.results.append(payload)
+
+    def describe(self) -> str:
+        best = (f"best {self.results[0].prediction['step_time_s']:.4g} s" if self.results
+                else "no plan yet")
+        return (f"{self.stats.configurations} configurations, {self.stats.bounded} bounded, "
+                f"{self.stats.solved} split by CP-SAT, {len(self.heap)} open, {best}")
+
+    def proved(self) -> bool:
+        """A CP-SAT run cut short leaves its configuration between its proved bound and the split
+        it found; the ranking is still proved when that bound cannot beat the last plan returned
+        (and, short of ``top`` plans, when nothing else is left)."""
+        if not self.unresolved:
+            return True
+        if len(self.results) < self.top and self.heap:
+            return False
+        if not self.results:
+            return False
+        last = self.results[-1]
+        last_key = objective_key(self.objective, last.config, last.prediction["step_time_s"])
+        return all(bound is not None and not objective_key(self.objective, c, bound) < last_key
+                   for c, bound in self.unresolved)
+
+    # ---- one level on ----------------------------------------------------------------------
+    def _misses_target(self, step_time: float) -> bool:
+        if self.target is not None and step_time > self.target:
+            self.stats.pruned_target += 1
+            return True
+        return False
+
+    def _bound(self, c: Config) -> None:
+        """Level 0 → 1: the configuration's terms and its split-independent bounds."""
+        terms = self.costs.terms(c)
+        self.stats.bounded += 1
+        mlb = terms.memory_lower_bound()
+        if mlb > terms.hbm:
+            self.stats.pruned_memory += 1
+            self.memory_dropped.append((mlb, c))
+            return
+        lb = terms.time_lower_bound()
+        if not self._misses_target(lb):
+            self.push(c, lb, 1, terms)
+
+    def _split(self, c: Config, terms) -> None:
+        """Level 1 → 2: CP-SAT places the split points, bounded by the k-th plan found so far."""
+        from autopar.search.split_model import SplitModel
+        left = self.deadline - time.perf_counter()
+        ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
+        res = SplitModel(terms, time_limit_s=max(0.05, min(self.solve_limit_s, left)),
+                         fixed_stages=self.fixed_stages, upper_bound_s=ub).solve()
+        self.stats.solved += 1
+        self.stats.solver_s += res.wall_s
+        if res.status == "infeasible":
+            if ub is not None:        # no split fits *and* beats the k-th plan: out
+                self.stats.pruned_bound += 1
+                return
+            self.stats.infeasible += 1
+            self.memory_dropped.append((terms.memory_lower_bound(), c))
+            return
+        if res.status != "optimal":   # what CP-SAT proved still bounds the configuration
+            self.stats.not_proved += 1
+            self.unresolved.append((c, res.bound_s))
+            if res.status != "feasible":   # out of time before any split
+                return
+        self._score(c, res)
+
+    def _score(self, c: Config, res) -> None:
+        """The evaluator scores CP-SAT's split; the plan goes back on the heap at its exact key."""
+        te = time.perf_counter()
+        plan = c.plan(res.stages)
+        pred = self.costs.evaluate(plan)
+        self.stats.evaluator_s += time.perf_counter() - te
+        if not pred.get("fits", True):
+            # the integer model and the evaluator disagree on memory by rounding only; treat as
+            # infeasible rather than return a plan that does not fit
+            self.stats.infeasible += 1
+            return
+        if self._misses_target(pred["step_time_s"]):
+            return
+        cand = Candidate(c, plan, pred, res.objective_s, res.status)
+        bisect.insort(self.exact_keys, self.push(c, pred["step_time_s"], 2, cand))
