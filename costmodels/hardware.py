@@ -6,8 +6,9 @@ takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped o
 
 Format (version 1). Units are in the field names. Every *figure* is an inline table
 ``{ value = <number>, source = "<where it comes from>" }`` so that each number carries its
-citation; a figure without a ``source`` string is an error. ``autopar profile`` writes measured
-profiles in exactly this format (``source = "measured by autopar profile on <host>, <date>"``).
+citation; a figure without a ``source`` string is an error. ``parse_profile`` reads this format
+and ``costmodels.profile_format.dump_profile`` writes it (what ``autopar profile`` writes its
+measured profiles with: ``source = "measured by autopar profile on <host>, <date>"``).
 
 ```toml
 version = 1

@@ -179,6 +179,65 @@ def test_costmodels_never_imports_torch():
     import sys
     mods = sorted(f"costmodels.{p.stem}" for p in (ROOT / "costmodels").glob("*.py") if p.stem != "__init__")
     assert len(mods) > 10, mods
-    code = (f"import sys, {', '.join(mods)}, autopar.cli.estimate, autopar.cli.hardware, autopar.scoring; "
+    code = (f"import sys, {', '.join(mods)}, autopar.cli.estimate, autopar.cli.hardware, autopar.scoring, "
+            "autopar.profile.build; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _same_profile(a, b) -> bool:
+    """HardwareProfile compares by identity; two parses agree when every field and source does."""
+    import dataclasses
+    def fields(p):
+        return {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "path"}
+    return fields(a) == fields(b) and a.sources == b.sources
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_dump_then_parse_gives_the_same_profile(name):
+    """costmodels writes the format it reads: every shipped profile, parsed, dumped and parsed
+    again, is the same profile, and the dumped document is the one read."""
+    from costmodels.profile_format import dump_profile
+    with open(PROFILES_DIR / f"{name}.toml", "rb") as f:
+        doc = tomllib.load(f)
+    text = dump_profile(doc)
+    assert tomllib.loads(text) == doc
+    assert _same_profile(parse_profile(tomllib.loads(text), "dumped"), load_profile(name))
+
+
+def test_dump_writes_figures_inline_with_their_comments():
+    from costmodels.profile_format import dump_profile
+    doc = _raw()
+    doc["description"] = 'quotes " and \\ backslash\nand a new line\ttab'
+    doc["collectives"] = {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x", "ranks": 2,
+                                  "bytes": [8, 1 << 20], "seconds": [1e-5, float("inf")]}}
+    text = dump_profile(doc, header="first line\nsecond line", table_comments={"collectives.p2p": "measured"})
+    lines = text.splitlines()
+    assert lines[:2] == ["# first line", "# second line"]
+    assert "[collectives.p2p]   # measured" in lines and "[collectives]" not in lines
+    assert any(line.startswith("hbm_bytes = { value = 80000000000.0, source = ") for line in lines)
+    back = tomllib.loads(text)
+    assert back["description"] == doc["description"]
+    assert back["collectives"]["p2p"]["seconds"] == [1e-5, float("inf")]
+    # plain keys of [gpu] come before its sub-tables, or TOML would read them into the sub-table
+    assert back["gpu"] == doc["gpu"]
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["gpu"]["peak_bf16_flops_per_s"].__setitem__("value", "fast"), "gpu.peak_bf16_flops_per_s.value"),
+    (lambda d: d["gpu"]["hbm_bytes"].pop("source"), "gpu.hbm_bytes.source"),
+    (lambda d: d["gpu"]["hbm_bytes"].__setitem__("value", None), "gpu.hbm_bytes.value"),
+    (lambda d: d["gpu"]["matmul_efficiency"].__setitem__("flops", [1e8, {1e9}]), "gpu.matmul_efficiency.flops[1]"),
+])
+def test_dump_refuses_a_malformed_document_naming_the_field(mutate, field):
+    """What could not be read back (a value TOML cannot hold, a figure the reader refuses) is
+    one ProfileError line naming the field, never a half-written file or a traceback."""
+    from costmodels.profile_format import dump_profile
+    d = _raw()
+    mutate(d)
+    with pytest.raises(ProfileError) as e:
+        dump_profile(d, where="mine")
+    assert f"'{field}'" in str(e.value) and "'mine'" in str(e.value)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ProfileError, match="must be a dict"):
+        dump_profile([("version", 1)])

@@ -11,7 +11,7 @@ def register(subparsers) -> None:
                     "GPU), back to back and between compute as a training step issues them; fit "
                     "alpha-beta; write a hardware profile (costmodels format).")
     p.add_argument("-o", "--output", metavar="PATH", default=None,
-                   help="profile file to write (default hardware-profiles/<name>.toml)")
+                   help="profile file to write (default ./<name>.toml, in the current directory)")
     p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
     p.add_argument("--nproc", type=int, default=None,
                    help="local ranks (default: GPUs, or CPU cores)")
@@ -25,20 +25,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from autopar.cli.common import console, human, print_json
-    from autopar.profile import build_profile, default_name, profile_machine, write_profile
-    from costmodels.hardware import PROFILES_DIR
+    from autopar.profile import build_profile, output_path, profile_machine, write_profile
     raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress,
                           clock=args.clock)
     raw["quick"] = args.quick
-    if args.output:
-        out = Path(args.output)
-        name = args.name or out.stem
-    else:
-        name = args.name or default_name(raw["nproc"])
-        out = PROFILES_DIR / f"{name}.toml"
+    out, name = output_path(args.output, args.name, raw["nproc"])
     text, summary = build_profile(raw, name)
     write_profile(out, text)
     summary["path"] = str(out)

@@ -49,12 +49,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from autopar.profile.measure import _agreed_int, _sync, _timed
+from autopar.profile.measure import agreed_int, best_time, synchronize
 
 
 def _best(fn, device, min_time_s: float, cpu_clock: bool) -> float:
-    """Best-of-5 seconds per call (``measure._timed``), by this thread's CPU time with ``cpu_clock``."""
-    wall, cpu = _timed(fn, device, min_time_s)
+    """Best-of-5 seconds per call (``measure.best_time``), by this thread's CPU time with ``cpu_clock``."""
+    wall, cpu = best_time(fn, device, min_time_s)
     return cpu if cpu_clock else wall
 
 
@@ -158,12 +158,12 @@ def comm_overlap(device, nbytes: int = 8 << 20) -> dict:
     def comm(reps):
         for _ in range(reps):
             dist.all_reduce(buf)
-        _sync(device)
+        synchronize(device)
 
     def compute(reps):
         for _ in range(reps):
             torch.mm(a, a)
-        _sync(device)
+        synchronize(device)
 
     def timed(fn):
         dist.barrier()
@@ -178,14 +178,14 @@ def comm_overlap(device, nbytes: int = 8 << 20) -> dict:
     n_comm = 4
     t_comm = min(timed(lambda: comm(n_comm)) for _ in range(2))
     one_mm = min(timed(lambda: compute(20)) for _ in range(3)) / 20
-    n_mm = _agreed_int(max(1, int(t_comm / max(one_mm, 1e-7))), device)
+    n_mm = agreed_int(max(1, int(t_comm / max(one_mm, 1e-7))), device)
 
     def both():
         works = [dist.all_reduce(buf, async_op=True) for _ in range(n_comm)]
         compute(n_mm)
         for w in works:
             w.wait()
-        _sync(device)
+        synchronize(device)
     # paired repeats (alone, alone, both), the median pair's overlap: the best of each apart
     # mixed lucky and unlucky runs (0.0 to 0.53 from one profile to the next on a 2-core VM)
     pairs = []
@@ -216,12 +216,12 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
             torch.mm(a, a)
 
     compute(2)
-    _sync(device)
+    synchronize(device)
     t0 = time.perf_counter()
     compute(20)
-    _sync(device)
+    synchronize(device)
     one = max((time.perf_counter() - t0) / 20, 1e-7)
-    k = _agreed_int(max(1, int(compute_s / one)), device)
+    k = agreed_int(max(1, int(compute_s / one)), device)
     fn()
     if base is not None:
         base()
@@ -235,7 +235,7 @@ def in_step_time(fn, device, floor_s: float, compute_s: float | None = None, rep
                 fn()
             elif base is not None:
                 base()
-        _sync(device)
+        synchronize(device)
         return time.perf_counter() - t0
 
     times = []

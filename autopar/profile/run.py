@@ -1,39 +1,16 @@
 """``autopar profile``: measure this machine and write a hardware profile (costmodels format).
 
 ``profile_machine(nproc, quick=False, progress=True) -> dict`` spawns ``nproc`` local ranks
-(gloo on CPU, NCCL on GPU; see ``autopar.profile.measure`` for what each measures and how) and
-returns the raw measurements of rank 0 with the other ranks' matmul / copy rates folded in.
-``build_profile(raw, name) -> (toml_text, summary)`` turns them into a profile:
+(gloo on CPU, NCCL on GPU), each running ``profile_rank`` (what it measures and how:
+``autopar.profile.measure`` and ``kernels``), and returns the raw measurements of rank 0 with
+the other ranks' matmul / copy rates folded in. ``autopar.profile.build.build_profile`` turns
+them into a profile (which measurement becomes which field: its docstring).
 
-==================================== ========================================================
-profile field                         from
-==================================== ========================================================
-gpu.peak_bf16/fp16/fp32_flops_per_s  the best square-matmul rate of that dtype over the sizes,
-                                      mean over ranks (all ranks busy at once)
-gpu.matmul_efficiency                 bf16 rate at each size / peak bf16, FLOPs = 2·n³
-gpu.hbm_bandwidth_bytes_per_s         copy_ of a large fp32 buffer, 2·bytes / time, mean over ranks
-gpu.hbm_bytes                         GPU: device memory; CPU: MemTotal / nproc (one rank's share)
-gpu.memory_reserve_bytes              a rank's footprint before any model (CPU: VmRSS after
-                                      importing torch and joining gloo; GPU: CUDA memory in use
-                                      that torch's allocator did not hand out)
-node.gpus_per_node                    nproc (CPU) / torch.cuda.device_count() (GPU)
-intra_node.latency_s / bandwidth      ONE α-β fit over all collectives' (size, time) points
-                                      (``autopar.profile.fit.fit_joint``) — the tier's α-β, for
-                                      a collective without its own fit
-inter_node.*                          not measurable on one host: the intra-node fit, said so
-[collectives.<kind>]                  per collective: the measured sizes, times and nccl-tests
-                                      bus bandwidths and its own α-β fit; then its time *in a
-                                      step* (between compute, ``kernels.in_step_time``) at a few
-                                      sizes and their α-β fit (``in_step_*``): inside a node the
-                                      cost model interpolates those points for a group of the
-                                      measured size, and uses the in-step α-β otherwise
-gpu.elementwise / optimizer / ...     ``autopar.profile.kernels`` (element-wise and optimizer
-                                      bandwidth, attention efficiency, cross-entropy curve,
-                                      comm overlap)
-==================================== ========================================================
-
-``write_profile(path, text)`` validates the text with ``costmodels.hardware.parse_profile`` and
-writes it atomically (temporary file in the same directory, then ``os.replace``).
+``output_path(output, name, nproc)`` is where ``autopar profile`` writes: ``-o``, else
+``./<default_name>.toml`` in the current directory (never into the installed package, which may
+be read-only or shared by other users). ``write_profile(path, text)`` validates the text with
+``costmodels.hardware.parse_profile`` and writes it atomically (temporary file in the same
+directory, then ``os.replace``).
 """
 from __future__ import annotations
 
@@ -47,10 +24,7 @@ from pathlib import Path
 from costmodels.errors import ProfileError
 from costmodels.files import write_text_atomic
 
-from autopar.profile.fit import AlphaBeta, bus_bandwidth, fit_alpha_beta, fit_joint
-
-__all__ = ["profile_machine", "build_profile", "write_profile", "default_name", "AlphaBeta",
-           "fit_alpha_beta", "fit_joint", "bus_bandwidth"]
+__all__ = ["profile_machine", "profile_rank", "default_name", "output_path", "write_profile"]
 
 
 def _cpu_model() -> str:
@@ -83,14 +57,19 @@ def default_name(nproc: int) -> str:
     return f"cpu-{os.cpu_count()}core-{nproc}rank-measured"
 
 
-def _rank_entry(quick: bool, progress: bool, clock: str = "wall"):
-    from autopar.profile.measure import profile_rank
-    return profile_rank(quick, progress, clock)
+def output_path(output: str | os.PathLike | None, name: str | None, nproc: int) -> tuple[Path, str]:
+    """(file, profile name) ``autopar profile`` writes: ``output`` named by ``name`` or its
+    stem; without ``output``, ``<name or default_name(nproc)>.toml`` in the current directory."""
+    if output:
+        out = Path(output)
+        return out, name or out.stem
+    name = name or default_name(nproc)
+    return Path.cwd() / f"{name}.toml", name
 
 
 def profile_machine(nproc: int | None = None, quick: bool = False, progress: bool = True,
                     clock: str = "wall") -> dict:
-    """Spawn ``nproc`` ranks, measure (``measure.profile_rank``), return the merged raw dict."""
+    """Spawn ``nproc`` ranks, measure (``profile_rank``), return the merged raw dict."""
     import torch
 
     from autopar.runtime.verify import spawn
@@ -102,7 +81,7 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     if cuda and nproc > torch.cuda.device_count():
         raise ProfileError(f"--nproc {nproc} but this machine has {torch.cuda.device_count()} GPUs; "
                            "profile with one rank per GPU")
-    results = spawn(_rank_entry, nproc, quick, progress, clock)
+    results = spawn(profile_rank, nproc, quick, progress, clock)
     raw = results[0]
     raw["nproc"] = nproc
     raw["cuda"] = cuda
@@ -134,189 +113,119 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     return raw
 
 
-def _g(x: float) -> str:
-    """A TOML float that round-trips (repr of a Python float is valid TOML)."""
-    x = float(x)
-    return repr(x) if x == x and x not in (float("inf"), float("-inf")) else "0.0"
+def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
+    """Everything one spawned rank measures (``autopar.profile.measure``'s docstring says how),
+    as a plain dict. torch is imported here, in the rank, not when the CLI loads this module."""
+    import warnings
 
+    import torch
+    import torch.distributed as dist
 
-def _s(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def fits(raw: dict) -> dict[str, AlphaBeta]:
-    """Per-collective α-β fits and the joint one (key 'joint') from the raw measurements."""
-    n = raw["world_size"]
-    out: dict[str, AlphaBeta] = {}
-    series = []
-    for kind, rows in raw.get("collectives", {}).items():
-        sizes = [r[0] for r in rows]
-        times = [r[1] for r in rows]
-        out[kind] = fit_alpha_beta(kind, n, sizes, times)
-        series.append((kind, n, sizes, times))
-    if series:
-        out["joint"] = fit_joint(series)
-    return out
-
-
-def in_step_fits(raw: dict) -> dict[str, AlphaBeta]:
-    """Per-collective α-β fits of the in-step times (``kernels.in_step_time``), if measured."""
-    n = raw["world_size"]
-    return {kind: fit_alpha_beta(kind, n, [r[0] for r in rows], [r[1] for r in rows])
-            for kind, rows in raw.get("in_step", {}).items() if rows}
-
-
-def _kernel_figures(raw: dict, peak_bf16: float) -> list[tuple[str, str, str]]:
-    """(field, value, how measured) of the optional rates (autopar.profile.kernels)."""
-    out = []
-    if "elementwise" in raw:
-        ew, at, op = raw["elementwise"], raw["attention"], raw["optimizer"]
-        out.append(("elementwise_bandwidth_bytes_per_s", _g(ew["bytes_per_s"]),
-                    "layer_norm + gelu + add + fp32 cast + log_softmax forward and backward on 2^20 bf16 "
-                    "elements, bytes of every aten op's tensors counted (autopar/profile/kernels.py),"))
-        out.append(("optimizer_bandwidth_bytes_per_s", _g(op["bytes_per_s"]),
-                    f"torch.optim.AdamW(lr=1e-4).step over {op['params']} fp32 parameters "
-                    "(4 x 2^21 + 16 x 2^16), 40 bytes per parameter / time,"))
-        out.append(("attention_efficiency", f"{min(1.0, at['flops_per_s'] / peak_bf16):.4f}",
-                    "causal scaled_dot_product_attention bf16 forward + backward, B*H = 8, D = 64, "
-                    "S = 256 and 512, 12*B*S^2*H*D FLOPs / time / peak bf16,"))
-    if "overlap" in raw:
-        ov = raw["overlap"]
-        out.append(("comm_overlap", f"{ov['overlap']:.4f}",
-                    f"{ov['all_reduces']} async all-reduces of {ov['bytes']} B alone {ov['comm_s']:.4f} s, "
-                    f"matmuls alone {ov['compute_s']:.4f} s, both at once {ov['both_s']:.4f} s: "
-                    "(alone + alone - both) / min(alone), slowest rank,"))
-    return out
-
-
-def build_profile(raw: dict, name: str) -> tuple[str, dict]:
-    """(TOML text, summary dict) of a profile from ``profile_machine``'s measurements."""
-    n = raw["nproc"]
-    cuda = raw["cuda"]
-    how = f"measured by autopar profile on {raw['host']}, {raw['date']}"
-    who = (f"{n} ranks on {raw.get('device_name', 'GPU')}, NCCL" if cuda else
-           f"{n} ranks x {raw['threads']} thread on the CPU, gloo, all ranks at once, best of 5 runs, "
-           + ("timed by thread CPU time" if raw.get("clock") == "cpu" else "wall clock"))
-    mm = raw["matmul"]
-    peak = {d: max(r[2] for r in rows) for d, rows in mm.items()}
-    best_n = {d: max(rows, key=lambda r: r[2])[0] for d, rows in mm.items()}
-    bf = sorted(mm["bf16"], key=lambda r: r[1])
-    eff_f = [r[1] for r in bf]
-    eff_v = [min(1.0, max(1e-4, r[2] / peak["bf16"])) for r in bf]
-    F = fits(raw)
-    hbm = raw["device_total_bytes"] if cuda else raw["mem_total_bytes"] / n
-    reserve = raw["footprint_bytes"]
-    model = raw.get("device_name") if cuda else f"{raw['cpu_model']}, 1 of {n} ranks, torch CPU"
-    L = []
-    L.append(f"# Measured by `autopar profile --nproc {n}{' --quick' if raw.get('quick') else ''}` "
-             f"({raw['date']}, torch {raw['torch']}, {raw['backend']}).")
-    L.append("# Every rank measured at the same time; one 'gpu' here is one rank"
-             + ("." if cuda else " (one process, one thread, one core)."))
-    L.append("# Format: costmodels/hardware.py. Method: autopar/profile/__init__.py and measure.py.")
-    L.append("version = 1")
-    L.append(f"name = {_s(name)}")
-    L.append(f"description = {_s(('GPU ' if cuda else 'CPU host, ') + model + f', {n} ranks measured by autopar profile')}")
-    L.append("")
-    L.append("[gpu]")
-    L.append(f"model = {_s(model)}")
-    for d, key in (("bf16", "peak_bf16_flops_per_s"), ("fp16", "peak_fp16_flops_per_s"),
-                   ("fp32", "peak_fp32_flops_per_s")):
-        if d in peak:
-            L.append(f"{key} = {{ value = {_g(peak[d])}, source = {_s(f'{how}: best torch.matmul {d} square n={best_n[d]} per rank ({who}), mean over ranks')} }}")
-    hbm_src = ("torch.cuda.get_device_properties().total_memory" if cuda
-               else f"MemTotal {raw['mem_total_bytes']} B / {n} ranks (one rank's share)")
-    L.append(f"hbm_bytes = {{ value = {_g(hbm)}, source = {_s(how + ': ' + hbm_src)} }}")
-    cp = raw["copy"]
-    copy_mib = cp["bytes"] >> 20
-    L.append(f"hbm_bandwidth_bytes_per_s = {{ value = {_g(cp['bytes_per_s'])}, source = "
-             f"{_s(f'{how}: tensor.copy_ of {copy_mib} MiB fp32, 2*bytes/time per rank ({who}), mean over ranks')} }}")
-    for key, value, what in _kernel_figures(raw, peak["bf16"]):
-        tail = (f"{n} ranks, wall clock, median of 5 paired runs" if key == "comm_overlap"
-                else f"per rank ({who}), mean over ranks")
-        L.append(f"{key} = {{ value = {value}, source = {_s(f'{how}: {what} {tail}')} }}")
-    if not cuda and n > 1:
-        why = (f"{how}: not measured, a fact of torch {raw['torch']}: FSDP2 (ZeRO-2/3) hides its "
-               "all-gathers and reduce-scatters only on separate device streams "
-               "(torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, get_all_gather_streams); "
-               "a CPU has none, so they run in line")
-        L.append(f"fsdp_overlap = {{ value = 0.0, source = {_s(why)} }}")
-    res_src = ("CUDA memory in use not allocated by tensors after NCCL init (context, NCCL), max over ranks"
-               if cuda else "VmRSS of a rank after importing torch and joining the gloo group, before "
-               "any model (Python + torch + gloo), max over ranks")
-    L.append(f"memory_reserve_bytes = {{ value = {_g(reserve)}, source = {_s(how + ': ' + res_src)} }}")
-    L.append("")
-    L.append("[gpu.matmul_efficiency]")
-    L.append("flops = [" + ", ".join(_g(x) for x in eff_f) + "]")
-    L.append("efficiency = [" + ", ".join(f"{x:.4f}" for x in eff_v) + "]")
-    L.append(f"source = {_s(f'{how}: torch.matmul bf16 square n=' + ','.join(str(r[0]) for r in bf) + f' (2*n^3 FLOPs) per rank ({who}), achieved / peak bf16')}")
-    if "cross_entropy" in raw:
-        ce = raw["cross_entropy"]
-        vocab = ce["vocab"]
-        L.append("")
-        L.append("[gpu.cross_entropy]")
-        L.append("logits = [" + ", ".join(_g(r[0]) for r in ce["rows"]) + "]")
-        L.append("logits_per_s = [" + ", ".join(_g(r[1]) for r in ce["rows"]) + "]")
-        L.append(f"source = {_s(f'{how}: F.cross_entropy(logits.float(), targets) forward + backward on bf16 logits, vocabulary {vocab}, logits per call / time, per rank ({who}), mean over ranks')}")
-    L.append("")
-    L.append("[node]")
-    L.append(f"gpus_per_node = {{ value = {raw['gpus_per_node']}, source = {_s(how + (': torch.cuda.device_count()' if cuda else f': --nproc {n} ranks on this host'))} }}")
-    if "joint" in F:
-        j = F["joint"]
-        sizes = sorted({r[0] for rows in raw["collectives"].values() for r in rows})
-        fit_src = (f"{how}: one alpha-beta least-squares fit (relative error) over the times of every "
-                   f"collective measured (see [collectives.*]; inside a node each uses its own fit), "
-                   f"{sizes[0]}..{sizes[-1]} B fp32 buffers, {n} ranks, "
-                   f"{raw['backend']}; median / max fit error {j.median_rel_error:.0%} / {j.max_rel_error:.0%}")
-        tiers = {"intra_node": (j.beta_bytes_per_s, j.alpha_s, fit_src),
-                 "inter_node": (j.beta_bytes_per_s, j.alpha_s,
-                                "no second host to measure: set to the intra-node fit (assumption); " + fit_src)}
+    from autopar.profile.measure import (DTYPES, ProgressBar, agreed_time, best_time, collective_fn,
+                                         plan_sizes, rss_bytes)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    cuda = torch.cuda.is_available()
+    if not dist.is_initialized():
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    sz = plan_sizes(device.type, quick)
+    cpu_clock = clock == "cpu" and device.type == "cpu"
+    colls = ["all_reduce", "all_gather", "reduce_scatter", "all_gather_into_tensor",
+             "reduce_scatter_tensor"] + (["p2p"] if n > 1 else [])
+    total = (len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"])
+             + (n > 1) * (1 + len(colls) * len(sz["in_step"])))
+    bar = ProgressBar(progress and rank == 0, total, "matmul")
+    out: dict = {"rank": rank, "world_size": n, "device": device.type,
+                 "threads": torch.get_num_threads(), "torch": torch.__version__,
+                 "backend": dist.get_backend(), "min_time_s": sz["min_time_s"],
+                 "clock": "cpu" if cpu_clock else "wall"}
+    if cuda:
+        out["device_name"] = torch.cuda.get_device_name(device)
+        out["device_total_bytes"] = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.synchronize()
+        free, tot = torch.cuda.mem_get_info(device)
+        out["footprint_bytes"] = tot - free - torch.cuda.memory_allocated(device)
     else:
-        bw = cp["bytes_per_s"]
-        s = f"{how}: one rank, no collective to measure; bandwidth set to the copy bandwidth, latency 0 (assumption)"
-        tiers = {"intra_node": (bw, 0.0, s), "inter_node": (bw, 0.0, s)}
-    for t, (bw, lat, src) in tiers.items():
-        L.append("")
-        L.append(f"[{t}]")
-        L.append(f"bandwidth_bytes_per_s = {{ value = {_g(bw)}, source = {_s(src)} }}")
-        L.append(f"latency_s = {{ value = {_g(lat)}, source = {_s(src)} }}")
-    IS = in_step_fits(raw)
-    for kind, rows in raw.get("collectives", {}).items():
-        f = F[kind]
-        L.append("")
-        L.append(f"[collectives.{kind}]   # measured; inside a node the cost model uses the "
-                 + ("in-step points (their alpha-beta for other group sizes)" if kind in IS
-                    else "alpha-beta"))
-        L.append(f"ranks = {2 if kind == 'p2p' else n}")   # p2p: between ranks 0 and 1
-        L.append("bytes = [" + ", ".join(str(int(r[0])) for r in rows) + "]")
-        L.append("seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows) + "]")
-        busbw = bus_bandwidth(kind, [r[0] for r in rows], n, [r[1] for r in rows])
-        L.append("bus_bandwidth_bytes_per_s = [" + ", ".join(f"{x:.6g}" for x in busbw) + "]")
-        L.append(f"alpha_s = {_g(f.alpha_s)}")
-        L.append(f"beta_bytes_per_s = {_g(f.beta_bytes_per_s)}")
-        L.append(f"fit_median_rel_error = {f.median_rel_error:.4f}")
-        L.append(f"fit_max_rel_error = {f.max_rel_error:.4f}")
-        L.append(f"source = {_s(f'{how}: {kind} of fp32 buffers (nccl-tests size convention, busbw = algbw * bus factor), slowest rank, median of 5 runs, least-squares alpha-beta in relative error')}")
-        if kind in IS:
-            g, rows_is = IS[kind], raw["in_step"][kind]
-            L.append("in_step_bytes = [" + ", ".join(str(int(r[0])) for r in rows_is) + "]")
-            L.append("in_step_seconds = [" + ", ".join(f"{r[1]:.6g}" for r in rows_is) + "]")
-            L.append(f"in_step_alpha_s = {_g(g.alpha_s)}")
-            L.append(f"in_step_beta_bytes_per_s = {_g(g.beta_bytes_per_s)}")
-            L.append(f"in_step_fit_median_rel_error = {g.median_rel_error:.4f}")
-            L.append(f"in_step_fit_max_rel_error = {g.max_rel_error:.4f}")
-            L.append(f"in_step_source = {_s(f'{how}: the same {kind} issued between ~5 ms (CPU) / 1 ms (GPU) of matmuls, time added per call (loop with it minus loop without, 8 calls, slowest rank, median of 5 pairs, at least the back-to-back time; autopar/profile/kernels.py in_step_time), least-squares alpha-beta in relative error')}")
-    text = "\n".join(L) + "\n"
-    summary = {"name": name, "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": cp["bytes_per_s"],
-               "hbm_bytes": hbm, "memory_reserve_bytes": reserve,
-               "matmul_efficiency": {"flops": eff_f, "efficiency": eff_v},
-               "collectives": {k: _fit_summary(v) for k, v in F.items()},
-               "in_step": {k: _fit_summary(v) for k, v in IS.items()}}
-    return text, summary
+        out["footprint_bytes"] = rss_bytes()
+    try:
+        # ---- matmul -------------------------------------------------------------------
+        mm: dict[str, list] = {}
+        for dname in sz["dtypes"]:
+            rows = []
+            for nn in sz["mm"]:
+                bar.step(f"matmul {dname} n={nn}")
+                a = torch.randn(nn, nn, device=device).to(DTYPES[dname])
+                b = torch.randn(nn, nn, device=device).to(DTYPES[dname])
+                c = torch.empty(nn, nn, device=device, dtype=DTYPES[dname])
+                dist.barrier()
+                t, tc = best_time(lambda: torch.matmul(a, b, out=c), device, sz["min_time_s"])
+                rows.append([nn, 2.0 * nn ** 3, 2.0 * nn ** 3 / (tc if cpu_clock else t)])
+                del a, b, c
+            mm[dname] = rows
+        out["matmul"] = mm
+        # ---- memory bandwidth -----------------------------------------------------------
+        bar.step("memory bandwidth")
+        numel = sz["copy_bytes"] // 4
+        src = torch.ones(numel, device=device)
+        dst = torch.empty_like(src)
+        dist.barrier()
+        t, tc = best_time(lambda: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
+        t = tc if cpu_clock else t
+        out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
+        del src, dst
+        # ---- element-wise, attention, optimizer (autopar.profile.kernels) -------------------
+        from costmodels.compute import OPTIMIZER_BYTES_PER_PARAM
 
-
-def _fit_summary(fit) -> dict:
-    return {"alpha_s": fit.alpha_s, "beta_bytes_per_s": fit.beta_bytes_per_s,
-            "median_rel_error": fit.median_rel_error, "max_rel_error": fit.max_rel_error}
+        from autopar.profile import kernels
+        bar.step("element-wise, attention, optimizer")
+        dist.barrier()
+        kt = max(sz["min_time_s"], 0.1)
+        out["elementwise"] = kernels.elementwise_rate(device, kt, cpu_clock)
+        out["attention"] = kernels.attention_rate(device, kt, cpu_clock)
+        out["cross_entropy"] = kernels.cross_entropy_rate(device, kt, cpu_clock)
+        out["optimizer"] = kernels.optimizer_rate(device, kt, cpu_clock, OPTIMIZER_BYTES_PER_PARAM)
+        # ---- collectives ------------------------------------------------------------------
+        coll: dict[str, list] = {}
+        for kind in colls:
+            rows = []
+            for S in sz["coll"]:
+                bar.step(f"{kind} {S} B")
+                S = max(S - S % (4 * n), 4 * n)  # whole fp32 elements, divisible by n
+                fn = collective_fn(kind, S, rank, n, device)
+                dist.barrier()
+                t = agreed_time(fn, device, sz["min_time_s"], rank, n, p2p=kind == "p2p")
+                rows.append([S, t / 2.0 if kind == "p2p" else t])  # p2p: round trip -> one way
+            coll[kind] = rows
+        out["collectives"] = coll
+        from autopar.profile.kernels import fsdp_reduce_fns, fsdp_unshard_fn, in_step_time
+        in_step: dict[str, list] = {}
+        for kind in colls if n > 1 else ():
+            b2b = dict((r[0], r[1]) for r in coll[kind])
+            rows = []
+            for S in sz["in_step"]:
+                bar.step(f"{kind} {S} B between compute")
+                S = max(S - S % (4 * n), 4 * n)
+                base = None
+                if kind == "all_gather_into_tensor":   # as FSDP2 issues them (kernels docstring)
+                    fn = fsdp_unshard_fn(S, device, n)
+                elif kind == "reduce_scatter_tensor":
+                    fn, base = fsdp_reduce_fns(S, device, n)
+                else:
+                    fn = collective_fn(kind, S, rank, n, device)
+                half = 2.0 if kind == "p2p" else 1.0
+                t = in_step_time(fn, device, b2b.get(S, 0.0) * half, base=base) / half
+                rows.append([S, t])
+            in_step[kind] = rows
+        out["in_step"] = in_step
+        if n > 1:
+            bar.step("comm / compute overlap")
+            out["overlap"] = kernels.comm_overlap(device)
+    finally:
+        bar.close()
+    return out
 
 
 def write_profile(path: str | os.PathLike, text: str) -> Path:

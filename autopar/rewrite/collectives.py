@@ -29,7 +29,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 __all__ = ["FakeGroup", "CopyToTP", "ReduceFromTP", "GatherSeq", "ReduceScatterSeq", "ScatterSeq",
-           "GatherLastDim", "COLLECTIVES", "group_rank", "group_size"]
+           "GatherLastDim", "COLLECTIVES", "group_rank", "group_size", "all_gather_along_dim",
+           "reduce_scatter_along_dim"]
 
 
 class FakeGroup:
@@ -85,7 +86,10 @@ def _all_reduce(x, group):
     return x
 
 
-def _all_gather(x, dim, group):
+def all_gather_along_dim(x, dim, group):
+    """The ``group``'s shards of ``x`` concatenated along ``dim``, no autograd: the all-gather
+    the rewritten rows run (NCCL's into-tensor call on dim 0, else a list all-gather and
+    ``cat``, copies included). Public so that ``autopar profile`` times this very call."""
     n = group_size(group)
     if n == 1:
         return x
@@ -114,7 +118,10 @@ def _split(x, dim, group):
     return x.chunk(n, dim=dim)[group_rank(group)].contiguous()
 
 
-def _reduce_scatter(x, dim, group):
+def reduce_scatter_along_dim(x, dim, group):
+    """This rank's chunk along ``dim`` of ``x`` summed over ``group``, no autograd: the
+    reduce-scatter the rewritten rows run (NCCL's own; on gloo an all-reduce and this rank's
+    chunk, copies included). Public so that ``autopar profile`` times this very call."""
     n = group_size(group)
     if n == 1:
         return x
@@ -155,24 +162,24 @@ class _GatherSeq(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, dim, grad_mode):
         ctx.group, ctx.dim, ctx.grad_mode = group, dim, grad_mode
-        return _all_gather(x, dim, group)
+        return all_gather_along_dim(x, dim, group)
 
     @staticmethod
     def backward(ctx, g):
         if ctx.grad_mode == "split":
             return _split(g, ctx.dim, ctx.group), None, None, None
-        return _reduce_scatter(g, ctx.dim, ctx.group), None, None, None
+        return reduce_scatter_along_dim(g, ctx.dim, ctx.group), None, None, None
 
 
 class _ReduceScatterSeq(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group, dim):
         ctx.group, ctx.dim = group, dim
-        return _reduce_scatter(x, dim, group)
+        return reduce_scatter_along_dim(x, dim, group)
 
     @staticmethod
     def backward(ctx, g):
-        return _all_gather(g, ctx.dim, ctx.group), None, None
+        return all_gather_along_dim(g, ctx.dim, ctx.group), None, None
 
 
 class _ScatterSeq(torch.autograd.Function):
@@ -183,7 +190,7 @@ class _ScatterSeq(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _all_gather(g, ctx.dim, ctx.group), None, None
+        return all_gather_along_dim(g, ctx.dim, ctx.group), None, None
 
 
 # ---- leaf modules (what the fx graph calls) -------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from autopar.rewrite.collectives import _all_gather, _Collective, group_size
+from autopar.rewrite.collectives import _Collective, all_gather_along_dim, group_size
 
 
 def _unshard(parts: list[torch.Tensor], dim: int, segments) -> torch.Tensor:
@@ -37,7 +37,7 @@ def gather_row_state_dict(gm: nn.Module, tp_group, grads: bool = False) -> dict[
         if spec.dim is None or n == 1:
             out[spec.name] = t.clone()
             continue
-        gathered = _all_gather(t.contiguous(), spec.dim, tp_group)
+        gathered = all_gather_along_dim(t.contiguous(), spec.dim, tp_group)
         parts = list(gathered.chunk(n, dim=spec.dim))
         out[spec.name] = _unshard(parts, spec.dim, spec.segments)
     return out
