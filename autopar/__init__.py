@@ -6,9 +6,10 @@ Plan (costmodels.plan, re-exported here) → rewrite + runtime (autopar.rewrite,
 """
 from costmodels.errors import AutoparError
 from costmodels.plan import Plan, load_plans
+from costmodels.plans_file import PlansFile
 
 __version__ = "0.1.0"
-__all__ = ["AutoparError", "Plan", "load_plans", "load_model", "apply", "estimate_plans", "__version__"]
+__all__ = ["AutoparError", "Plan", "PlansFile", "load_plans", "load_model", "apply", "estimate_plans", "__version__"]
 
 
 def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed

@@ -21,7 +21,7 @@ def test_search_json_and_plans_file(tmp_path, capsys):
                          "global_batch", "seq", "objective", "version"}
     assert data["optimal"] is True and 1 <= len(data["plans"]) <= 3
     assert [p["rank"] for p in data["plans"]] == list(range(1, len(data["plans"]) + 1))
-    assert json.loads(out.read_text()) == data
+    assert out.read_text() == json.dumps(data, indent=2) + "\n"   # the file format, byte for byte
     plans = load_plans(str(out))                # what report / the runtime read
     assert Plan.load(str(out)) == plans[0]
     assert plans[0].stages is not None and plans[0].world_size == 4

@@ -23,11 +23,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from autopar.cli.common import print_json
-    from autopar.scoring import as_plans, estimate_plans
-    plans, was_list = as_plans(args.plan)
-    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, plans, seq=args.seq)
-    if args.json:
-        print_json(results if was_list else results[0])
+    from autopar.scoring import estimate_plans
+    from costmodels.plans_file import PlansFile
+    given = PlansFile.read(args.plan)
+    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
+                             seq=args.seq)
+    if args.json:   # one object in, one object out
+        print_json(results[0] if given.form == "object" else results)
         return 0
     render(results)
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodels.plan import Plan
+from costmodels.plans_file import PlanResult
 
 TERM_LABELS = {"compute": "compute", "recompute": "recomputation", "bubble": "pipeline bubble",
                "dp_exposed": "exposed data-parallel all-reduce", "tp_exposed": "exposed tensor-parallel communication",
@@ -25,7 +25,7 @@ GiB = 1024 ** 3
 
 
 def _fields(p: dict) -> dict:
-    d = Plan.from_dict(p).to_dict()
+    d = PlanResult.from_dict(p).plan.to_dict()
     return {k: d[k] for k in FIELDS}
 
 
