@@ -1,5 +1,6 @@
 """costmodels.plans_file: the one reader and writer of plans files (docs/CONTRACTS.md "Plans
-file"): every accepted form, a faithful round trip, an atomic write, one clear line per bad input."""
+file"): every accepted form, a faithful round trip, an atomic write, one clear line per bad
+input."""
 import json
 import os
 import subprocess
@@ -52,7 +53,7 @@ def test_reads_a_plans_file_from_a_path_text_or_dict(tmp_path, make, form, plans
 @pytest.mark.parametrize("source, form, expect", [
     (ESTIMATE, "object", [_plan_of(ESTIMATE)]),
     ({"dp": 2, "tp": 2}, "object", [Plan(dp=2, tp=2)]),
-    ({}, "object", [Plan()]),                                            # --plan '{}': the default plan
+    ({}, "object", [Plan()]),                                   # --plan '{}': the default plan
     ('{"pp": 2, "stages": [[0, 3], [3, 6]]}', "object", [Plan(pp=2, stages=((0, 3), (3, 6)))]),
     ([{"dp": 2}, {"tp": 2, "rank": 7}], "array", [Plan(dp=2), Plan(tp=2)]),
     ('[{"dp": 2}, {"tp": 2}]', "array", [Plan(dp=2), Plan(tp=2)]),
@@ -112,7 +113,8 @@ def test_search_layout_is_written_as_search_wrote_it():
 
 
 def test_filled_view_adds_the_file_context_and_rank_to_each_plan():
-    bare = {k: v for k, v in ESTIMATE.items() if k not in ("model", "hardware", "gpus", "global_batch", "seq")}
+    context = ("model", "hardware", "gpus", "global_batch", "seq")
+    bare = {k: v for k, v in ESTIMATE.items() if k not in context}
     pf = PlansFile.read({"version": 1, "model": "m", "hardware": "h", "gpus": 8, "global_batch": 16,
                          "plans": [bare, dict(bare, model="other")]})
     filled = pf.to_dict(filled=True)["plans"]
@@ -198,7 +200,8 @@ def test_check_estimates_names_the_file_plan_and_field(tmp_path, change, words):
 
 
 def test_check_estimates_refuses_a_bare_plan():
-    pf = PlansFile.read('{"model": "m", "hardware": "h", "gpus": 2, "global_batch": 8, "plans": [{"dp": 2}]}')
+    pf = PlansFile.read('{"model": "m", "hardware": "h", "gpus": 2, "global_batch": 8, '
+                        '"plans": [{"dp": 2}]}')
     with pytest.raises(PlanError, match="it is a bare plan, not an estimate"):
         pf.check_estimates()
 
