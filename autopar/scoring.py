@@ -12,42 +12,23 @@ Each result is the "Estimate result" dict of docs/CONTRACTS.md.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from costmodels.errors import PlanError
-from costmodels.plan import Plan, load_plans
-
-
-def as_plans(plans: Any) -> tuple[list[Plan], bool]:
-    """(plans, was_a_list) from a Plan, a dict, a list of either, or JSON text / a file path."""
-    if isinstance(plans, Plan):
-        return [plans], False
-    if isinstance(plans, dict):
-        if "plans" in plans and isinstance(plans["plans"], list):
-            return [Plan.from_dict(p) for p in plans["plans"]], True
-        return [Plan.from_dict(plans)], False
-    if isinstance(plans, str):
-        from costmodels.plan import read_json
-        data = read_json(plans, what="plan")
-        return as_plans(data)
-    if isinstance(plans, Iterable):
-        out = [p if isinstance(p, Plan) else Plan.from_dict(p) for p in plans]
-        if not out:
-            raise PlanError("no plans given; pass one plan object or a non-empty array")
-        return out, True
-    raise PlanError(f"cannot read plans from {type(plans).__name__}; pass JSON text, a file, a dict or a Plan")
+from costmodels.plans_file import PlansFile
 
 
 def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int, plans: Any,
                    seq: int | None = None, table=None, *,
                    precision: str = "bf16-mixed") -> list[dict[str, Any]]:
-    """Estimate dicts, one per plan. ``table`` skips the trace (a LayerTable for the spec).
+    """Estimate dicts, one per plan of ``plans`` (anything ``PlansFile.read`` accepts: a Plan, a
+    dict, a list, a plans file, JSON text or a path). ``table`` skips the trace (a LayerTable for
+    the spec).
     ``precision``: the memory model's recipe (``costmodels.memory``): "bf16-mixed" (Megatron, the
     default), "amp" (autopar's runtime under autocast), "fp32"."""
     from costmodels.estimate import estimate
     from costmodels.hardware import load_profile
     profile = load_profile(hardware)
-    plan_list, _ = as_plans(plans)
+    plan_list = PlansFile.read(plans).plans
     if table is None:
         from autopar.trace import table_for
         table = table_for(model_spec, micro_batch=1, seq=seq)
@@ -59,4 +40,4 @@ def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int,
     return out
 
 
-__all__ = ["estimate_plans", "as_plans", "load_plans"]
+__all__ = ["estimate_plans"]

@@ -5,7 +5,8 @@ communication and pipeline time. Used by ``autopar estimate`` and the search.
 """
 from costmodels.errors import AutoparError, PlanError, ProfileError, SpecError
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
-from costmodels.plan import Plan, load_plans
+from costmodels.plan import Plan
+from costmodels.plans_file import PlanResult, PlansFile, load_plan, load_plans
 
 
 def __getattr__(name):  # numpy-using parts load on first use
@@ -19,5 +20,5 @@ def __getattr__(name):  # numpy-using parts load on first use
 
 
 __all__ = ["AutoparError", "PlanError", "ProfileError", "SpecError", "LayerRow", "LayerTable",
-           "TPPair", "Plan", "load_plans", "check_plan", "Estimate", "load_profile",
+           "TPPair", "Plan", "load_plan", "load_plans", "PlansFile", "PlanResult", "check_plan", "Estimate", "load_profile",
            "list_profiles", "HardwareProfile"]

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+# the keys of an estimate's memory_bytes (the most loaded GPU; total = the sum of the others)
+MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
 BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
                   "zero_exposed")
 TERM_LABELS = {"compute": "compute", "recompute": "recomputation", "bubble": "pipeline bubble",

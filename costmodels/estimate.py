@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.breakdown import BREAKDOWN_KEYS  # noqa: F401  (the breakdown_s keys; re-exported)
+from costmodels.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: F401  (re-exported)
 from costmodels.coefficients import dp_sync, row_coefficients
 from costmodels.comm import collective_time, plan_tiers
 from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards,
@@ -55,7 +55,6 @@ from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
 from costmodels.split import balanced_stages, check_stage_rows
 
-MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
 
 
 def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> tuple[tuple[int, int], ...]:

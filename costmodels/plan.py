@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -110,23 +109,15 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Plan":
-        """Build from a dict; unknown keys are an error, except prediction keys written by
-        search/estimate next to the plan fields (they are ignored here)."""
+        """Build from a dict of plan fields; any other key is a PlanError naming it (what other
+        layers write beside a plan is split off by ``costmodels.plans_file.PlanResult``)."""
         if not isinstance(d, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in names}
-        unknown = sorted(k for k in d if k not in names and not is_prediction_key(k))
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(k for k in d if k not in names)
         if unknown:
             raise PlanError(f"unknown plan field(s) {unknown}; allowed: {sorted(names)}")
-        if kwargs.get("stages") is not None:
-            kwargs["stages"] = tuple(tuple(s) for s in kwargs["stages"])
-        return cls(**kwargs)
-
-    @classmethod
-    def load(cls, source: str) -> "Plan":
-        """First plan of a search file, a single plan, or a list of plans (JSON text or a path)."""
-        return load_plans(source)[0]
+        return cls(**d)          # __post_init__ checks each field, stages into tuples
 
     def label(self) -> str:
         """The plan on one line, e.g. ``dp16·tp8·pp8 vpp3 mb1 ZeRO-1 selective-recompute sp
@@ -156,51 +147,6 @@ class Plan:
 
 # The plan's fields as they appear in a plan's JSON (all but the format ``version``).
 PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
-
-
-# Keys that search / estimate write beside the plan fields; Plan.from_dict ignores them.
-PREDICTION_KEYS = frozenset({
-    "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "memory_bytes",
-    "comm_bytes", "breakdown_s", "fits", "stages_detail", "comm", "num_micro_batches",
-    "hbm_bytes", "rank", "gpus", "global_batch", "model", "hardware", "seq",
-})
-
-
-# Keys that ``autopar validate`` adds beside the predictions (measured figures and errors).
-MEASUREMENT_PREFIXES = ("measured_", "predicted_")
-MEASUREMENT_KEYS = frozenset({"step_time_error", "memory_error", "loss", "error"})
-
-
-def is_prediction_key(key: str) -> bool:
-    """True for keys that search / estimate / validate write beside the plan fields."""
-    return key in PREDICTION_KEYS or key in MEASUREMENT_KEYS or key.startswith(MEASUREMENT_PREFIXES)
-
-
-def load_plans(source: str) -> list[Plan]:
-    """Plans from JSON text or a file: a plan object, an array of them, or a search output
-    object ``{"plans": [...], ...}``."""
-    data = read_json(source, what="plan")
-    if isinstance(data, dict) and "plans" in data:
-        data = data["plans"]
-    items = data if isinstance(data, list) else [data]
-    if not items:
-        raise PlanError("the plan file holds no plans; run 'autopar search ... -o plans.json'")
-    return [Plan.from_dict(p) for p in items]
-
-
-def read_json(source: str, what: str) -> Any:
-    """JSON from text (starting with '{' or '[') or from a file path, with one-line errors."""
-    text = source.strip()
-    if not text.startswith(("{", "[")):
-        if not os.path.exists(source):
-            raise PlanError(f"{what} file '{source}' does not exist; pass a path or JSON text")
-        with open(source, encoding="utf-8") as f:
-            text = f.read()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{what} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                        "fix the JSON") from None
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

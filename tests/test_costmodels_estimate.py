@@ -17,6 +17,7 @@ from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, chunk_cost, check_p
 from costmodels.hardware import LinkTier, load_profile
 from costmodels.pipeline import bubble_fraction_uniform, pipeline_time
 from costmodels.plan import Plan
+from costmodels.plans_file import PlanResult
 from costmodels.split import balanced_stages, partition
 from synthetic_tables import gpt3_175b, gpt_table, llama3_70b, tiny_gpt
 
@@ -50,10 +51,13 @@ def test_plan_refuses_a_batch_that_is_not_a_positive_integer(batch):
         Plan(dp=2).num_micro_batches(batch)
 
 
-def test_plan_reads_search_and_validate_output_but_not_unknown_fields():
-    p = Plan.from_dict({"dp": 2, "step_time_s": 1.0, "measured_step_s": 2.0,
-                        "predicted_memory_bytes": 5, "memory_error": 0.1, "loss": 3.2})
-    assert p == Plan(dp=2)
+def test_plan_takes_plan_fields_only_and_plan_result_splits_the_rest():
+    d = {"dp": 2, "step_time_s": 1.0, "measured_step_s": 2.0, "predicted_memory_bytes": 5,
+         "memory_error": 0.1, "loss": 3.2}
+    with pytest.raises(PlanError, match=r"unknown plan field\(s\) \['loss', 'measured_step_s'"):
+        Plan.from_dict(d)
+    r = PlanResult.from_dict(d)
+    assert r.plan == Plan(dp=2) and r.values == {k: v for k, v in d.items() if k != "dp"}
     with pytest.raises(PlanError, match=r"unknown plan field\(s\) \['tpp'\]"):
         Plan.from_dict({"dp": 2, "tpp": 2})
 
@@ -93,7 +97,7 @@ def test_to_dict_matches_the_contract():
     assert len(d["stages_detail"]) == 8 and all(len(s["rows"]) == 3 == len(s["fwd_s"]) for s in d["stages_detail"])
     assert {c["kind"] for c in d["comm"]} == {"tp", "pp", "dp"}
     json.dumps(d)                                   # JSON-serialisable
-    assert Plan.from_dict(d) == plan                # prediction keys are ignored by Plan
+    assert PlanResult.from_dict(d).plan == plan     # PlanResult splits the plan from the rest
 
 
 # --------------------------------------------------- decomposition (what the search rebuilds)

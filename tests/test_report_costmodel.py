@@ -124,13 +124,14 @@ def test_scale_with_the_real_search(monkeypatch):
 def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
     """The must-show run through the Python API: search gpt3-175b on 256, 512, 1024 × A100-80G
     (global batch 1536), write the plans files, report them."""
-    from autopar.search import search, write_plans_file
+    from autopar.search import search
+    from costmodels.plans_file import PlansFile
     table = gpt3_175b()
     paths = []
     for n in (256, 512, 1024):
         res = search("gpt3-175b", "a100-80g-sxm", n, 1536, top=3, table=table)
         p = tmp_path / f"g{n}.json"
-        write_plans_file(str(p), res.plans_file())
+        PlansFile.read(res.plans_file()).write(str(p))
         paths.append(str(p))
     t1 = lambda *k: one_gpu_time_from_cost_model(*k, table=table)
     html = make_report(paths, one_gpu_time=t1)
@@ -149,7 +150,7 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
     interleaved: at most 0.5 % of the step above, the closed form's per-chunk-column maxima count
     the embedding and head chunks in full), and a warning when a rank's virtual chunks are
     very uneven."""
-    from autopar.report.load import parse
+    from autopar.report.load import records_of
     from autopar.report.timeline import schedule_check
     table, profile = gpt3_175b(), load_profile("a100-80g-sxm")
     for kw in (dict(dp=8, tp=8, pp=8, schedule="gpipe", recompute="full"),
@@ -157,7 +158,7 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
                dict(dp=8, tp=8, pp=8, vpp=2, schedule="interleaved-1f1b"),
                dict(dp=16, tp=8, pp=4, vpp=3, schedule="interleaved-1f1b")):
         d = estimate(table, profile, Plan(**kw), 512, 1536).to_dict()
-        [r] = parse(d)
+        [r] = records_of(d)
         c = schedule_check(r)
         assert c is not None and not c.flagged, kw
         if "vpp" in kw:
@@ -169,7 +170,7 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
     # (costmodels.pipeline; the search balances chunk columns and does not pick such a split)
     uneven = Plan(dp=16, tp=8, pp=2, vpp=2, schedule="interleaved-1f1b", zero=3, recompute="full",
                   stages=((0, 1), (1, 2), (2, 50), (50, 98)))
-    [r] = parse(estimate(table, profile, uneven, 256, 1536).to_dict())
+    [r] = records_of(estimate(table, profile, uneven, 256, 1536).to_dict())
     c = schedule_check(r)
     assert c.flagged and c.simulated_step_s > c.step_time_s
     rep = build([r], one_gpu_time=lambda *k: (None, ""))

@@ -13,12 +13,13 @@ import os
 import pytest
 
 from autopar.report.analysis import groups, why
-from autopar.report.load import parse
+from autopar.report.load import records_of
 from autopar.search import explain_plans, render_explanation
 from costmodels.breakdown import BREAKDOWN_KEYS, term_label
 from costmodels.estimate import estimate
 from costmodels.hardware import load_profile
 from costmodels.plan import Plan
+from costmodels.plans_file import PlanResult
 from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
@@ -49,7 +50,7 @@ def both_say(d: dict):
     """(explain's best, its text, the report's key, its sentence) for a plans file holding ``d``."""
     data = {"version": 1, "plans": [dict(d, rank=1)]}
     ex = explain_plans(data)
-    (group,) = groups(parse(json.loads(json.dumps(data)), "case.json"))
+    (group,) = groups(records_of(json.loads(json.dumps(data)), "case.json"))
     w = why(group)
     return ex["best"], render_explanation(ex), w["bottleneck"], w["bottleneck_text"]
 
@@ -67,7 +68,7 @@ def fixture_plans():
 ESTIMATES = [estimate(t, load_profile(hw), p, g, b).to_dict() for t, hw, g, b, p in CASES]
 
 
-@pytest.mark.parametrize("d", ESTIMATES + fixture_plans(), ids=lambda d: Plan.from_dict(d).label())
+@pytest.mark.parametrize("d", ESTIMATES + fixture_plans(), ids=lambda d: PlanResult.from_dict(d).plan.label())
 def test_explain_and_report_name_the_same_bottleneck(d):
     best, text, key, sentence = both_say(d)
     assert key == best["bottleneck"] in BREAKDOWN_KEYS

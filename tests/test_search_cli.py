@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from autopar.cli.main import main
-from costmodels.plan import Plan, load_plans
+from costmodels.plans_file import load_plan, load_plans
 
 TINY = "gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32"
 
@@ -21,9 +21,9 @@ def test_search_json_and_plans_file(tmp_path, capsys):
                          "global_batch", "seq", "objective", "version"}
     assert data["optimal"] is True and 1 <= len(data["plans"]) <= 3
     assert [p["rank"] for p in data["plans"]] == list(range(1, len(data["plans"]) + 1))
-    assert json.loads(out.read_text()) == data
+    assert out.read_text() == json.dumps(data, indent=2) + "\n"   # the file format, byte for byte
     plans = load_plans(str(out))                # what report / the runtime read
-    assert Plan.load(str(out)) == plans[0]
+    assert load_plan(str(out)) == plans[0]
     assert plans[0].stages is not None and plans[0].world_size == 4
     for p in data["plans"]:
         assert {"step_time_s", "tokens_per_s", "mfu", "memory_bytes", "breakdown_s", "fits"} <= set(p)

@@ -1,5 +1,5 @@
 """`autopar report` on autopar validate's output: reads it as a plans file and adds the
-predicted-vs-measured chart (hook in autopar/report/load.py and render.py)."""
+predicted-vs-measured chart (the PlansFile's validate section, read in autopar/report/load.py, drawn by render.py)."""
 import json
 from pathlib import Path
 
@@ -18,12 +18,12 @@ def test_report_reads_validate_output_and_draws_the_chart(tmp_path):
 
 
 def test_plain_plans_files_get_no_validate_section(tmp_path):
-    from autopar.report.load import parse
+    from autopar.report.load import records_of
     data = json.loads(RESULT.read_text())
     data.pop("validate")
     for p in data["plans"]:
         for k in [k for k in p if k.startswith(("measured_", "predicted_")) or k in
                   ("step_time_error", "memory_error", "loss", "error")]:
             p.pop(k)
-    recs = parse(data, "plain.json")
+    recs = records_of(data, "plain.json")
     assert recs and all("validate" not in r.file_meta for r in recs)

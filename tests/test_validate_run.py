@@ -5,7 +5,7 @@ import json
 import pytest
 
 from autopar.validate import is_validate_output, validate
-from autopar.validate.chart import validation_chart
+from autopar.report.validate_chart import validation_chart
 
 pytestmark = pytest.mark.slow
 SPEC = "gpt:layers=2,hidden=64,heads=2,vocab=256,seq=32"
@@ -35,10 +35,11 @@ def test_every_plan_measured_beside_its_prediction(result):
 
 
 def test_output_reads_back_and_charts(result, tmp_path):
-    from autopar.validate.run import _plans_source
-    from costmodels.plan import load_plans
+    from costmodels.plans_file import PlansFile
     path = tmp_path / "v.json"
-    path.write_text(json.dumps(result))
-    assert len(load_plans(_plans_source(str(path)))) == 3
+    PlansFile.read(result).write(path)             # what 'autopar validate -o' writes
+    back = PlansFile.read(str(path))
+    assert len(back.plans) == 3 and back.validate == result["validate"]
+    assert back.to_dict() == json.loads(json.dumps(result))
     svg = validation_chart(result)
     assert svg.startswith("<svg") and "step time" in svg

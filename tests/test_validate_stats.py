@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from autopar.validate.run import _plans_source, summarize
+from autopar.validate.run import summarize
 from autopar.validate.stats import mape, spearman
 
 
@@ -37,24 +37,21 @@ def test_summary_over_measured_plans():
     assert s["step_time_mape"] == pytest.approx((0.1 / 1.1 + 0.1 / 1.9) / 2)
 
 
-def test_validate_output_can_be_validated_again():
-    from costmodels.plan import load_plans
-    out = {"version": 1, "model": "m", "plans": [
-        {"dp": 2, "tp": 1, "pp": 1, "micro_batch_size": 2, "step_time_s": 1.0,
-         "measured_step_s": 1.2, "predicted_memory_bytes": 5, "memory_error": 0.1}],
-           "validate": {"summary": {}}}
-    plans = load_plans(_plans_source_from(out))
-    assert plans[0].dp == 2 and plans[0].micro_batch_size == 2
-
-
-def _plans_source_from(obj):
+def test_validate_output_can_be_validated_again(tmp_path):
+    """validate --plans reads its own output: the plans come back, the measured keys beside them
+    are kept apart (``Plan.from_dict`` alone refuses them)."""
     import json
-    import os
-    import tempfile
-    fd, path = tempfile.mkstemp(suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f)
-    try:
-        return _plans_source(path)
-    finally:
-        os.unlink(path)
+
+    from costmodels.errors import PlanError
+    from costmodels.plan import Plan
+    from costmodels.plans_file import PlansFile
+    item = {"dp": 2, "tp": 1, "pp": 1, "micro_batch_size": 2, "step_time_s": 1.0,
+            "measured_step_s": 1.2, "predicted_memory_bytes": 5, "memory_error": 0.1}
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"version": 1, "model": "m", "plans": [item],
+                                "validate": {"summary": {}}}))
+    [r] = PlansFile.read(str(path)).results
+    assert r.plan == Plan(dp=2, micro_batch_size=2)
+    assert r.values["measured_step_s"] == 1.2 and "dp" not in r.values
+    with pytest.raises(PlanError, match="measured_step_s"):
+        Plan.from_dict(item)

@@ -19,8 +19,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from costmodels.plan import Plan
-    plan = Plan.load(args.plan)
+    from costmodels.plans_file import load_plan
+    plan = load_plan(args.plan)
     from autopar.runtime.emit import emit
     res = emit(args.model, plan, args.emit, seq=args.seq)
     print(f"wrote {len(res.files)} file(s) for {len(res.stages)} pipeline stage(s) × tp={plan.tp} "

@@ -23,11 +23,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from autopar.cli.common import print_json
-    from autopar.scoring import as_plans, estimate_plans
-    plans, was_list = as_plans(args.plan)
-    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, plans, seq=args.seq)
-    if args.json:
-        print_json(results if was_list else results[0])
+    from autopar.scoring import estimate_plans
+    from costmodels.plans_file import PlansFile
+    given = PlansFile.read(args.plan)
+    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
+                             seq=args.seq)
+    if args.json:   # one object in, one object out
+        print_json(results[0] if given.form == "object" else results)
         return 0
     render(results)
     return 0
@@ -37,13 +39,13 @@ def render(results) -> None:
     from rich.table import Table
     from autopar.cli.common import console, human
     from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
-    from costmodels.plan import Plan
+    from costmodels.plans_file import PlanResult
     first = results[0]
     t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
                     f"{first['global_batch']}, seq {first['seq']}")
     t.add_column("")
     for i, d in enumerate(results):
-        t.add_column(f"plan {i + 1}\n{Plan.from_dict(d).label()}", justify="right")
+        t.add_column(f"plan {i + 1}\n{PlanResult.from_dict(d).plan.label()}", justify="right")
 
     def row(label, fn):
         t.add_row(label, *[fn(d) for d in results])

@@ -12,8 +12,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from autopar.search import explain_plans, read_plans_file, render_explanation
-    ex = explain_plans(read_plans_file(args.plans))
+    from autopar.search import explain_plans, render_explanation
+    from costmodels.plans_file import PlansFile
+    ex = explain_plans(PlansFile.read(args.plans).check_estimates().to_dict(filled=True))
     if args.json:
         from autopar.cli.common import print_json
         print_json(ex)

@@ -34,7 +34,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import sys
-    from autopar.search import search, write_plans_file, parse_fix
+    from autopar.search import search, parse_fix
+    from costmodels.plans_file import PlansFile
     fix = parse_fix(args.fix)
     result = search(args.model, args.hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
@@ -43,7 +44,7 @@ def run(args) -> int:
                     time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json)
     data = result.plans_file()
     if args.output:
-        write_plans_file(args.output, data)
+        PlansFile.read(data).write(args.output)
     if args.json:
         from autopar.cli.common import print_json
         print_json(data)

@@ -33,16 +33,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import json
     from autopar.cli.common import console, human, print_json
-    from costmodels.files import write_text_atomic
     from autopar.validate import validate
+    from costmodels.plans_file import PlansFile
     res = validate(args.model, args.hardware, args.nproc, args.global_batch, args.plans,
                    steps=args.steps, warmup=args.warmup, seq=args.seq,
                    progress=not args.no_progress, count=args.count, amp=not args.fp32,
                    clock=args.clock)
     if args.output:
-        write_text_atomic(args.output, json.dumps(res, indent=1))
+        PlansFile.read(res).write(args.output, create_folder=True)
     if args.json:
         print_json(res)
         return 0

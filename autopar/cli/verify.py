@@ -38,20 +38,20 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autopar.runtime.verify import verify
     from costmodels.errors import PlanError
-    from costmodels.plan import load_plans
+    from costmodels.plans_file import PlansFile
 
-    plans = load_plans(args.plan)
+    given = PlansFile.read(args.plan)
+    plans = given.plans
     if not 0 <= args.index < len(plans):
         raise PlanError(f"--index {args.index} but the plan file holds {len(plans)} plan(s)")
     plan = plans[args.index]
     if args.steps < 1:
         raise PlanError("--steps must be at least 1")
     seq, global_batch = args.seq, args.global_batch
-    context = _plans_file_context(args.plan)   # a search's plans file: its batch and seq
-    if seq is None and context.get("seq") and context.get("model") == args.model:
-        seq = int(context["seq"])
-    if global_batch is None and context.get("global_batch"):
-        global_batch = int(context["global_batch"])
+    if seq is None and given.seq and given.model == args.model:   # a search's plans file
+        seq = given.seq
+    if global_batch is None and given.global_batch:
+        global_batch = given.global_batch
     par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
                           global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
                           seed=args.seed)
@@ -71,9 +71,3 @@ def run(args) -> int:
     verdict = "OK" if ok else "MISMATCH"
     print(f"largest relative difference {worst:.3g} (tolerance {args.rtol:g}): {verdict}")
     return 0 if ok else 1
-
-
-def _plans_file_context(source: str) -> dict:
-    from costmodels.plan import read_json
-    data = read_json(source, what="plan")
-    return data if isinstance(data, dict) and "plans" in data else {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from costmodels.errors import PlanError
 from costmodels.files import write_text_atomic
 from autopar.report import analysis
-from autopar.report.load import PlanRecord, parse, read_inputs
+from autopar.report.load import PlanRecord, read_inputs, records_of
 from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
 
 FORMATS = ("html", "md", "csv")
@@ -143,7 +143,7 @@ def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | Non
     e.g. from a search run in-process)."""
     records = read_inputs(paths, allow_mixed=allow_mixed) if paths else []
     for i, data in enumerate(extra or []):
-        records.extend(parse(data, f"<search at {data.get('gpus')} GPUs>"))
+        records.extend(records_of(data, f"<search at {data.get('gpus')} GPUs>"))
     if not records:
         raise PlanError("no plans to report on; pass plans files or --scale with a model")
     models = {r.model for r in records}

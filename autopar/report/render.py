@@ -235,7 +235,7 @@ def to_html(report) -> str:
     validated = {id(r.file_meta["validate"]): r.file_meta["validate"] for r in report.records
                  if "validate" in r.file_meta}
     if validated:   # inputs written by autopar validate: predicted vs measured
-        from autopar.validate.chart import validation_chart
+        from autopar.report.validate_chart import validation_chart
         S.append(("validate", "Predicted vs measured (autopar validate)", "".join(
             _figure("validate", validation_chart(v), "Each point is a plan run for real (label: its "
                     "rank in the validate file); on the line the prediction is exact. Method: "

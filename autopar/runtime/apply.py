@@ -63,6 +63,7 @@ from autopar.runtime.stages import (build_local_stages, pipeline_users, row_stat
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
+from costmodels.plans_file import load_plan
 
 _stage_ranges = stage_ranges  # the name tests import
 
@@ -75,7 +76,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
-    JSON string or a path (``Plan.load``). ``loss_fn(output, targets)`` defaults to autopar's
+    JSON string or a path (``costmodels.plans_file.load_plan``). ``loss_fn(output, targets)`` defaults to autopar's
     token loss (cross-entropy / MSE). ``spec`` (with ``seq``, its sequence-length override) or
     ``table``: the model spec or layer table used for the balanced split when the plan has no
     ``stages``. ``example_inputs``: the model's inputs
@@ -84,7 +85,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     process group instead of the whole world.
     """
     if not isinstance(plan, Plan):
-        plan = Plan.from_dict(plan) if isinstance(plan, dict) else Plan.load(str(plan))
+        plan = load_plan(plan if isinstance(plan, dict) else str(plan))   # a plan or an estimate dict, JSON, a file
     if group is None or timeout_s is not None:
         adist.ensure_initialized(plan.world_size, timeout_s)
     if not dist.is_initialized():

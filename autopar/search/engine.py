@@ -68,7 +68,7 @@ class SearchResult:
 
     def plans_file(self) -> dict:
         """The plans file of docs/CONTRACTS.md."""
-        from autopar.search.plansfile import PLANS_FILE_VERSION
+        from costmodels.plans_file import PLANS_FILE_VERSION
         return {"version": PLANS_FILE_VERSION, "model": self.model, "hardware": self.hardware,
                 "gpus": self.gpus, "global_batch": self.global_batch, "seq": self.seq,
                 "objective": self.objective, "optimal": self.optimal,

@@ -18,6 +18,7 @@ from typing import Any
 
 from costmodels.breakdown import bottleneck as find_bottleneck, term_label
 from costmodels.plan import PLAN_FIELDS, Plan
+from costmodels.plans_file import PlanResult
 
 # the fields compared between plans: all but the split points (every searched plan has its own)
 COMPARED_FIELDS = tuple(k for k in PLAN_FIELDS if k != "stages")
@@ -25,7 +26,7 @@ GiB = 1024 ** 3
 
 
 def _fields(p: dict) -> dict:
-    d = Plan.from_dict(p).to_dict()
+    d = PlanResult.from_dict(p).plan.to_dict()
     return {k: d[k] for k in COMPARED_FIELDS}
 
 

@@ -9,7 +9,8 @@
   ``predicted_step_s`` = its ``step_time_s``, ``predicted_memory_bytes`` = its
   ``memory_bytes.total − memory_bytes.reserve`` (what the plan itself puts in memory; the
   reserve is a constant per process and is reported apart).
-* **Plans**: ``plans`` (a plans file, a list of plan dicts, …: ``costmodels.plan.load_plans``) or,
+* **Plans**: ``plans`` (a plans file, validate output, a list of plan dicts, …: whatever
+  ``costmodels.plans_file.PlansFile.read`` accepts) or,
   without, ``default_plans``: a spread picked from ``autopar search``'s ranked plans covering every
   (dp, tp, pp) shape, several micro-batch sizes and every recompute policy.
 * **Measurement**: ``nproc`` local ranks are spawned once (gloo on CPU, NCCL on GPU) and run every
@@ -41,7 +42,7 @@
 The result (``--json`` / ``-o``) is a plans file (docs/CONTRACTS.md) whose plans are the estimate
 results plus the measured fields, with ``"validate": {summary and method}`` at the top, so
 ``autopar report`` reads it as it reads any plans file, and adds the predicted-vs-measured chart
-(``autopar.validate.chart``).
+(``autopar.report.validate_chart``).
 """
 from __future__ import annotations
 
@@ -109,30 +110,6 @@ def default_plans(spec: str, hardware, nproc: int, global_batch: int, seq: int |
     return [{k: p[k] for k in PLAN_KEYS if k in p} for p in chosen]
 
 
-# ---- the ranks ----------------------------------------------------------------------------
-def _plans_source(plans):
-    """``plans`` for ``load_plans``, with what validate adds to each plan dropped (so a validate
-    output can be validated again)."""
-    data = plans
-    if isinstance(plans, (str, os.PathLike)):
-        path = str(plans)
-        if os.path.isfile(path):
-            try:
-                with open(path) as f:
-                    data = json.load(f)
-            except (OSError, json.JSONDecodeError) as e:
-                raise PlanError(f"--plans {path}: cannot read it as JSON ({e}); pass a file written by "
-                                "'autopar search -o' or 'autopar validate -o'") from None
-        else:
-            return plans
-    if isinstance(data, dict) and isinstance(data.get("plans"), list):
-        data = data["plans"]
-    if isinstance(data, list):
-        data = [{k: v for k, v in d.items() if k in PLAN_KEYS or k == "version"}
-                if isinstance(d, dict) else d for d in data]
-    return json.dumps(data)
-
-
 def _median(xs):
     s = sorted(xs)
     k = len(s) // 2
@@ -173,7 +150,8 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
     from autopar.models import load_model
     from autopar.runtime.verify import spawn
     from costmodels.hardware import load_profile
-    from costmodels.plan import Plan, load_plans
+    from costmodels.plan import Plan
+    from costmodels.plans_file import PlansFile
     if nproc < 1:
         raise PlanError(f"--nproc {nproc} must be at least 1")
     if steps < 1 or warmup < 0:
@@ -185,7 +163,7 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
         plan_dicts = default_plans(spec, profile.path or profile.name, nproc, global_batch, seq=seq,
                                    count=count)
     else:
-        plan_dicts = [p.to_dict() for p in load_plans(_plans_source(plans))]
+        plan_dicts = [p.to_dict() for p in PlansFile.read(plans).plans]
     if not plan_dicts:
         raise PlanError("no plans to validate; pass --plans FILE with at least one plan")
     for d in plan_dicts:

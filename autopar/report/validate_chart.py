@@ -1,24 +1,15 @@
-"""Predicted-vs-measured chart of a validate result (matplotlib, inline SVG).
+"""Predicted-vs-measured chart of ``autopar validate``'s output (matplotlib, inline SVG).
 
 ``validation_chart(result) -> str``: two scatter panels (step time, memory), one point per plan
 that ran, labelled with its rank, on the y = x line with a ±15 % (step) / ±10 % (memory) band,
-and the summary (MAPE, Spearman) in the titles. ``autopar report`` embeds it when one of its
-inputs is validate output (``autopar.validate.is_validate_output``).
+and the summary (MAPE, Spearman) in the titles. ``autopar report`` embeds it for each input whose
+``PlansFile`` has a ``validate`` section. It lives in the report, which draws what validate wrote,
+so that the report needs nothing from ``autopar.validate`` (no report <-> validate loop).
 """
 from __future__ import annotations
 
-import io
-
-
-def _svg(fig) -> str:
-    try:
-        from autopar.report.charts import to_svg   # the report's own SVG clean-up, when present
-        return to_svg(fig)
-    except Exception:  # noqa: BLE001
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-        s = buf.getvalue()
-        return s[s.index("<svg"):]
+from costmodels.plans_file import PlansFile
+from autopar.report.charts import to_svg
 
 
 def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):
@@ -44,16 +35,18 @@ def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):
     ax.legend(fontsize=7, loc="upper left", frameon=False)
 
 
-def validation_chart(result: dict) -> str:
-    """SVG of predicted vs measured step time and memory for a validate result."""
+def validation_chart(result) -> str:
+    """SVG of predicted vs measured step time and memory for a validate result (its dict or
+    ``PlansFile``)."""
     from matplotlib.figure import Figure
-    plans = [p for p in result.get("plans", []) if p.get("measured_step_s")]
+    pf = PlansFile.read(result, label="<validate result>")
+    plans = [dict(r.values, rank=r.rank) for r in pf.results if r.values.get("measured_step_s")]
     fig = Figure(figsize=(9.0, 4.0))
     if not plans:
         fig.text(0.5, 0.5, "no plan was measured", ha="center")
-        return _svg(fig)
-    s = result.get("validate", {}).get("summary", {})
-    labels = [str(p.get("rank", i + 1)) for i, p in enumerate(plans)]
+        return to_svg(fig)
+    s = (pf.validate or {}).get("summary", {})
+    labels = [str(p["rank"]) for p in plans]
     a1, a2 = fig.subplots(1, 2)
     _panel(a1, [p["predicted_step_s"] for p in plans], [p["measured_step_s"] for p in plans], labels,
            0.15, 1.0, "s", f"step time: MAPE {s.get('step_time_mape', float('nan')):.1%}, "
@@ -61,13 +54,8 @@ def validation_chart(result: dict) -> str:
     _panel(a2, [p["predicted_memory_bytes"] for p in plans], [p["measured_memory_bytes"] for p in plans],
            labels, 0.10, 2 ** 20, "MiB", f"peak memory: MAPE {s.get('memory_mape', float('nan')):.1%}, "
                                          f"worst {s.get('memory_max_error', float('nan')):.0%}")
-    fig.suptitle(f"{result.get('model', '')} on {result.get('hardware', '')}, {result.get('gpus', '')} ranks, "
-                 f"global batch {result.get('global_batch', '')}: predicted vs measured (labels: rank)",
+    fig.suptitle(f"{pf.model or ''} on {pf.hardware or ''}, {pf.gpus or ''} ranks, "
+                 f"global batch {pf.global_batch or ''}: predicted vs measured (labels: rank)",
                  fontsize=8)
     fig.tight_layout()
-    return _svg(fig)
-
-
-def write_chart(result: dict, path: str) -> None:
-    with open(path, "w") as f:
-        f.write(validation_chart(result))
+    return to_svg(fig)
