@@ -11,6 +11,11 @@ import tempfile
 
 from costmodels.errors import AutoparError
 
+try:
+    import tomllib  # noqa: F401  (re-exported: the TOML reader every profile reader uses)
+except ModuleNotFoundError:  # Python 3.10: the same parser from PyPI (a dependency there)
+    import tomli as tomllib  # noqa: F401
+
 
 def write_text_atomic(path: str | os.PathLike, text: str, create_folder: bool = True) -> None:
     folder = os.path.dirname(os.path.abspath(path)) or "."

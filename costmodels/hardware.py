@@ -83,13 +83,13 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from costmodels.files import tomllib
 from costmodels.comm import TENSOR_KINDS
 from costmodels.errors import ProfileError
 from costmodels.measured_sections import collectives_section, curve_section

@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 import numbers
 import re
-import tomllib
 from typing import Any, Mapping
 
+from costmodels.files import tomllib
 from costmodels.errors import ProfileError
 from costmodels.hardware import parse_profile
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import csv
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from costmodels.files import tomllib
 from costmodels.errors import ProfileError
 from costmodels.hardware import PROFILES_DIR, list_profiles, load_profile, parse_profile
 

@@ -2,12 +2,12 @@
 ``autopar profile --nproc 2 --quick`` run (tests/fixtures/profile_raw_cpu_2rank_quick.json, this
 2-core VM), and where ``autopar profile`` writes. The measuring itself: test_profile_run.py."""
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from autopar.profile import build_profile, default_name, fits, in_step_fits, output_path
+from costmodels.files import tomllib
 from costmodels.hardware import PROFILES_DIR, load_profile
 
 RAW = Path(__file__).parent / "fixtures" / "profile_raw_cpu_2rank_quick.json"

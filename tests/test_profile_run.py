@@ -1,12 +1,12 @@
 """`autopar profile --quick` on 2 local ranks: the fit reproduces what it measured, and the
 profile it writes round-trips through costmodels.hardware.load_profile."""
 import os
-import tomllib
 
 import numpy as np
 import pytest
 
 from autopar.profile import build_profile, fits, in_step_fits, write_profile
+from costmodels.files import tomllib
 from costmodels.errors import ProfileError
 from costmodels.hardware import load_profile
 

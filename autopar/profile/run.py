@@ -18,9 +18,9 @@ import datetime as _dt
 import os
 import platform
 import socket
-import tomllib
 from pathlib import Path
 
+from costmodels.files import tomllib
 from costmodels.errors import ProfileError
 from costmodels.files import write_text_atomic
 
