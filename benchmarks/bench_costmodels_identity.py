@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt  # noqa: E402
+
 from costmodels.errors import AutoparError  # noqa: E402
 from costmodels.estimate import estimate  # noqa: E402
 from costmodels.hardware import load_profile  # noqa: E402
 from costmodels.plan import Plan  # noqa: E402
-from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt  # noqa: E402
 
 REFERENCE = ROOT / "benchmarks" / "data" / "identity_reference.json"
 PRECISIONS = ("bf16-mixed", "amp", "fp32")

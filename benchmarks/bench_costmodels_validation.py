@@ -16,8 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costmodels.validation import (CALIBRATION_ROWS, SHAPE, SHAPE_FLOPS, TABLE5_SPECS, fit,  # noqa: E402
-                                   table2, table5, zero_table1)
+from costmodels.validation import CALIBRATION_ROWS, SHAPE, SHAPE_FLOPS, TABLE5_SPECS, fit, table2, table5, zero_table1  # noqa: E402
 
 
 def pct(x: float) -> str:

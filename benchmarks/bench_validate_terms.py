@@ -32,9 +32,17 @@ def main() -> None:
     torch.set_num_threads(1)
     from autopar.models import load_model
     from autopar.trace import table_for
-    from costmodels.compute import (ATTN_BWD_RATIO, C_BWD, C_FWD, LOSS_BYTES_PER_LOGIT,
-                                    activation_bytes_none, autocast_step_s, optimizer_step_s,
-                                    row_times, table_arrays)
+    from costmodels.compute import (
+        ATTN_BWD_RATIO,
+        C_BWD,
+        C_FWD,
+        LOSS_BYTES_PER_LOGIT,
+        activation_bytes_none,
+        autocast_step_s,
+        optimizer_step_s,
+        row_times,
+        table_arrays,
+    )
     from costmodels.hardware import load_profile
     src = load_model(args.model)
     model = src.build("cpu", seed=0, attention="flash")

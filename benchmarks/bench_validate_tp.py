@@ -2,13 +2,16 @@
 the validate model, 2 local ranks (torch.profiler shares x the step's CPU time, as
 bench_validate_terms.py does for one process). Run: python benchmarks/bench_validate_tp.py
 """
-import os, time, torch
+import time
+
+import torch
+
+
 def rank_fn(plan_d):
     import warnings; warnings.filterwarnings("ignore")
-    import torch.distributed as dist
     from autopar.models import load_model
-    from autopar.runtime.apply import apply
     from autopar.runtime import dist as adist
+    from autopar.runtime.apply import apply
     from costmodels.plan import Plan
     adist.ensure_initialized(2)
     spec="gpt:layers=4,hidden=256,heads=4,vocab=8192,seq=256"
@@ -24,7 +27,7 @@ def rank_fn(plan_d):
     c0=time.process_time()
     for _ in range(3): step()
     cpu=(time.process_time()-c0)/3
-    from torch.profiler import profile, ProfilerActivity
+    from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as p: step()
     cats={}
     opt_t=0

@@ -24,8 +24,9 @@ and the exposed data-parallel sync (the worst over ranks) belong to no single st
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # the keys of an estimate's memory_bytes (the most loaded GPU; total = the sum of the others)
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")

@@ -37,8 +37,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.comm import collective_latency, collective_time, plan_tiers
-from costmodels.compute import (RUNTIME_PRECISIONS, RowTimes, TableArrays, activation_bytes_none,
-                                optimizer_shards, optimizer_step_s, row_times, table_arrays)
+from costmodels.compute import (
+    RUNTIME_PRECISIONS,
+    RowTimes,
+    TableArrays,
+    activation_bytes_none,
+    optimizer_shards,
+    optimizer_step_s,
+    row_times,
+    table_arrays,
+)
 from costmodels.hardware import HardwareProfile
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, activation_bytes, model_state_bytes

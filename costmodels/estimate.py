@@ -45,8 +45,7 @@ import numpy as np
 from costmodels.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: F401  (re-exported)
 from costmodels.coefficients import dp_sync, row_coefficients
 from costmodels.comm import collective_time, plan_tiers
-from costmodels.compute import (RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards,
-                                optimizer_step_s, table_arrays)
+from costmodels.compute import RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards, optimizer_step_s, table_arrays
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
@@ -54,7 +53,6 @@ from costmodels.memory import STATE_BYTES, check_precision, in_flight, stage_mem
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
 from costmodels.split import balanced_stages, check_stage_rows
-
 
 
 def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> tuple[tuple[int, int], ...]:

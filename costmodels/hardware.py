@@ -89,9 +89,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodels.files import tomllib
 from costmodels.comm import TENSOR_KINDS
 from costmodels.errors import ProfileError
+from costmodels.files import tomllib
 from costmodels.measured_sections import collectives_section, curve_section
 
 PROFILE_VERSION = 1

@@ -99,7 +99,7 @@ class LayerTable:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LayerTable":
+    def from_dict(cls, d: dict[str, Any]) -> LayerTable:
         try:
             if "rows" not in d and isinstance(d.get("layers"), list):
                 # the JSON of 'autopar inspect --json': rows under "layers", count in "num_layers"

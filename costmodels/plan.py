@@ -95,7 +95,7 @@ class Plan:
                             "micro_batch_size")
         return global_batch // per
 
-    def with_(self, **changes) -> "Plan":
+    def with_(self, **changes) -> Plan:
         return replace(self, **changes)
 
     # ---- (de)serialisation ----------------------------------------------------
@@ -108,7 +108,7 @@ class Plan:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
         """Build from a dict of plan fields; any other key is a PlanError naming it (what other
         layers write beside a plan is split off by ``costmodels.plans_file.PlanResult``)."""
         if not isinstance(d, dict):

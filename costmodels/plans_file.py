@@ -70,7 +70,7 @@ class PlanResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], position: int = 1) -> "PlanResult":
+    def from_dict(cls, d: dict[str, Any], position: int = 1) -> PlanResult:
         """Split an estimate result into plan fields and the rest; a bare plan (no
         ``step_time_s``) may hold plan fields and ``rank`` only (``Plan.from_dict`` names an
         unknown key and the allowed fields)."""
@@ -107,7 +107,7 @@ class PlansFile:
 
     # ---- reading ------------------------------------------------------------------------
     @classmethod
-    def read(cls, source: Any, *, label: str | None = None) -> "PlansFile":
+    def read(cls, source: Any, *, label: str | None = None) -> PlansFile:
         """The plans in ``source`` (the forms in the module docstring); ``label`` names a
         dict / list source in messages (a path or JSON text names itself)."""
         if isinstance(source, PlansFile):
@@ -126,7 +126,7 @@ class PlansFile:
                         "text, a dict, a list or a Plan)")
 
     @classmethod
-    def _from_data(cls, data: Any, source: str) -> "PlansFile":
+    def _from_data(cls, data: Any, source: str) -> PlansFile:
         if isinstance(data, dict) and "plans" in data:
             items = data["plans"]
             if not isinstance(items, list):
@@ -175,7 +175,7 @@ class PlansFile:
         """The file's model, hardware, gpus, global_batch and seq (those it states)."""
         return {k: getattr(self, k) for k in CONTEXT_KEYS if getattr(self, k) is not None}
 
-    def check_estimates(self) -> "PlansFile":
+    def check_estimates(self) -> PlansFile:
         """Self, or PlanError naming the file, the plan and the field, unless every result is an
         estimate that says its context and whose figures are numbers (what report and explain
         compute with)."""

@@ -27,10 +27,11 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from costmodels.files import tomllib
 from costmodels.errors import ProfileError
+from costmodels.files import tomllib
 from costmodels.hardware import parse_profile
 
 __all__ = ["dump_profile"]

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

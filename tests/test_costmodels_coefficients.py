@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from synthetic_tables import gpt3_175b, gpt_table
 
 from costmodels.coefficients import dp_sync, dp_sync_line, row_coefficients
 from costmodels.comm import collective_steps, collective_time, plan_tiers
@@ -14,7 +15,6 @@ from costmodels.estimate import check_plan, chunk_cost
 from costmodels.hardware import load_profile
 from costmodels.memory import activation_bytes
 from costmodels.plan import Plan
-from synthetic_tables import gpt3_175b, gpt_table
 
 A100 = load_profile("a100-80g-sxm")
 

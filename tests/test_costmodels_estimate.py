@@ -8,18 +8,18 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic_tables import gpt3_175b, gpt_table, llama3_70b, tiny_gpt
 
+from costmodels.coefficients import dp_sync
 from costmodels.comm import collective_bytes, collective_time, group_tier, plan_tiers
 from costmodels.compute import optimizer_step_s
 from costmodels.errors import PlanError
-from costmodels.coefficients import dp_sync
-from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, chunk_cost, check_plan, estimate
+from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, check_plan, chunk_cost, estimate
 from costmodels.hardware import LinkTier, load_profile
 from costmodels.pipeline import bubble_fraction_uniform, pipeline_time
 from costmodels.plan import Plan
 from costmodels.plans_file import PlanResult
 from costmodels.split import balanced_stages, partition
-from synthetic_tables import gpt3_175b, gpt_table, llama3_70b, tiny_gpt
 
 A100 = "a100-80g-sxm"
 

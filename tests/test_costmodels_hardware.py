@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from costmodels.files import tomllib
 from costmodels.errors import ProfileError
+from costmodels.files import tomllib
 from costmodels.hardware import PROFILES_DIR, list_profiles, load_profile, parse_profile
 
 REQUIRED = ("a100-40g-sxm", "a100-80g-sxm", "h100-80g-sxm", "h200-141g-sxm", "b200-180g-sxm", "cpu-2core")

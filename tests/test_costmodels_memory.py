@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from synthetic_tables import gpt3_175b, gpt_table, tiny_gpt
 
 from costmodels.compute import table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import activation_bytes, in_flight, model_state_bytes
 from costmodels.plan import Plan
 from costmodels.validation import read_csv
-from synthetic_tables import gpt3_175b, gpt_table, tiny_gpt
+
 
 def _csv(name):
     """Rows of tests/data/validation/<name>; a missing file fails (never a silent empty set)."""

@@ -2,7 +2,8 @@
 (costmodels.schedule_sim), the reference: exact for uniform chunks, within the docstring's
 measured bounds for random per-chunk times."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costmodels.pipeline import column_maxima, pipeline_time
 from costmodels.schedule_sim import simulate

@@ -11,8 +11,7 @@ import pytest
 
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
-from costmodels.plans_file import load_plan, load_plans
-from costmodels.plans_file import PlanResult, PlansFile
+from costmodels.plans_file import PlanResult, PlansFile, load_plan, load_plans
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 G256 = json.loads((FIX / "g256.json").read_text())          # a plans file (search's layout)

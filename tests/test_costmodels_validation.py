@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, fit, table5, table5_cases, table2
+from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, fit, table2, table5, table5_cases
 
 trace = pytest.importorskip("autopar.trace")
 

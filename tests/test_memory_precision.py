@@ -137,9 +137,9 @@ def test_amp_model_states_are_what_the_runtime_holds():
 def test_amp_prediction_matches_a_measured_single_process_step():
     """autopar's runtime on one process (no torchrun), micro-batches 1 and 2: the amp estimate
     (total minus reserve) against the profiler's peak live bytes."""
-    from autopar.scoring import estimate_plans
     from autopar.models import load_model
     from autopar.runtime.apply import apply
+    from autopar.scoring import estimate_plans
     spec = "gpt:layers=2,hidden=128,heads=2,vocab=4096,seq=128"
     src = load_model(spec)
     x, y = src.make_batch(4, seed=0)

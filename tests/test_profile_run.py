@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from autopar.profile import build_profile, fits, in_step_fits, write_profile
-from costmodels.files import tomllib
 from costmodels.errors import ProfileError
+from costmodels.files import tomllib
 from costmodels.hardware import load_profile
 
 pytestmark = pytest.mark.slow

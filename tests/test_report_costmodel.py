@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+from synthetic_tables import gpt3_175b, tiny_gpt
 
 from autopar.cli.main import main
 from autopar.report import build, make_report
@@ -12,7 +13,6 @@ from autopar.report.load import read_inputs
 from costmodels.estimate import estimate
 from costmodels.hardware import load_profile
 from costmodels.plan import Plan
-from synthetic_tables import gpt3_175b, tiny_gpt
 
 PLANS = [dict(tp=8, pp=8, vpp=2, schedule="interleaved-1f1b", recompute="selective", sequence_parallel=True, zero=1),
          dict(tp=8, pp=16, recompute="selective", sequence_parallel=True, zero=1),

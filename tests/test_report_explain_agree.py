@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt
 
 from autopar.report.analysis import groups, why
 from autopar.report.load import records_of
@@ -20,7 +21,6 @@ from costmodels.estimate import estimate
 from costmodels.hardware import load_profile
 from costmodels.plan import Plan
 from costmodels.plans_file import PlanResult
-from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
 LLAMA, GPT3, TINY = llama3_8b(seq=4096), gpt3_175b(), tiny_gpt(layers=6)

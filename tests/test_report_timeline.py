@@ -2,7 +2,8 @@
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autopar.report.timeline import drawn_micro_batches, simulate, stage_order
 

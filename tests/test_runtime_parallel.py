@@ -86,8 +86,8 @@ def _case_id(c):
 
 def _make_case(model_name, plan):
     from autopar.models import load_model
-    from autopar.runtime.verify import Case, no_dropout
     from autopar.models.source import token_loss
+    from autopar.runtime.verify import Case, no_dropout
     n_micro = 2 * plan.pp if plan.pp > 1 else 2
     gb = plan.dp * plan.micro_batch_size * n_micro
     if model_name == "nanogpt":

@@ -6,13 +6,13 @@ import dataclasses
 import random
 
 import pytest
+from synthetic_tables import gpt3_175b, llama_table
 
+from autopar.search.costs import Costs
+from autopar.search.space import Shape, configurations
+from autopar.search.split_model import SplitModel, time_unit
 from costmodels.estimate import estimate
 from costmodels.hardware import load_profile
-from autopar.search.costs import Costs
-from autopar.search.split_model import SplitModel, time_unit
-from autopar.search.space import Shape, configurations
-from synthetic_tables import gpt3_175b, llama_table
 
 
 def _random_split(rng, n, S):
@@ -85,8 +85,9 @@ def test_interleaved_split_is_the_best_of_every_split_and_its_bounds_hold(pp, vp
     """Interleaved pipeline time (m·Σ_c C_c + (pp−1)·max_c C_c) through CP-SAT, with its
     redundant column cut, against every split of a 12-block table scored by the estimate: CP-SAT's
     optimum is the enumeration's, and no split beats ``time_lower_bound`` or ``column_sum_bound``."""
-    from autopar.search.engine import all_splits
     from synthetic_tables import gpt_table
+
+    from autopar.search.engine import all_splits
     table = gpt_table(12, 256, 4, 5000, 128, model="gpt-12")
     prof = load_profile("a100-80g-sxm")
     costs = Costs(table, prof, batch)

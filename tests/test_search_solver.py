@@ -5,15 +5,16 @@ prediction for the plan it returns (up to integer rounding)."""
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from synthetic_tables import gpt_table
 
-from costmodels.errors import NoFeasiblePlanError
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
 from autopar.search.costs import Costs
 from autopar.search.engine import enumerate_plans, run_search
 from autopar.search.space import parse_fix
-from synthetic_tables import gpt_table
+from costmodels.errors import NoFeasiblePlanError
+from costmodels.estimate import estimate
+from costmodels.hardware import load_profile
 
 BASE = load_profile("a100-80g-sxm")
 
@@ -165,6 +166,7 @@ def test_at_scale_gpt3_on_1024_a100_is_proved_and_matches_estimate():
 
 def test_progress_goes_to_stderr_only_after_a_second():
     import io
+
     from autopar.search.engine import Progress
     buf = io.StringIO()
     p = Progress(True, after_s=0.0, every_s=0.0, stream=buf)

@@ -1,8 +1,8 @@
 """The search space: --fix parsing, candidate degrees, divisibility, canonical forms."""
 import pytest
 
-from costmodels.errors import PlanError
 from autopar.search.space import Shape, configurations, parse_fix, tp_candidates
+from costmodels.errors import PlanError
 
 
 def test_parse_fix_values_and_aliases():

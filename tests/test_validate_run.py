@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from autopar.validate import is_validate_output, validate
 from autopar.report.validate_chart import validation_chart
+from autopar.validate import is_validate_output, validate
 
 pytestmark = pytest.mark.slow
 SPEC = "gpt:layers=2,hidden=64,heads=2,vocab=256,seq=32"

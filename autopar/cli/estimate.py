@@ -37,6 +37,7 @@ def run(args) -> int:
 
 def render(results) -> None:
     from rich.table import Table
+
     from autopar.cli.common import console, human
     from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
     from costmodels.plans_file import PlanResult

@@ -46,10 +46,10 @@ def _ints(text: str, what: str, n: int | None = None) -> list[int]:
 
 
 def run(args) -> int:
-    from costmodels.errors import NoFeasiblePlanError, PlanError
     from autopar.report import scale_search
     from autopar.report.core import make_report, write_atomic
     from autopar.report.load import read_inputs
+    from costmodels.errors import NoFeasiblePlanError, PlanError
 
     fmt = args.format
     if fmt is None:

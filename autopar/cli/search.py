@@ -34,7 +34,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import sys
-    from autopar.search import search, parse_fix
+
+    from autopar.search import parse_fix, search
     from costmodels.plans_file import PlansFile
     fix = parse_fix(args.fix)
     result = search(args.model, args.hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
@@ -79,6 +80,7 @@ def print_table(data: dict) -> None:
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
     import shutil
+
     from rich.console import Console
     c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 150))
     c.print(t)

@@ -7,8 +7,9 @@ the loss. The runtime relies on ``build(device, seed)`` giving the same weights 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn

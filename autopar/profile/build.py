@@ -38,9 +38,8 @@ dict, so the file holds exactly the document built.
 """
 from __future__ import annotations
 
-from costmodels.profile_format import dump_profile
-
 from autopar.profile.fit import AlphaBeta, bus_bandwidth, fit_alpha_beta, fit_joint
+from costmodels.profile_format import dump_profile
 
 __all__ = ["build_profile", "fits", "in_step_fits"]
 

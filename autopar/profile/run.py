@@ -20,9 +20,8 @@ import platform
 import socket
 from pathlib import Path
 
-from costmodels.files import tomllib
 from costmodels.errors import ProfileError
-from costmodels.files import write_text_atomic
+from costmodels.files import tomllib, write_text_atomic
 
 __all__ = ["profile_machine", "profile_rank", "default_name", "output_path", "write_profile"]
 
@@ -121,8 +120,15 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     import torch
     import torch.distributed as dist
 
-    from autopar.profile.measure import (DTYPES, ProgressBar, agreed_time, best_time, collective_fn,
-                                         plan_sizes, rss_bytes)
+    from autopar.profile.measure import (
+        DTYPES,
+        ProgressBar,
+        agreed_time,
+        best_time,
+        collective_fn,
+        plan_sizes,
+        rss_bytes,
+    )
     warnings.filterwarnings("ignore", category=FutureWarning)
     cuda = torch.cuda.is_available()
     if not dist.is_initialized():
@@ -177,9 +183,8 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
         del src, dst
         # ---- element-wise, attention, optimizer (autopar.profile.kernels) -------------------
-        from costmodels.compute import OPTIMIZER_BYTES_PER_PARAM
-
         from autopar.profile import kernels
+        from costmodels.compute import OPTIMIZER_BYTES_PER_PARAM
         bar.step("element-wise, attention, optimizer")
         dist.barrier()
         kt = max(sz["min_time_s"], 0.1)

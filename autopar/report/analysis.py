@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS, bottleneck as find_bottleneck
-from costmodels.plan import PLAN_FIELDS
-
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.breakdown import bottleneck as find_bottleneck
+from costmodels.plan import PLAN_FIELDS
 
 
 # ---- small helpers ------------------------------------------------------------------------

@@ -16,11 +16,10 @@ from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
-
 from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, stage_memories
 from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.timeline import Timeline
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
 
 TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756",
                "dp_exposed": "#F58518", "tp_exposed": "#54A24B", "pp_exposed": "#B279A2",

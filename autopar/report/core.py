@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from costmodels.errors import PlanError
-from costmodels.files import write_text_atomic
 from autopar.report import analysis
 from autopar.report.load import PlanRecord, read_inputs, records_of
 from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
+from costmodels.errors import PlanError
+from costmodels.files import write_text_atomic
 
 FORMATS = ("html", "md", "csv")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from costmodels.breakdown import MEMORY_KEYS as ESTIMATE_MEMORY_KEYS
 from costmodels.errors import PlanError
 from costmodels.estimate import BREAKDOWN_KEYS  # noqa: F401  (re-exported: analysis, charts, render)
-from costmodels.breakdown import MEMORY_KEYS as ESTIMATE_MEMORY_KEYS
 from costmodels.plan import Plan
 from costmodels.plans_file import CONTEXT_KEYS, HINT, PlansFile
 

@@ -6,10 +6,9 @@ import io
 import os
 from typing import Any
 
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
-
 from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
+from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
 
 RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
                 "SP", "step time", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")

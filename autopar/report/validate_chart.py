@@ -8,8 +8,8 @@ so that the report needs nothing from ``autopar.validate`` (no report <-> valida
 """
 from __future__ import annotations
 
-from costmodels.plans_file import PlansFile
 from autopar.report.charts import to_svg
+from costmodels.plans_file import PlansFile
 
 
 def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):

@@ -6,8 +6,8 @@ docs/CONTRACTS.md ("Rewrite API") for the exact conventions. ``autopar apply --e
 code of every rank's rows (``autopar.runtime.emit``).
 """
 from autopar.rewrite.collectives import FakeGroup
-from autopar.rewrite.state import gather_row_state_dict, collectives_of
 from autopar.rewrite.shard_layers import ShardSpec
+from autopar.rewrite.state import collectives_of, gather_row_state_dict
 from autopar.rewrite.tp import rewrite_row
 
 __all__ = ["rewrite_row", "FakeGroup", "ShardSpec", "gather_row_state_dict", "collectives_of"]

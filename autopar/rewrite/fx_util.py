@@ -20,6 +20,7 @@ def drop_stale_fx_wraps() -> None:
     ``symbolic_trace`` in the process then fails with a KeyError. Drop such entries."""
     try:
         import builtins
+
         from torch.fx import _symbolic_trace as st
         table = st._wrapped_fns_to_patch
         for key, frame in list(table.items()):

@@ -18,8 +18,7 @@ import operator
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.rewrite.collectives import (CopyToTP, GatherLastDim, GatherSeq, ReduceFromTP,
-                                         ReduceScatterSeq, ScatterSeq)
+from autopar.rewrite.collectives import CopyToTP, GatherLastDim, GatherSeq, ReduceFromTP, ReduceScatterSeq, ScatterSeq
 from autopar.rewrite.fx_util import is_tensor, where
 from autopar.rewrite.local_graph import LocalGraph
 from autopar.rewrite.shard_layers import column_parallel, row_parallel, vocab_parallel

@@ -40,10 +40,16 @@ from autopar.rewrite.collectives import FakeGroup, group_rank, group_size
 from autopar.rewrite.fx_util import drop_stale_fx_wraps, has_tensor, owner_of, serial_values, trace_row, where
 from autopar.rewrite.generic_nodes import GenericNodes
 from autopar.rewrite.pairs import find_layout
-from autopar.rewrite.recompute import apply_recompute
 from autopar.rewrite.parallel_nodes import SEQ_DIM, ParallelNodes
-from autopar.rewrite.shard_layers import (ColumnParallelLinear, RowParallelLinear, ShardedDropout, ShardSpec,
-                                          VocabParallelEmbedding, sharded_dropout)
+from autopar.rewrite.recompute import apply_recompute
+from autopar.rewrite.shard_layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    ShardedDropout,
+    ShardSpec,
+    VocabParallelEmbedding,
+    sharded_dropout,
+)
 from costmodels.errors import PlanError, TraceError
 
 __all__ = ["rewrite_row", "infer_example_input", "ShardSpec", "ColumnParallelLinear", "RowParallelLinear",

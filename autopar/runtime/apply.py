@@ -48,7 +48,7 @@ stage modules and their state-dict keys), ``data_parallel`` (DDP / ZeRO / FSDP2)
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -58,8 +58,7 @@ from autopar.runtime import dist as adist
 from autopar.runtime.checkpoint import full_state_dict
 from autopar.runtime.data_parallel import Zero1, bucketed_mean, syncs_after_step, wrap_dp
 from autopar.runtime.rows import model_rows
-from autopar.runtime.stages import (build_local_stages, pipeline_users, row_state_keys,
-                                    stage_ranges, tie_parameters)
+from autopar.runtime.stages import build_local_stages, pipeline_users, row_state_keys, stage_ranges, tie_parameters
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
@@ -72,7 +71,7 @@ __all__ = ["Runner", "apply"]
 
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
           seq: int | None = None, table=None, example_inputs=None, group=None,
-          timeout_s: float | None = None) -> "Runner":
+          timeout_s: float | None = None) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a

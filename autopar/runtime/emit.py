@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from autopar.rewrite.collectives import FakeGroup
-from autopar.runtime.emit_summary import collective_rows, summary
 from autopar.rewrite.state import collectives_of
 from autopar.rewrite.tp import rewrite_row
+from autopar.runtime.emit_summary import collective_rows, summary
 from autopar.runtime.rows import model_rows
 from autopar.runtime.stages import row_inputs, stage_ranges
 

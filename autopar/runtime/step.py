@@ -7,7 +7,7 @@ runs it, and what a schedule refuses is turned into a PlanError naming the fix h
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

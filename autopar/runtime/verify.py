@@ -14,8 +14,8 @@ import os
 import pickle
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -175,8 +175,8 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed)
     import torch.distributed as dist
 
     from autopar.runtime import dist as adist
-    from costmodels.plan import Plan
     from costmodels.errors import AutoparError
+    from costmodels.plan import Plan
     plan = Plan.from_dict(plan_dict)
     try:
         case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed)

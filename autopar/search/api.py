@@ -19,10 +19,10 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     give ``target_step_time_s`` or ``target_tokens_per_s``). ``table``: a LayerTable to use instead
     of tracing ``model``. Raises ``NoFeasiblePlanError`` with the explanation when nothing fits.
     """
-    from costmodels.hardware import load_profile
     from autopar.search.costs import Costs
     from autopar.search.engine import Progress, run_search
     from autopar.search.space import parse_fix
+    from costmodels.hardware import load_profile
     if isinstance(fix, str):
         fix = parse_fix(fix)
     if gpus < 1:

@@ -8,13 +8,13 @@ rounding, and ``evaluate`` *is* ``estimate``.
 """
 from __future__ import annotations
 
+from autopar.search.space import Config
+from autopar.search.terms import Terms
 from costmodels.coefficients import row_coefficients
 from costmodels.comm import plan_tiers
 from costmodels.compute import optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import in_flight
-from autopar.search.space import Config
-from autopar.search.terms import Terms
 
 
 class Costs:

@@ -42,13 +42,14 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
+from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
+from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
 from costmodels.errors import NoFeasiblePlanError, PlanError
 from costmodels.estimate import check_plan
-from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
-from autopar.search.space import Shape, configurations, gpu_counts, check_fix_against
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
 

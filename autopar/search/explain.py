@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodels.breakdown import bottleneck as find_bottleneck, term_label
+from costmodels.breakdown import bottleneck as find_bottleneck
+from costmodels.breakdown import term_label
 from costmodels.plan import PLAN_FIELDS, Plan
 from costmodels.plans_file import PlanResult
 

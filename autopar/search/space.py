@@ -24,8 +24,9 @@ the solver places them.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, Iterator
+from typing import Any
 
 from costmodels.errors import PlanError
 from costmodels.plan import ATTENTION, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
@@ -67,7 +68,7 @@ class Config:
                     stages=tuple(tuple(s) for s in stages) if stages is not None else None)
 
     @classmethod
-    def of(cls, plan: Plan) -> "Config":
+    def of(cls, plan: Plan) -> Config:
         return cls(**{f.name: getattr(plan, f.name) for f in fields(cls)})
 
 
@@ -182,7 +183,7 @@ class Shape:
     kv_heads: int | None
 
     @classmethod
-    def of(cls, table) -> "Shape":
+    def of(cls, table) -> Shape:
         return cls(rows=len(table.rows), layers=table.layers, heads=table.heads,
                    kv_heads=table.kv_heads)
 

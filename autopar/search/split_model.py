@@ -361,7 +361,7 @@ class SplitModel:
         for v in range(1, self.S):
             self.model.AddHint(self.x[v], st[v][0])
 
-    def build(self) -> "SplitModel":
+    def build(self) -> SplitModel:
         self._split_points()
         self._hint()
         self._stage_sums()

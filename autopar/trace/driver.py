@@ -31,8 +31,8 @@ from torch.utils import _pytree as pytree
 
 from autopar.trace.blocks import RowInfo, assign_rows, call_values, find_block_list, structure_groups, value_sig
 from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter, empty_like_tree, replay, storage_key
-from autopar.trace.table import build_table
 from autopar.trace.result import TraceResult
+from autopar.trace.table import build_table
 from autopar.trace.tracer import CallWrapper, trace_call, trace_error
 from costmodels.errors import TraceError
 from costmodels.layer_table import LayerTable
@@ -79,13 +79,13 @@ def _tracing_libraries():
     if orig is not None:
         for name, mod in list(sys.modules.items()):
             if name.startswith("transformers") and getattr(mod, "is_tracing", None) is orig:
-                setattr(mod, "is_tracing", lambda *a, **k: True)
+                mod.is_tracing = lambda *a, **k: True
                 patched.append(mod)
     try:
         yield
     finally:
         for mod in patched:
-            setattr(mod, "is_tracing", orig)
+            mod.is_tracing = orig
 
 
 def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:

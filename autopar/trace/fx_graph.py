@@ -14,7 +14,7 @@ for "the closest node that satisfies a predicate".
 from __future__ import annotations
 
 import operator
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.fx as fx

@@ -20,8 +20,20 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.trace.fx_graph import (ABORT, EXPAND, INPUTS, PRUNE, USERS, ancestors, descendants,
-                                    is_activation_matmul, is_linear_module, is_softmax, nearest, walk)
+from autopar.trace.fx_graph import (
+    ABORT,
+    EXPAND,
+    INPUTS,
+    PRUNE,
+    USERS,
+    ancestors,
+    descendants,
+    is_activation_matmul,
+    is_linear_module,
+    is_softmax,
+    nearest,
+    walk,
+)
 
 
 @dataclass

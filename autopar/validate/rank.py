@@ -34,7 +34,8 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
     import torch.distributed as dist
 
     from autopar.models import load_model
-    from autopar.profile.measure import ProgressBar as _Bar, rss_bytes
+    from autopar.profile.measure import ProgressBar as _Bar
+    from autopar.profile.measure import rss_bytes
     from autopar.runtime import dist as adist
     warnings.filterwarnings("ignore")
     cuda = torch.cuda.is_available()

@@ -51,11 +51,10 @@ import os
 import time
 from typing import Any
 
-from costmodels.errors import PlanError
-from costmodels.plan import PLAN_FIELDS
-
 from autopar.validate.rank import validate_rank
 from autopar.validate.stats import mape, spearman
+from costmodels.errors import PlanError
+from costmodels.plan import PLAN_FIELDS
 
 __all__ = ["validate", "default_plans", "summarize", "mape", "spearman", "is_validate_output"]
 
@@ -146,9 +145,9 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
     docstring. Returns a plans file with the measurements and ``"validate"`` (the summary)."""
     import torch
 
-    from autopar.scoring import estimate_plans
     from autopar.models import load_model
     from autopar.runtime.verify import spawn
+    from autopar.scoring import estimate_plans
     from costmodels.hardware import load_profile
     from costmodels.plan import Plan
     from costmodels.plans_file import PlansFile
