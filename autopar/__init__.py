@@ -9,7 +9,8 @@ from costmodels.plan import Plan
 from costmodels.plans_file import PlansFile, load_plan, load_plans
 
 __version__ = "0.1.0"
-__all__ = ["AutoparError", "Plan", "PlansFile", "load_plan", "load_plans", "load_model", "apply", "estimate_plans", "__version__"]
+__all__ = ["AutoparError", "Plan", "PlansFile", "load_plan", "load_plans", "load_model", "apply",
+           "estimate_plans", "__version__"]
 
 
 def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed

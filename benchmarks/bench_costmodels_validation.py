@@ -3,8 +3,9 @@
     python benchmarks/bench_costmodels_validation.py              # markdown tables
     python benchmarks/bench_costmodels_validation.py --calibrate  # re-run the fit (≈15 s)
 
-Sources (tests/data/validation/, copied from the shared open-data folder): ZeRO Table 1 (Rajbhandari et al. 2020), Korthikanti et al.
-2022 Table 2 (activation formulas) and Tables 3/5 (iteration times on A100 80GB).
+Sources (tests/data/validation/, copied from the shared open-data folder): ZeRO Table 1 (Rajbhandari et
+al. 2020), Korthikanti et al. 2022 Table 2 (activation formulas) and Tables 3/5 (iteration times on A100
+80GB).
 Real layer tables from ``autopar.trace.table_for``.
 """
 from __future__ import annotations

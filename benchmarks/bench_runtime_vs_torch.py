@@ -6,7 +6,9 @@
   ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves.
 
 Prints the median step time of each (after warm-up; the best of several alternating rounds, as
-the host may be shared) and the ratio autopar / torch (target ≤ 1.05). Usage: python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
+the host may be shared) and the ratio autopar / torch (target ≤ 1.05).
+
+    python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def _rank(spec: str, steps: int, global_batch: int, n_micro: int, rounds: int):
     ddp = DDP(source.build("cpu", seed=0), broadcast_buffers=False)
     opt2 = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
-    def torch_dp():
+    def torch_dp(ddp=ddp):
         loss = source.loss(ddp(idx[mine]), targets[mine])
         loss.backward()
         opt2.step()

@@ -56,11 +56,13 @@ def main() -> None:
     print(f"{'row':<12}{'predicted MiB':>15}{'saved MiB':>12}   by dtype")
     tp = ts = 0.0
     for (name, _), r in zip(rows + [("loss", None)], list(table.rows) + [None]):
-        pred = 0.0 if r is None else r.saved_activation_bytes - (r.act_attention_core_bytes if args.attention == "flash" else 0)
+        core = r.act_attention_core_bytes if r is not None and args.attention == "flash" else 0
+        pred = 0.0 if r is None else r.saved_activation_bytes - core
         got = {d: v for (n, d), v in saved.items() if n == name}
         tot = sum(got.values())
         tp, ts = tp + pred, ts + tot
-        print(f"{name:<12}{pred / mib:>15.2f}{tot / mib:>12.2f}   " + ", ".join(f"{d} {v / mib:.2f}" for d, v in sorted(got.items())))
+        print(f"{name:<12}{pred / mib:>15.2f}{tot / mib:>12.2f}   " + ", ".join(f"{d} {v / mib:.2f}" for d,
+                                                                                v in sorted(got.items())))
     print(f"{'total':<12}{tp / mib:>15.2f}{ts / mib:>12.2f}   ratio {ts / tp:.2f}")
 
 

@@ -20,5 +20,5 @@ def __getattr__(name):  # numpy-using parts load on first use
 
 
 __all__ = ["AutoparError", "PlanError", "ProfileError", "SpecError", "LayerRow", "LayerTable",
-           "TPPair", "Plan", "load_plan", "load_plans", "PlansFile", "PlanResult", "check_plan", "Estimate", "load_profile",
-           "list_profiles", "HardwareProfile"]
+           "TPPair", "Plan", "load_plan", "load_plans", "PlansFile", "PlanResult", "check_plan", "Estimate",
+           "load_profile", "list_profiles", "HardwareProfile"]

@@ -1,8 +1,8 @@
 """Hardware profiles: what the cost model knows about a GPU, a node and the network.
 
 A profile is a TOML file in ``costmodels/hardware_profiles/`` (package data, so an installed
-autopar finds the shipped ones wherever it runs) or anywhere on disk (``--hardware path/to/file.toml``). ``load_profile``
-takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped ones.
+autopar finds the shipped ones wherever it runs) or anywhere on disk (``--hardware path/to/file.toml``).
+``load_profile`` takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped ones.
 
 Format (version 1). Units are in the field names. Every *figure* is an inline table
 ``{ value = <number>, source = "<where it comes from>" }`` so that each number carries its
@@ -307,9 +307,12 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
 
     eff = gpu.get("matmul_efficiency")
     if not isinstance(eff, dict):
-        raise err("gpu.matmul_efficiency", "is missing or not a table (flops = [...], efficiency = [...], source = \"...\")")
+        raise err("gpu.matmul_efficiency",
+                  "is missing or not a table (flops = [...], efficiency = [...], source = \"...\")")
     fl, ev = eff.get("flops"), eff.get("efficiency")
-    if not isinstance(fl, list) or not fl or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in fl):
+    positive = isinstance(fl, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in fl)
+    if not isinstance(fl, list) or not fl or not positive:
         raise err("gpu.matmul_efficiency.flops", "must be a non-empty list of positive numbers")
     if any(b <= a for a, b in zip(fl, fl[1:])):
         raise err("gpu.matmul_efficiency.flops", "must be strictly increasing")
@@ -344,5 +347,6 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
         gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
         elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
-        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap,
+        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1],
+        comm_overlap=1.0 if overlap is None else overlap,
         fsdp_overlap=fsdp_ov)

@@ -42,7 +42,8 @@ def test_every_measurement_lands_in_its_field(raw):
         assert c["seconds"] == [float(f"{r[1]:.6g}") for r in rows]
         assert c["in_step_alpha_s"] == steps[kind].alpha_s
         assert c["ranks"] == 2
-    assert summary["matmul_efficiency"]["efficiency"][-1] == pytest.approx(gpu["matmul_efficiency"]["efficiency"][-1], abs=1e-4)
+    last_eff = gpu["matmul_efficiency"]["efficiency"][-1]
+    assert summary["matmul_efficiency"]["efficiency"][-1] == pytest.approx(last_eff, abs=1e-4)
 
 
 def test_the_file_is_commented_and_every_figure_cites_its_measurement(raw, tmp_path):

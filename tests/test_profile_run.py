@@ -92,7 +92,7 @@ def test_fitted_alpha_beta_reproduces_its_measurements(raw):
         if bw_end:   # the back-to-back sizes reach where the bandwidth term is visible
             steps, nbytes = collective_steps(kind, 2), collective_bytes(kind, sizes, 2)
 
-            def sq_err(alpha, inv_beta):
+            def sq_err(alpha, inv_beta, steps=steps, nbytes=nbytes, times=times):
                 return float(np.sum(((steps * alpha + nbytes * inv_beta) / times - 1.0) ** 2))
             best = sq_err(fit.alpha_s, 1.0 / fit.beta_bytes_per_s)
             for da, db in ((1.05, 1.0), (0.95, 1.0), (1.0, 1.05), (1.0, 0.95)):

@@ -74,7 +74,7 @@ def test_selective_wraps_module_softmax_and_einsum_cores(style):
     torch.testing.assert_close(xl.grad, xs.grad)
     grads = gather_row_state_dict(gm, FakeGroup(0, 1), grads=True)
     for name, p in serial.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(grads[name], p.grad, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_selective_refuses_a_core_it_cannot_wrap():

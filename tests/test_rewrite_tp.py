@@ -179,7 +179,8 @@ def build_case(name: str):
     raise KeyError(name)
 
 
-CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "timm_block", "dropout_block", "dropout_embedding", "user_block_flash", "user_block_math", "gpt_embedding",
+CASES = ["gpt_block", "gpt_flash_block", "llama_block", "bert_block", "mlp_block", "timm_block", "dropout_block",
+         "dropout_embedding", "user_block_flash", "user_block_math", "gpt_embedding",
          "gpt_head", "llama_embedding", "llama_head", "odd_vocab_embedding", "odd_vocab_head"]
 SETTINGS = [(sp, rc) for sp in (False, True) for rc in ("none", "selective", "full")]
 # the rows the brief names get every setting; the extra coverage rows a lighter subset

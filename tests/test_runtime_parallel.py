@@ -2,10 +2,10 @@
 
 One world of 8 processes is started once for the whole module; every case below runs inside it
 on ranks 0 … dp·tp·pp-1 (its process groups are created by all 8 ranks, once per rank set, and
-reused by later cases), while the other ranks wait at a barrier. Each case compares the losses of 5 SGD steps, and the parameters gathered by
-``runner.full_state_dict()`` after them, with the single-process model on the same global batches
-(relative tolerance 1e-5). Cases that need the tensor-parallel / recompute rewrite are skipped
-while ``autopar.rewrite.rewrite_row`` is not there.
+reused by later cases), while the other ranks wait at a barrier. Each case compares the losses of 5 SGD
+steps, and the parameters gathered by ``runner.full_state_dict()`` after them, with the single-process
+model on the same global batches (relative tolerance 1e-5). Cases that need the tensor-parallel /
+recompute rewrite are skipped while ``autopar.rewrite.rewrite_row`` is not there.
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def _world(cases):
     from autopar.runtime.verify import compare, parallel_losses, serial_losses
     from costmodels.errors import PlanError
     from costmodels.plan import Plan
-    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=float(os.environ.get("AUTOPAR_COLLECTIVE_TIMEOUT", "300"))))
+    timeout_s = float(os.environ.get("AUTOPAR_COLLECTIVE_TIMEOUT", "300"))
+    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=timeout_s))
     rank = dist.get_rank()
     results, t0 = {}, time.monotonic()
     for cid, model_name, plan_dict in cases:

@@ -86,7 +86,8 @@ def _check_plans(res, costs):
         assert again.step_time_s == p["step_time_s"]
         from autopar.search.split_model import time_unit
         unit = time_unit(p["step_time_s"])
-        assert abs(c.solver_objective_s - p["step_time_s"]) <= unit * len(costs.table.rows) * 4 * (p["num_micro_batches"] + 2)
+        bound = unit * len(costs.table.rows) * 4 * (p["num_micro_batches"] + 2)
+        assert abs(c.solver_objective_s - p["step_time_s"]) <= bound
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

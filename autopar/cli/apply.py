@@ -14,7 +14,8 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--plan", required=True, metavar="P",
                    help="plan: a plans file from 'autopar search -o' (first plan), a plan JSON file, or JSON text")
-    p.add_argument("--emit", required=True, metavar="DIR", help="directory to write stage{v}_tp{r}.py and SUMMARY.md into")
+    p.add_argument("--emit", required=True, metavar="DIR",
+                   help="directory to write stage{v}_tp{r}.py and SUMMARY.md into")
     p.set_defaults(run=run)
 
 

@@ -32,9 +32,9 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
   it (a TP all-reduce after a layer's matmuls), not back to back as nccl-tests time it. Pairs
   of timed runs of ``R`` iterations: compute alone (matmuls of about 5 ms on a CPU), then
   compute followed by the collective; its in-step time is the difference per iteration (slowest
-  rank, median of 5 pairs, the order within a pair alternating), at least its back-to-back time. On a 2-core host running gloo this
-  is 2–4× the back-to-back time: every call wakes the ranks' communication threads and waits
-  out the ranks' drift in compute, both of which a tight loop hides. ``all_gather_into_tensor``
+  rank, median of 5 pairs, the order within a pair alternating), at least its back-to-back time. On a
+  2-core host running gloo this is 2–4× the back-to-back time: every call wakes the ranks' communication
+  threads and waits out the ranks' drift in compute, both of which a tight loop hides. ``all_gather_into_tensor``
   is timed here as FSDP2 (ZeRO-2/3) issues it: ``unshard()`` + ``reshard()`` of a
   ``fully_shard``-ed module holding ``S`` bytes of fp32 parameters (copy-in, all-gather, copy-out
   into fresh unsharded parameters, Python hooks), about twice the bare collective on a CPU;
@@ -110,7 +110,7 @@ def attention_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
                    for _ in range(3))
         go = torch.randn(2, 4, s, 64, device=device, dtype=torch.bfloat16)
 
-        def fn():
+        def fn(q=q, k=k, v=v, go=go):
             F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
             q.grad = k.grad = v.grad = None
         flops = 12.0 * 2 * s * s * 4 * 64
@@ -130,7 +130,7 @@ def cross_entropy_rate(device, min_time_s: float, cpu_clock: bool, vocab: int = 
         logits = torch.randn(n // vocab, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
         targets = torch.randint(0, vocab, (n // vocab,), device=device)
 
-        def fn():
+        def fn(logits=logits, targets=targets):
             F.cross_entropy(logits.float(), targets).backward()
             logits.grad = None
         t = _best(fn, device, min_time_s, cpu_clock)

@@ -167,7 +167,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
                 b = torch.randn(nn, nn, device=device).to(DTYPES[dname])
                 c = torch.empty(nn, nn, device=device, dtype=DTYPES[dname])
                 dist.barrier()
-                t, tc = best_time(lambda: torch.matmul(a, b, out=c), device, sz["min_time_s"])
+                t, tc = best_time(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), device, sz["min_time_s"])
                 rows.append([nn, 2.0 * nn ** 3, 2.0 * nn ** 3 / (tc if cpu_clock else t)])
                 del a, b, c
             mm[dname] = rows
@@ -178,7 +178,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         src = torch.ones(numel, device=device)
         dst = torch.empty_like(src)
         dist.barrier()
-        t, tc = best_time(lambda: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
+        t, tc = best_time(lambda dst=dst, src=src: dst.copy_(src), device, max(sz["min_time_s"], 0.1))
         t = tc if cpu_clock else t
         out["copy"] = {"bytes": sz["copy_bytes"], "seconds": t, "bytes_per_s": 2.0 * sz["copy_bytes"] / t}
         del src, dst

@@ -142,7 +142,7 @@ def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | Non
     """The report text for plans files ``paths`` (plus already-parsed ``extra`` plans-file dicts,
     e.g. from a search run in-process)."""
     records = read_inputs(paths, allow_mixed=allow_mixed) if paths else []
-    for i, data in enumerate(extra or []):
+    for data in extra or []:
         records.extend(records_of(data, f"<search at {data.get('gpus')} GPUs>"))
     if not records:
         raise PlanError("no plans to report on; pass plans files or --scale with a model")

@@ -55,8 +55,8 @@ def selective(gm: fx.GraphModule) -> int:
             m2 = nearest(n, USERS, is_activation_matmul, limit=64)
             if m1 is None or m2 is None:
                 continue
-            desc, _ = walk([m1], lambda x: [u for u in x.users if order[u] <= order[m2]])
-            anc, _ = walk([m2], lambda x: [a for a in x.all_input_nodes if order[a] >= order[m1]])
+            desc, _ = walk([m1], lambda x, m2=m2: [u for u in x.users if order[u] <= order[m2]])
+            anc, _ = walk([m2], lambda x, m1=m1: [a for a in x.all_input_nodes if order[a] >= order[m1]])
             core = sorted(set(desc) & set(anc), key=order.get)
             inner = set(core) - {m2}
             if any(u not in core for c in inner for u in c.users):
@@ -73,7 +73,7 @@ def selective(gm: fx.GraphModule) -> int:
         env = {e: sub.placeholder(e.name) for e in externals}
         root = {}
         for c in core:
-            env[c] = sub.node_copy(c, lambda a: env[a])
+            env[c] = sub.node_copy(c, env.__getitem__)
             if c.op == "call_module":
                 root[c.target] = gm.get_submodule(c.target)
         sub.output(env[out])

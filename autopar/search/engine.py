@@ -205,7 +205,8 @@ def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allo
     if fix:
         bits.append(f"the pinned fields {', '.join(f'{k}={v}' for k, v in fix.items())} rule out "
                     "the rest")
-    why = "; ".join(bits) or "the divisibility rules (tp | heads, kv_heads; dp·micro_batch | batch; pp·vpp ≤ rows) leave nothing"
+    why = "; ".join(bits) or ("the divisibility rules (tp | heads, kv_heads; dp·micro_batch | batch; "
+                              "pp·vpp ≤ rows) leave nothing")
     return (f"no plan can exist for {gpus} GPUs and global batch {global_batch}: {why}; try a GPU count "
             f"and batch with common factors (e.g. powers of two), or drop --fix")
 

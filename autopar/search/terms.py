@@ -179,9 +179,9 @@ class Terms:
 
         As in ``rank_time_bound``, the ``L`` rows of the most common time ``b`` are indivisible,
         row 0 sits in chunk (column 0, rank 0) and row n−1 in (column vpp−1, rank pp−1), other
-        rows are dropped (they only add time; with none, every chunk holds a block); every chunk also pays its cheapest p2p sends
-        (``q``: activation out and gradient in; the first chunk only the first, the last only
-        the second). A column whose slowest chunk takes ``C`` holds at most ``⌊(C − q)/b⌋``
+        rows are dropped (they only add time; with none, every chunk holds a block); every chunk also
+        pays its cheapest p2p sends (``q``: activation out and gradient in; the first chunk only the
+        first, the last only the second). A column whose slowest chunk takes ``C`` holds at most ``⌊(C − q)/b⌋``
         blocks per chunk (``⌊(C − pinned)/b⌋`` in a pinned one).
         The least ``C_first + C_last + (vpp − 2)·q + b·max(vpp − 2, ⌈rest/pp⌉)`` over the
         candidates ``k·b + q`` and ``k·b + pinned`` of the two pinned columns that still hold

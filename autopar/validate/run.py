@@ -35,8 +35,8 @@
   step. ``measured_memory_bytes`` is the largest over ranks (the estimate is that of the most
   loaded GPU); ``measured_live_at_step_start_bytes`` is what was live when the step began (model
   state, buffers). ``measured_rss_growth_bytes`` (``VmHWM`` over one untimed step after the
-  memory step minus ``VmRSS`` before the model) is kept beside it: it adds glibc's retained and fragmented heap, so it is
-  not what the cost model predicts.
+  memory step minus ``VmRSS`` before the model) is kept beside it: it adds glibc's retained and
+  fragmented heap, so it is not what the cost model predicts.
 * **Summary**: step-time MAPE and Spearman rank correlation, memory MAPE / worst error / Spearman.
 
 The result (``--json`` / ``-o``) is a plans file (docs/CONTRACTS.md) whose plans are the estimate
@@ -250,8 +250,8 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
                    "the model (torch's allocator stats), largest rank" if cuda else
                    "peak live tensor bytes of one untimed step (torch profiler allocation events, "
                    "running sum from before the model was built), largest rank; "
-                   "measured_rss_growth_bytes (VmHWM over one untimed step after the memory step minus VmRSS before the "
-                   "model) beside it")
+                   "measured_rss_growth_bytes (VmHWM over one untimed step after the memory step minus VmRSS "
+                   "before the model) beside it")
                   + "; predicted = estimate memory total minus the profile's memory_reserve_bytes, "
                     f"precision {'amp' if amp else 'fp32'}",
         "wall_s": round(wall, 2),
