@@ -9,7 +9,6 @@ SPEC = "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8,dropout=0"
 
 def _gathers_per_step():
     """{(zero, micro-batches): all-gathers one train_step issues} on this rank."""
-    import torch
     import torch.distributed as dist
 
     from autopar.models import load_model
