@@ -1,29 +1,31 @@
 """autopar.apply equals the serial model: 5 SGD steps, fp32, gloo on CPU.
 
-One world of 8 processes is started once for the whole module; every case below runs inside it
-on ranks 0 … dp·tp·pp-1 (its process groups are created by all 8 ranks, once per rank set, and
-reused by later cases), while the other ranks wait at a barrier. Each case compares the losses of 5 SGD
-steps, and the parameters gathered by ``runner.full_state_dict()`` after them, with the single-process
-model on the same global batches (relative tolerance 1e-5). Cases that need the tensor-parallel /
-recompute rewrite are skipped while ``autopar.rewrite.rewrite_row`` is not there.
+One world of 8 processes is started once for the whole module (``autopar.runtime.sweep.run``);
+every case runs inside it on ranks 0 … dp·tp·pp-1 (its process groups are created by all 8
+ranks, once per rank set, and reused by later cases), while the other ranks wait at a barrier.
+Each case compares the losses of 5 SGD steps, and the parameters gathered by
+``runner.full_state_dict()`` after them, with the single-process model on the same global
+batches (relative tolerance 1e-5 on losses, 1e-4 on parameters).
+
+Besides the fixed cases: a fresh random sample of the plan space the search explores
+(``sweep.plan_grid``), seed printed, ``AUTOPAR_PLAN_SEED`` replays it; each sampled plan either
+equals the serial model or is refused before launch in one line, exactly when the rules of
+``costmodels.runnable`` refuse it. Plans the runtime refuses never reach the world.
 """
 from __future__ import annotations
 
 import os
-import time
+import random
 
 import pytest
 import torch
 
+from autopar.runtime import sweep
+
 pytestmark = pytest.mark.slow
 
 WORLD = 8
-RTOL = 1e-5
 STEPS = 5
-SPECS = {
-    "gpt": "gpt:layers=3,hidden=32,heads=4,vocab=64,seq=8,tied=true,dropout=0",
-    "llama": "llama:layers=3,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8",
-}
 
 
 # ---- a user's own nanoGPT-style model: the fixture file, without dropout --------------------------
@@ -79,98 +81,102 @@ ERROR_CASES = [
 ]
 
 
-def _case_id(c):
-    model, p = c
-    return model + "-" + "-".join(f"{k}{'' if v is True else v}" for k, v in p.items())
+# DDP under a pipeline (issue 18): torch's stage probes shapes through the DDP forward on the
+# first step; a non-last backward before the last one (GPipe at m >= 2, 1F1B at m = pp) then
+# crashed the reducer. Micro-batch counts pinned here: m = pp and odd.
+DDP_PIPELINE = [
+    ("gpt", dict(dp=2, pp=2, schedule="gpipe"), 2),
+    ("llama", dict(dp=2, pp=2, schedule="1f1b", zero=1, micro_batch_size=2), 2),
+    ("gpt", dict(dp=2, tp=2, pp=2, schedule="1f1b"), 2),
+    ("gpt", dict(dp=2, pp=2, schedule="gpipe", zero=1), 3),
+    ("llama", dict(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b"), 2),
+]
+# a fresh sample of the plan space each run; AUTOPAR_PLAN_SEED=<seed> replays one
+SEED = int(os.environ.get("AUTOPAR_PLAN_SEED") or random.SystemRandom().randrange(10**6))
+SAMPLE_RUNNABLE, SAMPLE_REFUSED = 8, 3
 
 
-def _make_case(model_name, plan):
-    from autopar.models import load_model
+def _sweep_case(model, plan, micro_batches=None):
+    pp = plan.get("pp", 1)
+    m = micro_batches or (2 * pp if pp > 1 else 2)
+    if "stages" in plan:
+        plan = {**plan, "stages": tuple(tuple(s) for s in plan["stages"])}
+    return sweep.SweepCase(model, tuple(sorted(plan.items())), m)
+
+
+CASES = [_sweep_case(*c) for c in _cases() + DDP_PIPELINE]
+SAMPLED = sweep.sample(sweep.plan_grid(), SAMPLE_RUNNABLE, SAMPLE_REFUSED, SEED)
+# plans that do not fit the model: refused before launch, in one line naming the field
+ERROR_CASES = [
+    (_sweep_case("gpt", dict(tp=3)), ["tp", "heads"]),
+    (_sweep_case("gpt", dict(pp=2, stages=[[0, 2], [2, 4]])), ["stages", "5 rows"]),
+]
+
+
+def _make_case(model, plan, micro_batches, steps):
+    """A ``verify.Case``: the nanoGPT fixture, or a model of ``autopar.runtime.sweep.MODELS``."""
     from autopar.models.source import token_loss
-    from autopar.runtime.verify import Case, no_dropout
-    n_micro = 2 * plan.pp if plan.pp > 1 else 2
-    gb = plan.dp * plan.micro_batch_size * n_micro
-    if model_name == "nanogpt":
-        def build():
-            torch.manual_seed(0)
-            return NanoGPT()
+    from autopar.runtime.verify import Case
+    if model != "nanogpt":
+        return sweep.make_spec_case(model, plan, micro_batches, steps)
+    gb = plan.dp * plan.micro_batch_size * micro_batches
 
-        def batches(step):
-            g = torch.Generator().manual_seed(100 + step)
-            return (torch.randint(0, 64, (gb, 8), generator=g),), torch.randint(0, 64, (gb, 8), generator=g)
+    def build():
+        torch.manual_seed(0)
+        return NanoGPT()
 
-        return Case(_case_id((model_name, {})), plan, build, batches, token_loss, steps=STEPS,
-                    example_inputs=(torch.zeros(plan.micro_batch_size, 8, dtype=torch.long),))
-    spec = SPECS[model_name]
-    source = load_model(spec)
-    return Case(model_name, plan, lambda: no_dropout(source.build("cpu", seed=0)),
-                lambda step: source.make_batch(gb, seed=100 + step), source.loss, steps=STEPS,
-                spec=spec)
+    def batches(step):
+        g = torch.Generator().manual_seed(100 + step)
+        return (torch.randint(0, 64, (gb, 8), generator=g),), torch.randint(0, 64, (gb, 8), generator=g)
 
-
-def _world(cases):
-    """Runs in each of the 8 processes: every case, on its first dp·tp·pp ranks."""
-    import torch.distributed as dist
-
-    from autopar.runtime import dist as adist
-    from autopar.runtime.verify import compare, parallel_losses, serial_losses
-    from costmodels.errors import PlanError
-    from costmodels.plan import Plan
-    timeout_s = float(os.environ.get("AUTOPAR_COLLECTIVE_TIMEOUT", "300"))
-    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=timeout_s))
-    rank = dist.get_rank()
-    results, t0 = {}, time.monotonic()
-    for cid, model_name, plan_dict in cases:
-        res = None
-        try:
-            plan = Plan.from_dict(plan_dict)
-            adist.create_groups(plan, range(plan.world_size))  # all 8 ranks, members or not
-            if rank < plan.world_size:
-                case = _make_case(model_name, plan)
-                g = adist.group(range(plan.world_size))
-                par, state = parallel_losses(case, group=g, return_state=True)
-                if rank == 0:
-                    ser, ser_state = serial_losses(case, return_state=True)
-                    diff = max((float((state[k] - v).abs().max() / v.abs().max().clamp_min(1e-12))
-                                for k, v in ser_state.items()), default=0.0)
-                    res = dict(par=par, ser=ser, rel=compare(par, ser), param_rel=diff,
-                               keys_equal=sorted(state) == sorted(ser_state))
-        except PlanError as e:
-            res = dict(skip=str(e)) if "autopar.rewrite" in str(e) else dict(error=f"PlanError: {e}")
-        except Exception as e:  # noqa: BLE001 — reported by the test of this case
-            res = dict(error=f"{type(e).__name__}: {e}")
-        if rank == 0:
-            results[cid] = res
-            if os.environ.get("AUTOPAR_TEST_PROGRESS"):
-                print(f"[{time.monotonic() - t0:6.1f}s] {cid}: {res}", flush=True)
-        dist.barrier()
-    return results if rank == 0 else None
+    return Case(model, plan, build, batches, token_loss, steps=steps,
+                example_inputs=(torch.zeros(plan.micro_batch_size, 8, dtype=torch.long),))
 
 
 @pytest.fixture(scope="module")
 def world_results():
-    from autopar.runtime.verify import spawn
-    os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")
-    todo = [(_case_id(c), c[0], c[1]) for c in CASES]
-    todo += [("error-" + _case_id(c[:2]), c[0], c[1]) for c in ERROR_CASES]
-    return spawn(_world, WORLD, todo)[0]
+    """Every case of this module in one world of 8 processes (plans the runtime refuses are
+    refused here, before the world starts)."""
+    print(f"plan-space sample seed {SEED} (replay: AUTOPAR_PLAN_SEED={SEED})")
+    todo = list(dict.fromkeys(CASES + SAMPLED + [c for c, _ in ERROR_CASES]))
+    return sweep.run(todo, world=WORLD, steps=STEPS, make_case=_make_case).results
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def _check_ran(res, what=""):
+    assert res["status"] != "error", f"{what}{res['line']}"
+    assert res["status"] == "pass", (
+        f"{what}parallel {res['par']} serial {res['ser']} (loss rel {res['rel']:.3g}, parameters "
+        f"rel {res['param_rel']:.3g}, state-dict keys equal: {res['keys_equal']})")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parallel_equals_serial(world_results, case):
-    res = world_results[_case_id(case)]
-    if "skip" in res:
-        pytest.skip(res["skip"])
-    assert "error" not in res, res["error"]
-    assert res["keys_equal"], "full_state_dict() keys differ from the serial model's state dict"
-    assert res["rel"] <= RTOL, f"losses differ: parallel {res['par']} serial {res['ser']}"
-    assert res["param_rel"] <= 1e-4, f"parameters after {STEPS} steps differ by {res['param_rel']:.3g}"
+    _check_ran(world_results[case.name])
 
 
-@pytest.mark.parametrize("case", ERROR_CASES, ids=[_case_id(c[:2]) for c in ERROR_CASES])
-def test_plan_that_does_not_fit_names_the_field(world_results, case):
-    res = world_results["error-" + _case_id(case[:2])]
-    assert "error" in res and res["error"].startswith("PlanError"), res
-    assert "\n" not in res["error"]
-    for word in case[2]:
-        assert word in res["error"], res["error"]
+@pytest.mark.parametrize("case", SAMPLED, ids=[f"{i}" for i in range(len(SAMPLED))])
+def test_sampled_plan_runs_or_is_refused_before_launch(world_results, case):
+    res = world_results[case.name]
+    what = f"seed {SEED}, {case.name}: "
+    if res["status"] == "refused":
+        assert not sweep.rules_accept(case), f"{what}the rules accept it, the runtime refused: {res['line']}"
+        assert res["line"].startswith("PlanError: ") and "\n" not in res["line"], what + res["line"]
+    else:
+        assert sweep.rules_accept(case), f"{what}the rules refuse it, yet it ran"
+        _check_ran(res, what)
+
+
+def test_sample_ran_enough_plans(world_results):
+    ran = [c.name for c in SAMPLED if world_results[c.name]["status"] == "pass"]
+    refused = [c.name for c in SAMPLED if world_results[c.name]["status"] == "refused"]
+    assert len(ran) >= SAMPLE_RUNNABLE and len(refused) >= SAMPLE_REFUSED, \
+        f"seed {SEED}: ran {ran}, refused {refused}"
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=[c.name for c, _ in ERROR_CASES])
+def test_plan_that_does_not_fit_is_refused_before_launch(world_results, case):
+    res = world_results[case[0].name]
+    assert res["status"] == "refused" and res["line"].startswith("PlanError"), res
+    assert "\n" not in res["line"]
+    for word in case[1]:
+        assert word in res["line"], res["line"]

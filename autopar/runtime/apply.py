@@ -34,8 +34,11 @@ What runs where (see also the README section "runtime / verify"):
          after forward and gathered again for backward
   ====== ===============================================================================
 
-  With an interleaved schedule (several chunks per rank) DDP's reducer cannot follow the chunk
-  order, so zero 0/1 gradients are all-reduced in 25 MB buckets right after the pipeline step.
+  With pp > 1 torch's ``PipelineStage`` decides when DDP reduces (``no_sync`` for every
+  micro-batch but the last, whose backward overlaps the bucketed all-reduce, every schedule);
+  ``data_parallel.wrap_dp`` says why DDP's own forward must not prepare the reducer then.
+* **Failures**: plan-vs-model checks run before any process group (``prelaunch``); a rank that
+  dies or freezes becomes one ``PeerLostError`` line naming it (``failures``, ``liveness``).
 
 ``train_step(inputs, targets)`` takes this dp rank's share of the global batch, runs all
 micro-batches (``micro_batch_size`` samples each) and returns the global mean loss, a float on
@@ -55,14 +58,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autopar.runtime import dist as adist
+from autopar.runtime import liveness
 from autopar.runtime.checkpoint import full_state_dict
-from autopar.runtime.data_parallel import Zero1, bucketed_mean, syncs_after_step, wrap_dp
-from autopar.runtime.rows import model_rows
+from autopar.runtime.data_parallel import Zero1, wrap_dp
+from autopar.runtime.failures import alike_on_every_rank, install_error_hook, peer_failures
+from autopar.runtime.prelaunch import Launchable, check_before_launch
 from autopar.runtime.stages import build_local_stages, pipeline_users, row_state_keys, stage_ranges, tie_parameters
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
 from costmodels.plans_file import load_plan
+from costmodels.runnable import check_schedule
 
 _stage_ranges = stage_ranges  # the name tests import
 
@@ -71,7 +77,7 @@ __all__ = ["Runner", "apply"]
 
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
           seq: int | None = None, table=None, example_inputs=None, group=None,
-          timeout_s: float | None = None) -> Runner:
+          timeout_s: float | None = None, global_batch: int | None = None) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
@@ -81,29 +87,44 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     ``stages``. ``example_inputs``: the model's inputs
     for one micro-batch (only shapes and dtypes matter; taken from ``spec`` when given), which
     tell the tensor-parallel rewrite each row's input shape. ``group``: run on the ranks of this
-    process group instead of the whole world.
+    process group instead of the whole world. ``global_batch``: samples per optimizer step over
+    all dp ranks; when given, its micro-batch count is checked against the schedule before
+    launch too (else at the first ``train_step``).
+
+    Every check of the plan against the model runs before the process group is started
+    (``autopar.runtime.prelaunch``); under a launcher an uncaught error then prints one line on
+    one rank (``autopar.runtime.failures``).
     """
-    if not isinstance(plan, Plan):
-        plan = load_plan(plan if isinstance(plan, dict) else str(plan))   # a plan or an estimate dict, JSON, a file
-    if group is None or timeout_s is not None:
-        adist.ensure_initialized(plan.world_size, timeout_s)
-    if not dist.is_initialized():
-        raise PlanError("apply(group=...) needs torch.distributed to be initialised first")
+    install_error_hook()
+    with alike_on_every_rank():   # nothing in here differs between ranks: rank 0 reports it
+        if not isinstance(plan, Plan):
+            plan = load_plan(plan if isinstance(plan, dict) else str(plan))   # a plan, an estimate dict, JSON, a file
+        if example_inputs is None and spec is not None:
+            from autopar.models import load_model
+            example_inputs = load_model(spec, seq=seq).example_inputs(plan.micro_batch_size, "cpu")
+        m = plan.num_micro_batches(global_batch) if global_batch is not None else None
+        ready = check_before_launch(model, plan, num_micro_batches=m, spec=spec, seq=seq,
+                                    table=table, example_inputs=example_inputs,
+                                    probe=not dist.is_initialized())
+        if group is None or timeout_s is not None:
+            adist.ensure_initialized(plan.world_size, timeout_s)
+        if not dist.is_initialized():
+            raise PlanError("apply(group=...) needs torch.distributed to be initialised first")
+    liveness.start(dist.get_rank())
     if loss_fn is None:
         from autopar.models.source import token_loss
         loss_fn = token_loss
-    if example_inputs is None and spec is not None:
-        from autopar.models import load_model
-        example_inputs = load_model(spec, seq=seq).example_inputs(plan.micro_batch_size, "cpu")
-    return Runner(model, plan, loss_fn, spec=spec, seq=seq, table=table,
-                  example_inputs=example_inputs, pg=group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else range(dist.get_world_size())
+    with peer_failures("apply (building process groups and stages)", list(ranks),
+                       dist.get_rank(), adist.timeout_s()), alike_on_every_rank():
+        return Runner(model, plan, loss_fn, ready, example_inputs=example_inputs, pg=group)
 
 
 class Runner:
     """This rank's part of ``model`` under ``plan``; ``train_step`` runs one step."""
 
-    def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, *, spec=None, seq=None,
-                 table=None, example_inputs=None, pg=None):
+    def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, ready: Launchable, *,
+                 example_inputs=None, pg=None):
         self.plan = plan
         self.loss_fn = loss_fn
         self.layout = lay = adist.make_layout(plan, pg)
@@ -113,9 +134,9 @@ class Runner:
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
 
-        rows = model_rows(model)
+        rows = ready.rows
         self._keys, row_keys = row_state_keys(model, rows)
-        self.stages_rows = stage_ranges(plan, rows, spec, table, seq)
+        self.stages_rows = ready.stages
         n_virtual = plan.virtual_stages
         self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]
         self.first_virtual, self.last_virtual = 0, n_virtual - 1
@@ -141,7 +162,6 @@ class Runner:
         # left out); FSDP2 gets its 1-D dp slice
         self.mesh = lay.mesh(self.device.type) if plan.world_size > 1 else None
         self._zero1: Zero1 | None = None
-        self._post_sync = syncs_after_step(plan)
         self._wrapped = [wrap_dp(s, plan, lay, self.device) for s in self._raw]
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}
@@ -178,7 +198,12 @@ class Runner:
 
     def train_step(self, inputs, targets=None) -> float:
         """Forward and backward over this dp rank's batch (``global_batch / dp`` samples) under
-        the plan's schedule; returns the global mean loss on every rank."""
+        the plan's schedule; returns the global mean loss on every rank. A peer that dies or
+        stops answering meanwhile raises ``PeerLostError`` (one line naming it)."""
+        with peer_failures("train_step", self.layout.ranks, self.rank, adist.timeout_s()):
+            return self._train_step(inputs, targets)
+
+    def _train_step(self, inputs, targets) -> float:
         plan = self.plan
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         inputs = tuple(t.to(self.device) for t in inputs)
@@ -190,6 +215,8 @@ class Runner:
                             f"field 'micro_batch_size'={plan.micro_batch_size}; pass global_batch/dp "
                             "samples per rank with global_batch divisible by dp·micro_batch_size")
         n_micro = batch // plan.micro_batch_size
+        with alike_on_every_rank():
+            check_schedule(plan, n_micro)
         if plan.pp == 1:
             local = run_local(self._wrapped[0], inputs, targets, n_micro, plan.micro_batch_size,
                               self.loss_fn, keep_unsharded=plan.zero == 2)
@@ -199,8 +226,6 @@ class Runner:
                                                          self.loss_fn)
             local = run_pipeline(self._schedules[n_micro], inputs, targets,
                                  self.first_virtual in self.virtual, self.last_virtual in self.virtual)
-            if self._post_sync:
-                bucketed_mean(self._all_params(), self.layout.group("dp"), plan.dp)
             all_reduce_tied(self._raw, self._tied)
         t = torch.tensor([local], dtype=torch.float64, device=self.device)
         if plan.pp > 1:
@@ -213,7 +238,8 @@ class Runner:
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The serial model's state dict (same keys), gathered on the first rank of the plan;
         None on the others. Every rank of the plan must call it."""
-        return full_state_dict(self._local, self._keys, self.layout, self.plan)
+        with peer_failures("full_state_dict", self.layout.ranks, self.rank, adist.timeout_s()):
+            return full_state_dict(self._local, self._keys, self.layout, self.plan)
 
     def __repr__(self) -> str:
         return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, "

@@ -2,8 +2,8 @@
 ``autopar.runtime.apply``'s docstring says what runs for each ``zero``).
 
 Kept apart from the Runner because each ZeRO stage is its own mechanism — DDP, an optimizer-state
-partition with a post-step broadcast, FSDP2 — and the gradient all-reduce an interleaved pipeline
-needs instead of DDP's reducer.
+partition with a post-step broadcast, FSDP2 — and DDP under torch's pipeline stages needs one
+setting that only makes sense with the reason beside it (``wrap_dp``).
 """
 from __future__ import annotations
 
@@ -16,20 +16,32 @@ import torch.nn as nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from autopar.runtime import dist as adist
+from autopar.runtime.failures import peer_failures
 from autopar.runtime.rows import StageModule
 from costmodels.plan import Plan
 
 
-def syncs_after_step(plan: Plan) -> bool:
-    """Zero 0/1 with several chunks per rank: DDP's reducer cannot follow the interleaved order,
-    so gradients are all-reduced in buckets right after the pipeline step instead."""
-    return plan.dp > 1 and plan.zero < 2 and plan.pp > 1 and plan.vpp > 1
-
-
 def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.device) -> nn.Module:
     """``stage`` under the plan's data parallelism: DDP (zero 0/1), FSDP2 per block and per stage
-    (zero 2/3), or itself (dp=1, or gradients synced after the step)."""
-    if plan.dp == 1 or syncs_after_step(plan):
+    (zero 2/3), or itself (dp=1).
+
+    DDP under a pipeline (pp > 1): torch's ``PipelineStage`` owns the sync switch. It runs every
+    micro-batch's forward and all backwards but the last under ``no_sync``, and before the last
+    backward calls ``reducer.prepare_for_backward`` itself, so that backward overlaps DDP's
+    bucketed all-reduce (what the cost model prices). But on its first step the stage also runs
+    the module once *outside* ``no_sync`` to infer activation shapes; DDP's forward then arms
+    the reducer (``prepare_for_backward`` in ``_post_forward``), the shape probe's backward
+    never fires the parameter hooks, and the first real backward — under ``no_sync``, which
+    does not disarm hooks already armed — marks every parameter ready and records it for the
+    bucket rebuild; the last backward records them all again: 2·N recorded parameters against
+    N, torch's "rebuilt parameter indices size is not same as original model parameters size"
+    at the next forward (whenever a non-last backward follows the probe with no forward in
+    between: GPipe at m >= 2, 1F1B at m = pp on the first stage). So DDP's forward is told to
+    never prepare the reducer (``require_backward_grad_sync = False``, what ``no_sync`` sets):
+    the stage's own ``prepare_for_backward`` before the last backward is then the only one,
+    for every schedule, interleaved included (each local chunk is its own DDP whose last
+    backward reduces its buckets)."""
+    if plan.dp == 1:
         return stage
     if plan.zero >= 2:
         from torch.distributed.fsdp import fully_shard
@@ -44,8 +56,11 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     ids = [device.index] if device.type == "cuda" else None
     with warnings.catch_warnings():  # buffers are identical on every rank: never sync them
         warnings.simplefilter("ignore", FutureWarning)
-        return DDP(stage, process_group=layout.group("dp"), device_ids=ids,
-                   broadcast_buffers=False, init_sync=False)
+        ddp = DDP(stage, process_group=layout.group("dp"), device_ids=ids,
+                  broadcast_buffers=False, init_sync=False)
+    if plan.pp > 1:
+        ddp.require_backward_grad_sync = False   # the pipeline stage alone arms the reducer
+    return ddp
 
 
 class Zero1:
@@ -85,7 +100,9 @@ class Zero1:
     def broadcast(self) -> None:
         """Each owner's parameters to the other dp ranks (their stale gradients dropped)."""
         g = self.layout.group("dp")
-        with torch.no_grad():
+        lay = self.layout
+        with peer_failures("the optimizer step (ZeRO-1 parameter broadcast)", lay.peers("dp"),
+                           lay.rank, adist.timeout_s()), torch.no_grad():
             for r in range(self.dp):
                 mine = [p for p, o in self.owner if o == r]
                 if not mine:
@@ -96,28 +113,3 @@ class Zero1:
                     for p, new in zip(mine, _unflatten_dense_tensors(flat, [p.data for p in mine])):
                         p.data.copy_(new)
                         p.grad = None
-
-
-def bucketed_mean(params, group, size: int, bucket_bytes: int = 25 << 20) -> None:
-    """Average ``params``' gradients over ``group``: flattened into ~25 MB buckets, all-reduces
-    issued asynchronously and waited for together."""
-    grads = [p.grad for p in params if p.grad is not None]
-    buckets, cur, cur_bytes = [], [], 0
-    for g in grads:
-        cur.append(g)
-        cur_bytes += g.numel() * g.element_size()
-        if cur_bytes >= bucket_bytes:
-            buckets.append(cur)
-            cur, cur_bytes = [], 0
-    if cur:
-        buckets.append(cur)
-    pending = []
-    for b in buckets:
-        flat = _flatten_dense_tensors(b)
-        pending.append((b, flat, dist.all_reduce(flat, group=group, async_op=True)))
-    for b, flat, work in pending:
-        work.wait()
-        flat /= size
-        for g, new in zip(b, _unflatten_dense_tensors(flat, b)):
-            g.copy_(new)
-

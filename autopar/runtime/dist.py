@@ -68,6 +68,12 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
     dist.init_process_group(backend, timeout=timeout)
 
 
+def timeout_s() -> float:
+    """Seconds a collective waits for a silent peer (AUTOPAR_COLLECTIVE_TIMEOUT, or apply's
+    ``timeout_s``)."""
+    return _TIMEOUT.total_seconds()
+
+
 def device_for_backend() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

@@ -27,8 +27,8 @@ from autopar.rewrite.collectives import FakeGroup
 from autopar.rewrite.state import collectives_of
 from autopar.rewrite.tp import rewrite_row
 from autopar.runtime.emit_summary import collective_rows, summary
-from autopar.runtime.rows import model_rows
-from autopar.runtime.stages import row_inputs, stage_ranges
+from autopar.runtime.prelaunch import check_before_launch
+from autopar.runtime.stages import row_inputs
 
 
 @dataclass
@@ -96,11 +96,12 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
     model = source.build("meta", seed=None, attention=attention)
-    # the runtime's own row cut, stage split and row inputs, so --emit shows what it runs
-    rows = model_rows(model)
-    stages = tuple(stage_ranges(plan, rows, spec, None, seq))
-    inputs = row_inputs(rows, source.example_inputs(plan.micro_batch_size, "cpu"), stages,
-                        range(len(stages)))
+    # the runtime's own pre-launch checks, row cut, stage split and row inputs, so --emit
+    # refuses what the runtime refuses, with the same line, and shows what it runs
+    example = source.example_inputs(plan.micro_batch_size, "cpu")
+    ready = check_before_launch(model, plan, spec=spec, seq=seq, example_inputs=example)
+    rows, stages = ready.rows, ready.stages
+    inputs = row_inputs(rows, example, stages, range(len(stages)))
     os.makedirs(out_dir, exist_ok=True)
     result = EmitResult(out_dir=out_dir, stages=stages)
     tp = plan.tp

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
+from costmodels.runnable import check_schedule
 
 
 def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: int,
@@ -62,10 +63,7 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
 def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable):
     """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
     from torch.distributed import pipelining as pl
-    if plan.schedule == "interleaved-1f1b" and n_micro % plan.pp:
-        raise PlanError(f"{n_micro} micro-batches do not fit the interleaved 1F1B schedule with "
-                        f"pp={plan.pp} (it needs a multiple of pp, as the cost model assumes); "
-                        "change the global batch or 'micro_batch_size'")
+    check_schedule(plan, n_micro)   # the rule's owner: costmodels.runnable
     try:
         if plan.schedule == "interleaved-1f1b":
             return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)

@@ -1,6 +1,8 @@
 """Equivalence check: the parallel runner against the single-process model, same seed, same data.
 
-``verify(spec, plan, steps, nproc)`` (what ``autopar verify`` runs) spawns ``nproc`` local ranks
+``verify(spec, plan, steps, nproc)`` (what ``autopar verify`` runs) checks the plan against the
+model and the batch without a process group (``autopar.runtime.prelaunch``: a plan that cannot
+run fails in one line before any rank exists), spawns ``nproc`` local ranks
 (gloo on CPU; NCCL when there is a GPU for every rank), builds the model from the same seed on
 each, runs ``steps`` optimizer steps with ``autopar.apply`` and, on rank 0, the same steps with
 the serial model on the whole global batch, and returns both loss curves.
@@ -205,9 +207,14 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
     if global_batch is None:
         per_dp = plan.micro_batch_size * (2 * plan.pp if plan.pp > 1 else 2)
         global_batch = plan.dp * per_dp
-    plan.num_micro_batches(global_batch)  # PlanError when it does not divide
+    # every check of the plan against the model and the batch, before any rank is spawned
+    m = plan.num_micro_batches(global_batch)
     from autopar.models import load_model
-    load_model(spec, seq=seq)             # a bad spec fails here, in one line, before spawning
+    from autopar.runtime.prelaunch import check_before_launch
+    source = load_model(spec, seq=seq)
+    check_before_launch(source.build("meta", seed=None, attention=plan.attention), plan,
+                        num_micro_batches=m, spec=spec, seq=seq,
+                        example_inputs=source.example_inputs(plan.micro_batch_size, "cpu"))
     *results, failure = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps,
                               global_batch, lr, optimizer, seed, partial=True)
     for r in results:  # a user error on any rank explains the others' failures

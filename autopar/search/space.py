@@ -9,10 +9,10 @@ every configuration that can exist for a model, a cluster and a global batch:
   (``tp ≤ gpus_per_node`` and divides it) unless ``allow_cross_node_tp``;
 * ``dp · micro_batch_size`` divides the global batch (whole micro-batches on every replica);
 * ``pp · vpp ≤ rows`` (every virtual stage runs at least one layer-table row); interleaving
-  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2``, ``layers % (pp·vpp) == 0``
-  (Megatron's rule: the same number of blocks per model chunk before the split points move them)
-  and ``num_micro_batches % pp == 0`` (Megatron's interleaved schedule runs micro-batches in groups
-  of ``pp``);
+  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2`` and ``layers % (pp·vpp) == 0``
+  (Megatron's rule: the same number of blocks per model chunk before the split points move them);
+* the runtime's own rules, ``costmodels.runnable.check_runnable`` (1F1B needs ``m ≥ pp``,
+  interleaving ``m`` a multiple of ``pp``; tp vs heads, kv heads, SP's sequence; ``pp·vpp`` vs rows);
 * canonical forms, so that the top-k plans are distinct in what they do: ``dp = 1`` → ZeRO 0
   (there is nothing to shard across); ``pp = 1`` → schedule ``1f1b``, ``vpp = 1``; ``tp = 1`` →
   no sequence parallel. A field the user pins with ``--fix`` is exempt from canonicalisation.
@@ -30,6 +30,7 @@ from typing import Any
 
 from costmodels.errors import PlanError
 from costmodels.plan import ATTENTION, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
+from costmodels.runnable import ModelDims, is_runnable
 
 ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-batch": "micro_batch_size",
            "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
@@ -181,20 +182,19 @@ class Shape:
     layers: int
     heads: int | None
     kv_heads: int | None
+    seq: int | None = None
 
     @classmethod
     def of(cls, table) -> Shape:
         return cls(rows=len(table.rows), layers=table.layers, heads=table.heads,
-                   kv_heads=table.kv_heads)
+                   kv_heads=table.kv_heads, seq=table.seq)
 
 
 def tp_candidates(shape: Shape, gpus_per_node: int, allow_cross_node_tp: bool, limit: int) -> list[int]:
     out = []
     for tp in divisors(limit):
-        if shape.heads and shape.heads % tp:
-            continue
-        if shape.kv_heads and shape.kv_heads % tp:
-            continue
+        if not is_runnable(Plan(tp=tp), ModelDims(heads=shape.heads, kv_heads=shape.kv_heads)):
+            continue   # the runtime's rule: tp divides heads and kv heads
         if not shape.heads and tp > 1:
             continue  # no tensor-parallel pairs to split
         if not allow_cross_node_tp and (tp > gpus_per_node or gpus_per_node % tp):
@@ -218,6 +218,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
     """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``."""
     fix = dict(fix or {})
     fix.pop("stages", None)
+    dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
     def allowed(name, values):
         return [fix[name]] if name in fix else values
     for tp in allowed("tp", tp_candidates(shape, gpus_per_node, allow_cross_node_tp, gpus)):
@@ -243,11 +244,13 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
                                 if sp and tp < 2:
                                     continue
-                                yield Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
+                                cfg = Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
                                              zero=zero, recompute=recompute, sequence_parallel=sp,
                                              schedule=schedule,
                                              attention=fix.get("attention", "flash"),
                                              placement=fix.get("placement", "tp,dp,pp"))
+                                if is_runnable(cfg.plan(), dims, m):
+                                    yield cfg
 
 
 def _recomputes(fix: dict[str, Any]) -> list[str]:
@@ -263,11 +266,10 @@ def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any]) -> list[tuple
     if pp == 1:
         out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s != "interleaved-1f1b"]
     else:
-        out = [("gpipe", 1), ("1f1b", 1)]
-        if m % pp == 0:
-            for vpp in range(2, shape.rows // pp + 1):
-                if shape.layers % (pp * vpp) == 0:
-                    out.append(("interleaved-1f1b", vpp))
+        out = [("gpipe", 1), ("1f1b", 1)]   # the micro-batch rules: costmodels.runnable
+        for vpp in range(2, shape.rows // pp + 1):
+            if shape.layers % (pp * vpp) == 0:
+                out.append(("interleaved-1f1b", vpp))
     if "schedule" in fix:
         out = [o for o in out if o[0] == fix["schedule"]]
     if "vpp" in fix:

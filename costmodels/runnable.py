@@ -1,0 +1,111 @@
+"""What autopar's runtime can run: the one owner of each rule by which it refuses a plan.
+
+The search proposes only plans these rules accept (``autopar.search.space`` calls
+``check_runnable`` on every configuration it lists), and the runtime checks the same rules
+before it starts a process group or spawns a rank (``autopar.runtime.prelaunch``), so a plan the
+search returns never fails at launch, and a plan the runtime refuses fails in one line, at once.
+
+Each rule is one function raising ``PlanError`` that names the plan field and the fix:
+
+* ``check_schedule(plan, m)`` — micro-batches per step against the schedule: GPipe runs any
+  ``m >= 1``; torch's ``Schedule1F1B`` needs ``m >= pp``; interleaved 1F1B needs ``m`` to be a
+  multiple of ``pp`` (Megatron's groups of ``pp`` micro-batches, what the cost model prices).
+* ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
+  (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
+  divides the sequence length.
+* ``costmodels.split.check_stage_rows`` (owned there, shared with the cost model) — ``pp·vpp``
+  virtual stages over at most ``rows`` rows, pinned ``stages`` ending at the last row.
+
+The plan's own consistency (``vpp > 1`` needs ``interleaved-1f1b``, which needs ``pp >= 2``;
+sequence parallel needs ``tp >= 2``; ``stages`` contiguous, one per virtual stage) is
+``Plan.__post_init__``'s, and whole micro-batches per replica is ``Plan.num_micro_batches``'.
+Rules about the model's code (an op the tensor-parallel rewrite cannot shard, a forward that
+cannot be cut into rows) need torch and the model: ``autopar.runtime.prelaunch`` checks those.
+
+``plan`` may be a ``Plan`` or anything with its fields (the search's configurations).
+Torch-free, like all of ``costmodels``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodels.errors import PlanError
+from costmodels.split import check_stage_rows
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The model sizes the rules read; ``None`` = unknown (the rule that needs it is skipped;
+    the runtime's pre-launch probe of the rewrite still checks the model itself)."""
+
+    rows: int | None = None        # layer-table rows: embedding, blocks, head
+    heads: int | None = None
+    kv_heads: int | None = None
+    ffn: int | None = None         # the MLP's inner width
+    seq: int | None = None         # tokens per sample
+
+    @classmethod
+    def of_table(cls, table) -> ModelDims:
+        """From a ``LayerTable`` (its MLP width is not recorded: ``ffn`` stays unknown)."""
+        return cls(rows=len(table.rows), heads=table.heads, kv_heads=table.kv_heads,
+                   seq=table.seq)
+
+
+def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | None = None) -> None:
+    """Raise PlanError (one line naming the field and the fix) when the runtime would refuse
+    ``plan`` for a model of ``dims`` running ``num_micro_batches`` micro-batches per step;
+    ``None`` for either skips the rules that need it."""
+    dims = dims or ModelDims()
+    if num_micro_batches is not None:
+        check_schedule(plan, num_micro_batches)
+    check_tensor_parallel(plan, dims)
+    if dims.rows is not None:
+        check_stage_rows(plan, dims.rows)
+
+
+def is_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | None = None) -> bool:
+    """``check_runnable`` as a predicate (what the search's enumeration filters with)."""
+    try:
+        check_runnable(plan, dims, num_micro_batches)
+    except PlanError:
+        return False
+    return True
+
+
+def check_schedule(plan, num_micro_batches: int) -> None:
+    """Micro-batches per step (``global batch / (dp·micro_batch_size)``) the schedule can run."""
+    m, pp, schedule = num_micro_batches, plan.pp, plan.schedule
+    if m < 1:
+        raise PlanError(f"{m} micro-batches per step: need at least 1; raise the global batch "
+                        "or lower 'micro_batch_size'")
+    if pp == 1:
+        return
+    if schedule == "1f1b" and m < pp:
+        raise PlanError(f"schedule '1f1b' with pp={pp} needs at least pp micro-batches per step "
+                        f"but gets {m} (global batch / (dp·micro_batch_size)); raise the global "
+                        "batch, lower 'micro_batch_size', or use schedule 'gpipe'")
+    if schedule == "interleaved-1f1b" and m % pp:
+        raise PlanError(f"schedule 'interleaved-1f1b' with pp={pp} needs the micro-batches per "
+                        f"step to be a multiple of pp but gets {m} (global batch / "
+                        "(dp·micro_batch_size)); change the global batch or 'micro_batch_size', "
+                        f"or use schedule '{'1f1b' if m >= pp else 'gpipe'}'")
+
+
+def check_tensor_parallel(plan, dims: ModelDims) -> None:
+    """``tp`` splits whole heads, kv heads and an equal MLP slice; SP also splits the sequence."""
+    tp = plan.tp
+    if tp == 1:
+        return
+    for name, size in (("heads", dims.heads), ("kv_heads", dims.kv_heads), ("ffn", dims.ffn)):
+        if size and size % tp:
+            raise PlanError(f"plan field 'tp'={tp} does not divide {name}={size}; choose tp in "
+                            f"{divisors(size)}")
+    if plan.sequence_parallel and dims.seq and dims.seq % tp:
+        raise PlanError(f"plan field 'sequence_parallel' splits the sequence of {dims.seq} tokens "
+                        f"over tp={tp}, which does not divide it; choose tp in {divisors(dims.seq)} "
+                        "or set sequence_parallel false")
+
+
+def divisors(n: int) -> list[int]:
+    """The first dozen divisors of ``n`` (what an error message suggests)."""
+    return [d for d in range(1, n + 1) if n % d == 0][:12]
