@@ -118,7 +118,7 @@ def export(plan: Plan, ctx: TrainingContext) -> Exported:
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    return json.dumps(v)        # ints, strings and lists of strings are the same in TOML
+    return json.dumps(v, ensure_ascii=False)   # ints, strings, lists of strings: the same in TOML
 
 
 def _preset_layers(name: str) -> int:
