@@ -97,7 +97,7 @@ def split_args(plan: Plan, ctx: TrainingContext) -> list:
     counts = block_counts(resolve_stages(plan, ctx), ctx.n_rows)
     if counts == even_counts(ctx.n_blocks, len(counts)):
         return [("--num-virtual-stages-per-pipeline-rank", plan.vpp)] if plan.vpp > 1 else []
-    if plan.vpp == 1 and plan.pp >= 2:
+    if plan.vpp == 1 and min(counts) >= 1:
         middle = counts[1:-1]
         if len(set(middle)) <= 1:
             first, last = counts[0], counts[-1]

@@ -81,12 +81,12 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
     parallelism = {"data_parallel_replicate_degree": plan.dp if ddp else 1,
                    "data_parallel_shard_degree": 1 if ddp else plan.dp,
                    "fsdp_reshard_after_forward": policy, "tensor_parallel_degree": plan.tp,
-                   "pipeline_parallel_degree": plan.pp}
+                   "pipeline_parallel_degree": plan.pp,
+                   "pipeline_parallel_schedule": SCHEDULES[plan.schedule]}
     local = plan.micro_batch_size
     if plan.pp > 1:
         local = global_batch // plan.dp
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[plan.schedule],
-                           pipeline_parallel_microbatch_size=plan.micro_batch_size,
+        parallelism.update(pipeline_parallel_microbatch_size=plan.micro_batch_size,
                            module_fqns_per_model_part=torchtitan_fqns(resolve_stages(plan, ctx), ctx.n_rows))
     mode = {"none": "none", "selective": "selective", "full": "full"}[plan.recompute]
     ac = {"mode": mode, "selective_ac_option": "op"} if mode == "selective" else {"mode": mode}
@@ -209,11 +209,13 @@ def _pipeline(par: dict, pp: int, ctx: TrainingContext):
     n_rows = ctx.n_blocks + 2
     name = str(par.get("pipeline_parallel_schedule", "1F1B"))
     schedule = {v.lower(): k for k, v in SCHEDULES.items()}.get(name.lower())
-    if pp == 1:
-        return "1f1b", 1, ((0, n_rows),)
     if schedule is None:
         raise PlanError(f"torchtitan pipeline_parallel_schedule = {name!r}: autopar models GPipe, 1F1B "
                         "and Interleaved1F1B")
+    if pp == 1:
+        if schedule == "interleaved-1f1b":
+            raise PlanError("torchtitan Interleaved1F1B needs pipeline_parallel_degree > 1")
+        return schedule, 1, ((0, n_rows),)
     fqns = par.get("module_fqns_per_model_part")
     if fqns:
         stages = stages_from_torchtitan_fqns(fqns, n_rows)
