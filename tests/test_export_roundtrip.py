@@ -7,21 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopar.export import RUNTIMES, TARGETS, context_for, export_plan, import_config, problems, with_runtime
-from autopar.export.stages import stages_from_counts
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
-
-MODEL = "gpt:layers=8,hidden=256,heads=8,vocab=4096,seq=256"
-ROWS = 10                                   # embedding, 8 blocks, head
-GLOBAL_BATCH = 64
-
-
-def ctx_for(plan: Plan):
-    return context_for(MODEL, gpus=plan.world_size, global_batch=GLOBAL_BATCH, gpus_per_node=4)
-
-
-def split(*counts):
-    return stages_from_counts(list(counts), ROWS, "test")
+from tests.export_plans import ROWS, SPREAD, ctx_for, split
 
 
 def round_trip(plan: Plan, target: str) -> Plan:
@@ -29,27 +17,6 @@ def round_trip(plan: Plan, target: str) -> Plan:
     exported = export_plan(plan, target, ctx)
     extra = exported.files.get("megatron-deepspeed.sh")
     return import_config(target, exported.text, ctx, megatron_args=extra).plan
-
-
-SPREAD = [
-    Plan(dp=8, stages=split(8)),
-    Plan(dp=8, zero=1, recompute="selective", stages=split(8)),
-    Plan(dp=8, zero=2, recompute="full", micro_batch_size=2, stages=split(8)),
-    Plan(dp=8, zero=3, stages=split(8)),
-    Plan(dp=2, tp=4, sequence_parallel=True, zero=1, stages=split(8)),
-    Plan(dp=2, tp=2, pp=2, sequence_parallel=True, zero=1, recompute="selective", stages=split(4, 4)),
-    Plan(dp=2, pp=4, stages=split(1, 3, 3, 1)),                        # uneven first / last
-    Plan(dp=2, pp=4, stages=split(2, 2, 2, 2), zero=1, recompute="full"),
-    Plan(dp=2, pp=4, stages=split(3, 1, 2, 2)),                        # only a layout / FQNs say it
-    Plan(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b", stages=split(2, 2, 2, 2)),
-    Plan(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b", stages=split(1, 3, 3, 1), zero=2),
-    Plan(tp=2, pp=2, vpp=2, schedule="interleaved-1f1b", sequence_parallel=True, stages=split(0, 3, 3, 2)),
-    Plan(dp=4, pp=2, schedule="gpipe", stages=split(4, 4), zero=2),
-    Plan(dp=2, tp=2, pp=2, placement="tp,pp,dp", stages=split(4, 4)),
-    Plan(dp=2, tp=2, pp=2, placement="dp,tp,pp", stages=split(4, 4)),
-    Plan(dp=4, tp=2, attention="math", stages=split(8)),
-    Plan(dp=2, pp=4, zero=3, stages=split(2, 2, 2, 2)),
-]
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
