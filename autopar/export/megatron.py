@@ -148,6 +148,8 @@ def export(plan: Plan, ctx: TrainingContext) -> Exported:
         f"# autopar plan {plan.label()}, for Megatron-LM pretrain_gpt.py",
         f"# (flags as Megatron-LM {RELEASE} spells them); model {ctx.model}, {plan.world_size} GPUs = "
         f"dp {plan.dp} x tp {plan.tp} x pp {plan.pp}",
+        # Megatron wants 1 with tp (one CUDA work queue orders its overlapped collectives), FSDP more
+        f"export CUDA_DEVICE_MAX_CONNECTIONS={1 if plan.zero < 2 else 8}",
         "AUTOPAR_ARGS=(",
         format_args(pairs),
         ")",
