@@ -139,4 +139,6 @@ def read_text(source: str) -> str:
     if source and "\n" not in source and len(source) < 4096 and os.path.isfile(source):
         with open(source, encoding="utf-8") as f:
             return f.read()
+    if source and " " not in source.strip() and source.strip().endswith((".sh", ".json", ".toml", ".txt")):
+        raise PlanError(f"configuration file '{source}' not found; give its path or the text itself")
     return source
