@@ -1,6 +1,10 @@
 """``autopar estimate MODEL --hardware H --gpus N --global-batch B --plan PLAN [--seq S] [--json]``:
 score one plan or several (PLAN is JSON text or a file: a plan object, an array, or a plans
-file). A table for people; with --json one object per plan (an array for an array)."""
+file). A table for people; with --json one object per plan (an array for an array).
+
+``--from megatron|torchtitan|deepspeed|torchrun CONFIG`` instead of ``--plan`` scores the
+configuration a user runs today (``autopar.export.import_config``); --gpus and --global-batch are
+then needed only where CONFIG does not say them."""
 from __future__ import annotations
 
 
@@ -10,13 +14,17 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--hardware", required=True, metavar="H",
                    help="hardware profile name (autopar hardware) or path to a .toml profile")
-    p.add_argument("--gpus", type=int, required=True, metavar="N", help="number of GPUs (= dp·tp·pp)")
-    p.add_argument("--global-batch", type=int, required=True, metavar="B",
+    p.add_argument("--gpus", type=int, default=None, metavar="N", help="number of GPUs (= dp·tp·pp)")
+    p.add_argument("--global-batch", type=int, default=None, metavar="B",
                    help="sequences per optimizer step")
-    p.add_argument("--plan", required=True, metavar="PLAN",
+    p.add_argument("--plan", default=None, metavar="PLAN",
                    help="plan JSON text or file: one object, an array, or a plans file "
                         "(fields: dp, tp, pp, vpp, micro_batch_size, zero, recompute, "
                         "sequence_parallel, schedule, attention, stages, placement)")
+    from autopar.cli.export import add_current_args
+    add_current_args(p, "--from", "score your own configuration instead of --plan: megatron \"ARGS\" (a "
+                                  "command line or launch script), torchtitan job.toml, deepspeed ds.json "
+                                  "(with --megatron-args), torchrun LINES")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run)
 
@@ -24,7 +32,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from autopar.cli.common import print_json
     from autopar.scoring import estimate_plans
+    from costmodels.errors import PlanError
     from costmodels.plans_file import PlansFile
+    if (args.plan is None) == (args.current is None):
+        raise PlanError("give either --plan PLAN or --from TARGET CONFIG (one of them)")
+    if args.current is not None:
+        return run_imported(args)
+    for name, flag in (("gpus", "--gpus"), ("global_batch", "--global-batch")):
+        if getattr(args, name) is None:
+            raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
     results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
                              seq=args.seq)
@@ -32,6 +48,24 @@ def run(args) -> int:
         print_json(results[0] if given.form == "object" else results)
         return 0
     render(results)
+    return 0
+
+
+def run_imported(args) -> int:
+    """``--from``: read the user's configuration, score it under its runtime, print as for --plan."""
+    from autopar.cli.common import print_json
+    from autopar.cli.export import import_current, score_imported
+    imported = import_current(args.model, args.current, gpus=args.gpus,
+                              global_batch=args.global_batch, seq=args.seq, hardware=args.hardware,
+                              megatron_args=args.megatron_args)
+    result = score_imported(args.model, args.hardware, imported, seq=args.seq,
+                            global_batch=args.global_batch)
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"your {imported.source} configuration is the plan {imported.plan.label()} "
+          f"(runtime {imported.runtime})")
+    render([result])
     return 0
 
 

@@ -14,8 +14,8 @@ import sys
 
 from costmodels.errors import AutoparError
 
-COMMANDS = ("models", "inspect", "hardware", "estimate", "search", "explain", "apply", "verify",
-            "report", "profile", "validate")
+COMMANDS = ("models", "inspect", "hardware", "estimate", "search", "explain", "export", "apply",
+            "verify", "report", "profile", "validate")
 
 
 class _Parser(argparse.ArgumentParser):

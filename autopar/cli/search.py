@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
     p.add_argument("--explain", action="store_true", help="also print why the best plan wins")
+    from autopar.cli.export import add_current_args
+    add_current_args(p, "--compare-with-current", "score the configuration you run today (megatron \"ARGS\", "
+                     "torchtitan job.toml, deepspeed ds.json, torchrun LINES) and show it next to the best plan")
     p.set_defaults(run=run)
 
 
@@ -44,6 +47,8 @@ def run(args) -> int:
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
                     time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json)
     data = result.plans_file()
+    if args.current:
+        add_comparison(data, args)
     if args.output:
         PlansFile.read(data).write(args.output)
     if args.json:
@@ -51,6 +56,8 @@ def run(args) -> int:
         print_json(data)
         return 0
     print_table(data)
+    if args.current:
+        print(data["comparison"]["text"])
     if args.explain:
         from autopar.search import explain_plans, render_explanation
         print()
@@ -58,6 +65,19 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def add_comparison(data: dict, args) -> None:
+    """The user's configuration (``--compare-with-current``) scored on the search's model, hardware,
+    GPUs and batch, as ``data["current"]``, and ``data["comparison"]`` against the best plan."""
+    from autopar.cli.export import import_current, score_imported
+    from autopar.export import compare_estimates
+    imported = import_current(data["model"], args.current, gpus=args.gpus, global_batch=data["global_batch"],
+                              seq=data["seq"], hardware=data["hardware"], megatron_args=args.megatron_args)
+    current = score_imported(data["model"], data["hardware"], imported, seq=data["seq"],
+                             global_batch=data["global_batch"])
+    data["current"] = current
+    data["comparison"] = compare_estimates(current, data["plans"][0])
 
 
 def print_table(data: dict) -> None:

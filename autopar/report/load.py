@@ -87,6 +87,9 @@ def records_of(source: Any, label: str | None = None) -> list[PlanRecord]:
     pf = PlansFile.read(source, label=label).check_estimates()
     meta = {k: getattr(pf, k) for k in ("objective", "optimal", "search_time_s")
             if getattr(pf, k) is not None}
+    comparison = (pf.extra or {}).get("comparison")
+    if isinstance(comparison, dict) and comparison.get("text"):   # search --compare-with-current
+        meta["comparison"] = comparison["text"]
     if pf.validate is not None:          # autopar validate output: render adds its chart
         meta["validate"] = pf.to_dict()
     filled = pf.to_dict(filled=True)["plans"]

@@ -86,6 +86,8 @@ def to_markdown(report) -> str:
         b = w["best"]
         L.append(f"**{b.gpus} GPUs — best #{b.id} {b.label()}**: "
                  f"{w['bottleneck_text']}. Memory: {w['memory_text']}.")
+        if b.file_meta.get("comparison"):
+            L += ["", f"Your configuration: {b.file_meta['comparison']}."]
         L.append("")
         for r, text in w["runners_up"]:
             L.append(f"- #{r.id} {r.label()}: {text}")
@@ -227,6 +229,8 @@ def to_html(report) -> str:
         why.append(f"<h3>{b.gpus} GPUs · {_e(b.get('hardware'))}: best is #{b.id} {_e(b.label())}</h3>"
                    f"<ul class='why'><li>Bottleneck: {_e(w['bottleneck_text'])}.</li>"
                    f"<li>Memory: {_e(w['memory_text'])}.</li>"
+                   + (f"<li>Your configuration: {_e(b.file_meta['comparison'])}.</li>"
+                      if b.file_meta.get("comparison") else "")
                    + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "")
                    + "".join(f"<li class='warn'>⚠ <b>#{r.id} {_e(r.label())}</b>: {_e(report.check_text(r))}.</li>"
                              for r in report.groups[report.why.index(w)] if report.check_text(r))

@@ -1,0 +1,72 @@
+"""torchrun: launch lines that run a plan on autopar's own runtime (``autopar.apply``).
+
+The plan travels inline as JSON (``--plan '{...}'``) to ``examples/train_gpt.py`` (or the training
+script given), so the file says everything; importing it reads that JSON back, and the GPU count
+from ``--nnodes`` x ``--nproc-per-node``.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+
+from autopar.export.command_line import read_flags, torchrun_gpus
+from autopar.export.common import RUNTIMES, Exported, Imported, positive_int, read_text, with_runtime
+from autopar.export.context import TrainingContext, resolve_stages
+from autopar.export.launch import launch_line, nodes_for
+from costmodels.errors import PlanError
+from costmodels.plan import Plan
+
+DEFAULT_SCRIPT = "examples/train_gpt.py"
+
+
+def problems(plan: Plan, ctx: TrainingContext | None = None) -> list:
+    return []                       # autopar's runtime runs every plan
+
+
+def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Exported:
+    if plan.pp > 1 and plan.stages is None and ctx.model:
+        plan = plan.with_(stages=resolve_stages(plan, ctx))
+    nnodes, nproc = nodes_for(plan.world_size, ctx.gpus_per_node)
+    body = plan.to_dict()
+    body.pop("version", None)
+    command = f"{script} --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
+    if ctx.model:
+        command += f" --model {shlex.quote(_spec_with_seq(ctx))}"
+    if ctx.global_batch:
+        command += f" --global-batch {ctx.global_batch}"
+    text = "\n".join([
+        "#!/bin/bash",
+        f"# autopar plan {plan.label()} on autopar's own runtime: {plan.world_size} GPUs as {nnodes} "
+        f"node(s) x {nproc}",
+        "# run on every node: MASTER_ADDR / MASTER_PORT = the first node's address and a free port, "
+        "JOB_ID = any id the nodes share",
+        launch_line(nnodes, nproc, command), ""])
+    return Exported("torchrun", {"torchrun.sh": text}, RUNTIMES["torchrun"])
+
+
+def _spec_with_seq(ctx: TrainingContext) -> str:
+    """MODEL with the job's sequence length written into it (the script takes no --seq)."""
+    from autopar.models.config import FAMILY_KEYS
+    spec = ctx.model
+    if ctx.seq is None or ctx.config is None or "seq" not in FAMILY_KEYS[ctx.config.family]:
+        return spec
+    return f"{spec},seq={ctx.seq}" if ":" in spec else f"{spec}:seq={ctx.seq}"
+
+
+def parse(source: str, ctx: TrainingContext) -> Imported:
+    text = read_text(source)
+    flags = read_flags(text)
+    raw = flags.get("plan")
+    if raw is None:
+        raise PlanError("the torchrun line has no --plan '{...}': export it with 'autopar export --to torchrun'")
+    plan = Plan.from_dict(json.loads(raw)) if raw.lstrip().startswith("{") else None
+    if plan is None:
+        from costmodels.plans_file import load_plan
+        plan = load_plan(raw)
+    gpus = torchrun_gpus(flags)
+    if gpus is not None and gpus != plan.world_size:
+        raise PlanError(f"torchrun starts {gpus} processes but the plan needs dp·tp·pp = {plan.world_size}")
+    batch = flags.get("global_batch")
+    batch = None if batch is None else positive_int(batch, "--global-batch")
+    return Imported(with_runtime(plan, RUNTIMES["torchrun"]), RUNTIMES["torchrun"], "torchrun",
+                    gpus=plan.world_size, global_batch=batch)
