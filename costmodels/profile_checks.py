@@ -27,7 +27,8 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "hbm_bandwidth_bytes_per_s": _MEM_BW,
     "memory_reserve_bytes": (0.0, 1e13, True, "bytes, e.g. 3e9 (not GB)"),
     "elementwise_bandwidth_bytes_per_s": _KERNEL_BW, "optimizer_bandwidth_bytes_per_s": _KERNEL_BW,
-    "attention_efficiency": (0.0, 1.0, False, "a fraction of peak in (0, 1]"),
+    "attention_efficiency": (1e-4, 1.0, True, "a fraction of peak from 1e-4 to 1"),
+    "efficiency": (1e-4, 1.0, True, "a fraction of peak from 1e-4 to 1 (a matmul at 0.01% of peak is a unit error)"),
     "comm_overlap": _SHARE, "fsdp_overlap": _SHARE,
     "gpus_per_node": (1, 1024, True, "GPUs (processes) per node, an integer"),
     "bandwidth_bytes_per_s": (1e6, 1e13, False, "bytes per second per GPU, e.g. 230e9 (not GB/s or Gbit/s)"),
@@ -131,7 +132,7 @@ def matmul_efficiency_section(eff: Any, err, sources: dict[str, str]) -> tuple[t
     if not isinstance(ev, list) or len(ev) != len(fl):
         raise err("gpu.matmul_efficiency.efficiency", f"must be a list of {len(fl)} numbers (one per flops entry)")
     for x in ev:
-        check_range(x, "gpu.matmul_efficiency.efficiency", "attention_efficiency", err)
+        check_range(x, "gpu.matmul_efficiency.efficiency", "efficiency", err)
     if not isinstance(eff.get("source"), str) or not eff["source"].strip():
         raise err("gpu.matmul_efficiency.source", "is missing or empty")
     sources["gpu.matmul_efficiency"] = eff["source"]

@@ -183,6 +183,7 @@ figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
+table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
 """
 
 
@@ -190,14 +191,17 @@ def _e(x) -> str:
     return html.escape(str(x))
 
 
-def _table(header, rows, left=(), row_class=None) -> str:
+def _table(header, rows, left=(), row_class=None, wrap=False) -> str:
+    """An HTML table; ``wrap``: long cell values (a plan's 64 split points) wrap inside their
+    column instead of pushing the table off the screen."""
     h = "".join(f"<th class='l'>{_e(c)}</th>" if i in left else f"<th>{_e(c)}</th>" for i, c in enumerate(header))
     body = []
     for j, row in enumerate(rows):
         cls = f" class='{row_class[j]}'" if row_class and row_class[j] else ""
         body.append(f"<tr{cls}>" + "".join(f"<td class='l'>{_e(c)}</td>" if i in left else f"<td>{_e(c)}</td>"
                                            for i, c in enumerate(row)) + "</tr>")
-    return f"<div class='scroll'><table><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    table = "<table class='wrap'>" if wrap else "<table>"
+    return f"<div class='scroll'>{table}<thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 def _figure(kind: str, svg: str, caption: str = "", key: str = "") -> str:
@@ -217,7 +221,8 @@ def to_html(report) -> str:
     S = []
     S.append(("ranked", "Ranked plans",
               "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
-              "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than the estimate (see Why this plan).</p>"
+              "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than "
+              "the estimate (see Why this plan).</p>"
               + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
     why = []
     for w in report.why:
@@ -297,7 +302,7 @@ def to_html(report) -> str:
                   f"<p class='note'>Plan fields that differ, then every prediction (difference = "
                   f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
                   + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
-                            "difference"], rows, left=(0,))))
+                            "difference"], rows, left=(0,), wrap=True)))
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
     body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
