@@ -27,7 +27,8 @@ MESSAGE_LIMIT = 1000      # characters of a whole error line (a last guard, see 
 LIMITS: dict[str, int] = {
     "layers": 2048,              # transformer blocks (GPT-3: 96, Llama 3 405B: 126, DeepNet: 1000)
     "hidden": 131_072,           # model width (GPT-3: 12288, Llama 3 405B: 16384)
-    "heads": 4096,               # attention heads (and kv_heads)
+    "heads": 4096,               # attention heads
+    "kv_heads": 4096,            # key / value heads (grouped-query attention)
     "ffn": 1_048_576,            # MLP width
     "vocab": 16_777_216,         # vocabulary (Llama 3: 128256)
     "seq": 2_097_152,            # tokens per sequence (2M)

@@ -50,7 +50,7 @@ def check_table(d: Any, top_fields: tuple[str, ...], row_fields: tuple[str, ...]
     }
     for key in ("hidden", "heads", "kv_heads", "vocab"):
         v = d.get(key)
-        top[key] = None if v is None else int_field(v, key, high=LIMITS["heads" if key == "kv_heads" else key],
+        top[key] = None if v is None else int_field(v, key, high=LIMITS[key],
                                                    **_E(""))
     if top["heads"] and top["kv_heads"] and top["heads"] % top["kv_heads"]:
         raise SpecError(f"layer table: heads={top['heads']} is not a multiple of kv_heads={top['kv_heads']}; {FIX}")

@@ -116,3 +116,16 @@ def test_progress_goes_to_stderr_only_when_asked_or_on_a_terminal(capsys):
         time.sleep(0.3)
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("autopar inspect: tracing x … ")
+
+
+def test_an_interrupt_stops_the_ranks_a_command_spawned():
+    """verify / validate / profile spawn ranks; SIGTERM reaches only autopar itself, so main
+    stops them (else Python's exit waits for them to finish their steps)."""
+    import multiprocessing
+
+    from autopar.cli.main import stop_children
+    p = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))
+    p.start()
+    t0 = time.monotonic()
+    stop_children()
+    assert not p.is_alive() and time.monotonic() - t0 < 10

@@ -10,10 +10,11 @@ Every way a command can end is one line on stderr, never a traceback:
 * Ctrl-C, SIGINT or SIGTERM: ``autopar: interrupted (SIGINT)``, exit 130 (SIGINT) or 143
   (SIGTERM), the shell's 128 + signal number. The handlers are installed even when the signal
   arrives ignored (a background job of a script inherits SIGINT ignored, which let a search run
-  on, write its file and exit 0); an output file is written atomically, so an interrupt leaves
-  none or the old one;
+  on, write its file and exit 0); spawned ranks are terminated; an output file is written
+  atomically, so an interrupt leaves none or the old one;
 * standard output that cannot be written (``> /dev/full``, a full disk): exit 2; a closed pipe
   (``| head``): exit 0, quietly;
+* an OS error, memory running out, an input nested too deeply to read: one line, exit 2;
 * a bug in autopar: ``autopar: internal error: ...`` and how to report it, exit 1.
 
 A message is cut to ``costmodels.checks.MESSAGE_LIMIT`` characters (``shorten``), so a huge bad
@@ -112,21 +113,53 @@ def _run(argv: list[str] | None) -> int:
         code = int(args.run(args) or 0)
         sys.stdout.flush()          # a full disk or closed pipe shows here, inside the try
         return code
-    except Interrupted as e:
-        return _say(f"interrupted ({signal.Signals(e.signum).name})", 128 + e.signum)
-    except KeyboardInterrupt:
-        return _say("interrupted (SIGINT)", 128 + signal.SIGINT)
+    except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted (SIGINT / SIGTERM)
+        signum = getattr(e, "signum", signal.SIGINT)
     except AutoparError as e:
         return _say(f"error: {e}", EXIT_ERROR)
     except OSError as e:
         return _os_error(e)
     except MemoryError:
         return _say("error: out of memory; use a smaller model, sequence or batch", EXIT_ERROR)
+    except RecursionError:          # a JSON / TOML input nested thousands deep, read by a library
+        if os.environ.get("AUTOPAR_DEBUG"):
+            raise
+        return _say("error: an input nests too deeply to read (RecursionError); check the files given "
+                    "(if they are ordinary, rerun with AUTOPAR_DEBUG=1 and report it)", EXIT_ERROR)
     except Exception as e:  # a bug in autopar, not the user's input
         if os.environ.get("AUTOPAR_DEBUG"):
             raise
         return _say(f"internal error: {type(e).__name__}: {e} (rerun with AUTOPAR_DEBUG=1 for the "
                     "traceback and report it)", EXIT_BUG)
+    # interrupted; out of the except block, the traceback (and the spawn context it holds) is freed
+    stop_children()
+    return _say(f"interrupted ({signal.Signals(signum).name})", 128 + signum)
+
+
+def stop_children(grace_s: float = 1.0) -> None:
+    """Stop the ranks this command spawned (verify, validate, profile): SIGTERM reaches only this
+    process, and Python's exit would otherwise wait for them to finish their work. SIGINT first,
+    so that each rank unwinds and frees what it holds (torch's rank wrapper exits quietly on it),
+    then SIGTERM, then SIGKILL."""
+    import gc
+    import multiprocessing
+    import time
+    children = multiprocessing.active_children()
+    for stop in (lambda p: os.kill(p.pid, signal.SIGINT), lambda p: p.terminate(), lambda p: p.kill()):
+        for p in children:
+            if p.is_alive():
+                try:
+                    stop(p)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + grace_s
+        for p in children:
+            p.join(max(0.0, deadline - time.monotonic()))
+        children = [p for p in children if p.is_alive()]
+        if not children:
+            break
+        grace_s = 1.0
+    gc.collect()     # the spawn context's queues release their semaphores
 
 
 def _say(message: str, code: int) -> int:

@@ -69,7 +69,9 @@ def run(args) -> int:
         try:
             detail = int(args.detail)
         except ValueError:
-            raise PlanError(f"--detail {quote(args.detail)} must be a number or 'all'") from None
+            detail = -1
+        if detail < 0:
+            raise PlanError(f"--detail {quote(args.detail)} must be a number >= 0 or 'all'")
     extra, notes = [], []
     if args.scale:
         counts = _ints(args.scale, "--scale", high=LIMITS["gpus"])

@@ -78,10 +78,13 @@ def user_source(spec: str, where: str, fn_name: str, seq: int | None) -> ModelSo
 
 def _load_function(where: str, fn_name: str):
     if where.endswith(".py") or os.sep in where:
-        if not os.path.exists(where):
-            raise SpecError(f"model file {quote(where)} does not exist; give 'path/to/file.py:fn'")
+        if not os.path.isfile(where):
+            what = "is a directory" if os.path.isdir(where) else "does not exist"
+            raise SpecError(f"model file {quote(where)} {what}; give 'path/to/file.py:fn'")
         name = "autopar_user_" + os.path.splitext(os.path.basename(where))[0]
         spec = importlib.util.spec_from_file_location(name, where)
+        if spec is None or spec.loader is None:
+            raise SpecError(f"model file {quote(where)} is not a Python file (.py); give 'path/to/file.py:fn'")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
