@@ -127,7 +127,7 @@ def deny_writes_in(monkeypatch, folder, code=errno.EACCES):
     monkeypatch.setattr(files.os, "open", guarded)
 
 
-@pytest.mark.parametrize("command,patch", [
+OUTPUT_COMMANDS = [   # (argv, the module and function of its long work)
     (SEARCH, ("autopar.search", "search")),
     (["estimate", TINY, "--hardware", "a100-80g-sxm", "--gpus", "1", "--global-batch", "8", "--plan", "{}"],
      ("autopar.scoring", "estimate_plans")),
@@ -135,11 +135,26 @@ def deny_writes_in(monkeypatch, folder, code=errno.EACCES):
     (["profile", "--quick"], ("autopar.profile", "profile_machine")),
     (["validate", TINY, "--hardware", "cpu-2core", "--nproc", "1", "--global-batch", "2"],
      ("autopar.validate", "validate")),
-])
-def test_an_unwritable_output_is_refused_before_the_long_work(capsys, monkeypatch, tmp_path, command, patch):
+]
+
+
+def patch_long_work(monkeypatch, patch) -> Called:
     import importlib
     long_work = Called()
     monkeypatch.setattr(importlib.import_module(patch[0]), patch[1], long_work)
+    return long_work
+
+
+@pytest.mark.parametrize("command,patch", OUTPUT_COMMANDS)
+def test_an_empty_output_name_is_refused_not_ignored(capsys, monkeypatch, command, patch):
+    long_work = patch_long_work(monkeypatch, patch)
+    code, out, err = run(capsys, *command, "-o", "")
+    assert code == 2 and "names no file" in one_line(err) and long_work.calls == 0
+
+
+@pytest.mark.parametrize("command,patch", OUTPUT_COMMANDS)
+def test_an_unwritable_output_is_refused_before_the_long_work(capsys, monkeypatch, tmp_path, command, patch):
+    long_work = patch_long_work(monkeypatch, patch)
     ro = tmp_path / "ro"
     ro.mkdir()
     deny_writes_in(monkeypatch, ro)

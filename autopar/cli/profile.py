@@ -32,7 +32,8 @@ def run(args) -> int:
     from autopar.profile import build_profile, output_path, profile_machine, write_profile
     # an unwritable output must fail now, not after minutes of measuring (the default name
     # depends on the rank count, so without -o the current directory is what is checked)
-    check_output(args.output or os.path.join(os.getcwd(), f"{args.name or 'profile'}.toml"))
+    default = os.path.join(os.getcwd(), f"{args.name or 'profile'}.toml")
+    check_output(default if args.output is None else args.output)     # -o '' is refused, not ignored
     raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress,
                           clock=args.clock)
     raw["quick"] = args.quick
