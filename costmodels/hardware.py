@@ -1,8 +1,9 @@
 """Hardware profiles: what the cost model knows about a GPU, a node and the network.
 
 A profile is a TOML file in ``costmodels/hardware_profiles/`` (package data, so an installed
-autopar finds the shipped ones wherever it runs) or anywhere on disk (``--hardware path/to/file.toml``).
-``load_profile`` takes a name (``a100-80g-sxm``) or a path; ``list_profiles`` lists the shipped ones.
+autopar finds the shipped ones wherever it runs) or anywhere on disk (``--hardware
+path/to/file.toml``). ``load_profile`` takes a name (``a100-80g-sxm``) or a path;
+``list_profiles`` lists the shipped ones.
 
 Format (version 1). Units are in the field names. Every *figure* is an inline table
 ``{ value = <number>, source = "<where it comes from>" }`` so that each number carries its
@@ -77,11 +78,14 @@ in_step_seconds = [...]          # groups of that size
 ```
 
 Numbers are floats or integers (``80e9``, ``85_899_345_920``). A malformed profile raises
-``ProfileError`` naming the file and the field, e.g. ``gpu.hbm_bytes.value``.
+``ProfileError`` naming the file and the field, e.g. ``gpu.hbm_bytes.value``: a field the format
+does not know (with the nearest known name), and a figure outside its plausible range
+(``costmodels/profile_checks.py``, ``RANGES``: peaks 1e9..1e17 FLOP/s, HBM 1e9..1e13 bytes, memory
+bandwidth 1e9..1e14 B/s, link bandwidth 1e6..1e13 B/s, latencies 0..1 s; a figure in the wrong
+unit, such as 312 for 312 TFLOP/s, falls outside it).
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,10 +93,12 @@ from typing import Any
 
 import numpy as np
 
+from costmodels.checks import is_int, quote
 from costmodels.comm import TENSOR_KINDS
 from costmodels.errors import ProfileError
 from costmodels.files import tomllib
 from costmodels.measured_sections import collectives_section, curve_section
+from costmodels.profile_checks import check_known_fields, check_range, matmul_efficiency_section
 
 PROFILE_VERSION = 1
 PROFILES_DIR = Path(__file__).resolve().parent / "hardware_profiles"
@@ -213,6 +219,9 @@ def load_profile(name_or_path: str | os.PathLike | HardwareProfile) -> HardwareP
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
     s = str(name_or_path)
+    if len(s) > 4096 or "\0" in s:
+        raise ProfileError(f"hardware profile {quote(s)} is not a profile name or a file path; pass a "
+                           f"shipped name ({', '.join(list_profiles())}) or a path to a .toml file")
     path = Path(s)
     if not (s.endswith(".toml") or os.sep in s or path.is_file()):
         path = PROFILES_DIR / f"{s}.toml"
@@ -221,10 +230,11 @@ def load_profile(name_or_path: str | os.PathLike | HardwareProfile) -> HardwareP
             names = list_profiles()
             close = difflib.get_close_matches(s, names, n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise ProfileError(f"unknown hardware profile '{s}'; {hint}shipped profiles: "
+            raise ProfileError(f"unknown hardware profile {quote(s)}; {hint}shipped profiles: "
                                f"{', '.join(names) or '(none)'}, or pass a path to a .toml file")
     if not path.is_file():
-        raise ProfileError(f"hardware profile file '{s}' does not exist; pass a shipped name "
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ProfileError(f"hardware profile file {quote(s)} {what}; pass a shipped name "
                            f"({', '.join(list_profiles())}) or a path to a .toml file")
     key = (str(path.resolve()), path.stat().st_mtime)
     if key in _CACHE:
@@ -233,18 +243,29 @@ def load_profile(name_or_path: str | os.PathLike | HardwareProfile) -> HardwareP
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
-        raise ProfileError(f"hardware profile '{path}' is not valid TOML ({e}); fix the file") from None
+        raise ProfileError(f"hardware profile {quote(str(path))} is not valid TOML ({e}); fix the file") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"hardware profile {quote(str(path))} is not a text file, so not a TOML "
+                           "profile; pass a .toml profile (autopar hardware lists the shipped ones)") from None
+    except RecursionError:
+        raise ProfileError(f"hardware profile {quote(str(path))} nests its tables or arrays too deeply "
+                           "to be a profile; fix the file (see the format in costmodels/hardware.py)") from None
+    except OSError as e:
+        raise ProfileError(f"cannot read hardware profile {quote(str(path))} ({e.strerror}); check "
+                           "the path and its permissions") from None
     prof = parse_profile(data, str(path))
     _CACHE[key] = prof
     return prof
 
 
 def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwareProfile:
-    """Validate a parsed TOML document and build the profile (ProfileError names the field)."""
+    """Validate a parsed TOML document and build the profile: every field known
+    (``costmodels.profile_checks.KNOWN``), every figure a cited, finite number in its plausible
+    range (``RANGES``: a wrong unit falls outside it). ProfileError names the field."""
     sources: dict[str, str] = {}
 
     def err(fieldname: str, problem: str) -> ProfileError:
-        return ProfileError(f"hardware profile '{where}': field '{fieldname}' {problem}; "
+        return ProfileError(f"hardware profile {quote(where)}: field '{fieldname}' {problem}; "
                             "see the profile format in the costmodels/hardware.py docstring")
 
     def table(name: str) -> dict[str, Any]:
@@ -253,8 +274,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
             raise err(name, "is missing or not a table")
         return t
 
-    def figure(sect: dict[str, Any], sect_name: str, key: str, *, positive=True, integer=False,
-               optional=False, maximum=None):
+    def figure(sect: dict[str, Any], sect_name: str, key: str, *, optional=False):
         full = f"{sect_name}.{key}"
         if key not in sect:
             if optional:
@@ -262,28 +282,23 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
             raise err(full, "is missing (give it as { value = ..., source = \"...\" })")
         v = sect[key]
         if not isinstance(v, dict):
-            raise err(full, f"must be an inline table {{ value = ..., source = \"...\" }}, got {v!r}")
+            raise err(full, f"must be an inline table {{ value = ..., source = \"...\" }}, got {quote(v)}")
         if "value" not in v:
             raise err(full + ".value", "is missing")
         if not isinstance(v.get("source"), str) or not v["source"].strip():
             raise err(full + ".source", "is missing or empty (every figure must cite where it comes from)")
-        x = v["value"]
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise err(full + ".value", f"must be a finite number, got {x!r}")
-        if integer and (not float(x).is_integer()):
-            raise err(full + ".value", f"must be an integer, got {x!r}")
-        if positive and x <= 0:
-            raise err(full + ".value", f"must be positive, got {x!r}")
-        if not positive and x < 0:
-            raise err(full + ".value", f"must not be negative, got {x!r}")
-        if maximum is not None and x > maximum:
-            raise err(full + ".value", f"must be at most {maximum}, got {x!r}")
+        integer = key == "gpus_per_node"
+        x = check_range(v["value"], full + ".value", key, err, integer=integer)
         sources[full] = v["source"]
-        return int(x) if integer else float(x)
+        return int(x) if integer else x
 
+    if not isinstance(data, dict):
+        raise ProfileError(f"hardware profile {quote(where)} must be a table of fields, got "
+                           f"{type(data).__name__}; see the profile format in the costmodels/hardware.py docstring")
     version = data.get("version", PROFILE_VERSION)
-    if version != PROFILE_VERSION:
-        raise err("version", f"is {version!r}; this autopar reads version {PROFILE_VERSION}")
+    if not is_int(version) or version != PROFILE_VERSION:
+        raise err("version", f"is {quote(version)}; this autopar reads version {PROFILE_VERSION}")
+    check_known_fields(data, err)
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise err("name", "is missing or not a string")
@@ -301,52 +316,31 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     tf32 = figure(gpu, "gpu", "peak_tf32_flops_per_s", optional=True) or fp32
     hbm = figure(gpu, "gpu", "hbm_bytes")
     hbm_bw = figure(gpu, "gpu", "hbm_bandwidth_bytes_per_s")
-    reserve = figure(gpu, "gpu", "memory_reserve_bytes", positive=False)
+    reserve = figure(gpu, "gpu", "memory_reserve_bytes")
     if reserve >= hbm:
         raise err("gpu.memory_reserve_bytes.value", f"({reserve:g}) must be smaller than gpu.hbm_bytes ({hbm:g})")
-
-    eff = gpu.get("matmul_efficiency")
-    if not isinstance(eff, dict):
-        raise err("gpu.matmul_efficiency",
-                  "is missing or not a table (flops = [...], efficiency = [...], source = \"...\")")
-    fl, ev = eff.get("flops"), eff.get("efficiency")
-    positive = isinstance(fl, list) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in fl)
-    if not isinstance(fl, list) or not fl or not positive:
-        raise err("gpu.matmul_efficiency.flops", "must be a non-empty list of positive numbers")
-    if any(b <= a for a, b in zip(fl, fl[1:])):
-        raise err("gpu.matmul_efficiency.flops", "must be strictly increasing")
-    if not isinstance(ev, list) or len(ev) != len(fl):
-        raise err("gpu.matmul_efficiency.efficiency", f"must be a list of {len(fl)} numbers (one per flops entry)")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in ev):
-        raise err("gpu.matmul_efficiency.efficiency", "entries must be numbers in (0, 1]")
-    if not isinstance(eff.get("source"), str) or not eff["source"].strip():
-        raise err("gpu.matmul_efficiency.source", "is missing or empty")
-    sources["gpu.matmul_efficiency"] = eff["source"]
-
+    fl, ev = matmul_efficiency_section(gpu.get("matmul_efficiency"), err, sources)
     elem_bw = figure(gpu, "gpu", "elementwise_bandwidth_bytes_per_s", optional=True)
     opt_bw = figure(gpu, "gpu", "optimizer_bandwidth_bytes_per_s", optional=True)
-    attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True, maximum=1.0)
+    attn_eff = figure(gpu, "gpu", "attention_efficiency", optional=True)
     ce = curve_section(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
-    overlap = figure(gpu, "gpu", "comm_overlap", optional=True, positive=False, maximum=1.0)
-    fsdp_ov = figure(gpu, "gpu", "fsdp_overlap", optional=True, positive=False, maximum=1.0)
+    overlap = figure(gpu, "gpu", "comm_overlap", optional=True)
+    fsdp_ov = figure(gpu, "gpu", "fsdp_overlap", optional=True)
     node = table("node")
-    gpn = figure(node, "node", "gpus_per_node", integer=True)
+    gpn = figure(node, "node", "gpus_per_node")
     tiers = []
     own, curves = collectives_section(data, err, sources)
     for tname in ("intra_node", "inter_node"):
         t = table(tname)
         inside = tname == "intra_node"
-        tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"),
-                              figure(t, tname, "latency_s", positive=False),
+        tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"), figure(t, tname, "latency_s"),
                               own if inside else (), curves if inside else ()))
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
         peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
         hbm_bytes=hbm, hbm_bandwidth_bytes_per_s=hbm_bw, memory_reserve_bytes=reserve,
-        eff_flops=tuple(float(x) for x in fl), eff_values=tuple(float(x) for x in ev),
-        gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1], path=where, sources=sources,
-        elementwise_bandwidth_bytes_per_s=elem_bw, optimizer_bandwidth_bytes_per_s=opt_bw,
-        attention_efficiency=attn_eff, ce_logits=ce[0], ce_rates=ce[1],
-        comm_overlap=1.0 if overlap is None else overlap,
-        fsdp_overlap=fsdp_ov)
+        eff_flops=fl, eff_values=ev, gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1],
+        path=where, sources=sources, elementwise_bandwidth_bytes_per_s=elem_bw,
+        optimizer_bandwidth_bytes_per_s=opt_bw, attention_efficiency=attn_eff, ce_logits=ce[0],
+        ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap, fsdp_overlap=fsdp_ov)
+

@@ -30,10 +30,10 @@ selective recompute treat them (Korthikanti et al. 2022, §4):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from costmodels.errors import SpecError
+from costmodels.table_checks import check_table
 
 
 @dataclass(frozen=True)
@@ -100,23 +100,14 @@ class LayerTable:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LayerTable:
-        try:
-            if "rows" not in d and isinstance(d.get("layers"), list):
-                # the JSON of 'autopar inspect --json': rows under "layers", count in "num_layers"
-                d = {**d, "rows": d["layers"],
-                     "layers": d.get("num_layers", sum(1 for r in d["layers"] if r.get("kind") == "block"))}
-            rows = []
-            for r in d["rows"]:
-                r = dict(r)
-                r["tp_pairs"] = tuple(
-                    TPPair(column=tuple(p["column"]), row=p["row"],
-                           heads=p.get("heads"), kv_heads=p.get("kv_heads"))
-                    for p in r.get("tp_pairs", ()))
-                r["tied_params"] = tuple(r.get("tied_params", ()))
-                r["matmul_dims"] = tuple(tuple(m) for m in r.get("matmul_dims", ()))
-                rows.append(LayerRow(**{f.name: r[f.name] for f in fields(LayerRow) if f.name in r}))
-            top = {f.name: d[f.name] for f in fields(cls) if f.name != "rows"}
-            return cls(rows=tuple(rows), **top)
-        except (KeyError, TypeError) as e:
-            raise SpecError(f"layer table JSON is malformed ({e}); regenerate it with "
-                            "'autopar inspect MODEL --json'") from None
+        """Read ``to_dict()``'s JSON or ``autopar inspect --json``'s; every field is checked for
+        its type and a plausible range first (``costmodels.table_checks``: one SpecError line
+        naming the row and the field), so a table that loads gives finite estimates."""
+        row_fields = tuple(f.name for f in fields(LayerRow))
+        required = tuple(f.name for f in fields(LayerRow) if f.default is MISSING and f.default_factory is MISSING)
+        top, rows = check_table(d, tuple(f.name for f in fields(cls) if f.name != "rows"), row_fields, required)
+        built = []
+        for r in rows:
+            r["tp_pairs"] = tuple(TPPair(**p) for p in r["tp_pairs"])
+            built.append(LayerRow(**r))
+        return cls(rows=tuple(built), **top)

@@ -5,10 +5,11 @@ required fields' parser so that each reads on its own; ``err`` is ``parse_profil
 ProfileError factory (it names the file and the field)."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from costmodels.checks import quote
 from costmodels.comm import MEASURED_KINDS
+from costmodels.profile_checks import check_points, check_range
 
 
 def curve_section(sect: dict[str, Any], name: str, keys: tuple[str, str], err, sources) -> tuple:
@@ -39,7 +40,7 @@ def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> t
     for kind, t in colls.items():
         full = f"collectives.{kind}"
         if kind not in MEASURED_KINDS:
-            raise err(full, f"names no collective ({', '.join(MEASURED_KINDS)})")
+            raise err(quote(full, 60).strip("'"), f"names no collective ({', '.join(MEASURED_KINDS)})")
         if not isinstance(t, dict):
             raise err(full, "must be a table")
         a, b = _alpha_beta(t, "", full, err)
@@ -61,19 +62,18 @@ def collectives_section(data: dict[str, Any], err, sources: dict[str, str]) -> t
 
 def _ranks(t: dict, full: str, err) -> int:
     r = t.get("ranks")
-    if isinstance(r, bool) or not isinstance(r, int) or r < 2:
-        raise err(full + ".ranks", f"must be the number of ranks measured (an integer >= 2), got {r!r}")
-    return r
+    if isinstance(r, bool) or not isinstance(r, int):
+        raise err(full + ".ranks", f"must be the number of ranks measured (an integer >= 2), got {quote(r)}")
+    return int(check_range(r, full + ".ranks", "ranks", err, integer=True))
 
 
 def _points(t: dict, keys: tuple[str, str], full: str, err) -> tuple[tuple, tuple]:
     """Measured points ``t[keys[0]]`` -> ``t[keys[1]]``: two equal-length lists of positive
-    numbers, the first strictly increasing."""
+    numbers in their plausible ranges (``costmodels.profile_checks.RANGES``), the first strictly
+    increasing."""
     xs, ys = t.get(keys[0]), t.get(keys[1])
     for key, v in ((keys[0], xs), (keys[1], ys)):
-        if not isinstance(v, list) or not v or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v):
-            raise err(f"{full}.{key}", "must be a non-empty list of positive numbers")
+        check_points(v, key.removeprefix("in_step_"), f"{full}.{key}", err)
     if len(xs) != len(ys):
         raise err(f"{full}.{keys[1]}", f"must have {len(xs)} entries (one per {keys[0]} entry)")
     if any(b <= a for a, b in zip(xs, xs[1:])):
@@ -82,10 +82,6 @@ def _points(t: dict, keys: tuple[str, str], full: str, err) -> tuple[tuple, tupl
 
 
 def _alpha_beta(t: dict, prefix: str, full: str, err) -> tuple[float, float]:
-    a, b = t.get(prefix + "alpha_s"), t.get(prefix + "beta_bytes_per_s")
-    for key, x, lo in ((prefix + "alpha_s", a, 0.0), (prefix + "beta_bytes_per_s", b, None)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                or x < 0 or (lo is None and x <= 0):
-            raise err(f"{full}.{key}", f"must be a {'positive' if lo is None else 'non-negative'} "
-                      f"number, got {x!r}")
-    return float(a), float(b)
+    return (check_range(t.get(prefix + "alpha_s"), f"{full}.{prefix}alpha_s", "alpha_s", err),
+            check_range(t.get(prefix + "beta_bytes_per_s"), f"{full}.{prefix}beta_bytes_per_s",
+                        "beta_bytes_per_s", err))

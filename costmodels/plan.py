@@ -23,6 +23,7 @@ import numbers
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from costmodels.checks import LIMITS, is_int, nearest, quote
 from costmodels.errors import PlanError
 
 PLAN_VERSION = 1
@@ -49,20 +50,24 @@ class Plan:
     version: int = PLAN_VERSION
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "vpp", "micro_batch_size"):
+        for name, top in (("dp", LIMITS["gpus"]), ("tp", LIMITS["gpus"]), ("pp", LIMITS["gpus"]),
+                          ("vpp", LIMITS["layers"]), ("micro_batch_size", LIMITS["micro_batch"])):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise PlanError(f"plan field '{name}'={v!r} must be a positive integer")
-        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
-            raise PlanError(f"plan field 'zero'={self.zero!r} must be 0, 1, 2 or 3")
+            if not is_int(v) or not 1 <= v <= top:
+                raise PlanError(f"plan field '{name}'={quote(v)} must be a positive integer (at most {top:,})")
+        if self.world_size > LIMITS["gpus"]:
+            raise PlanError(f"plan dp·tp·pp = {self.world_size:,} GPUs is above autopar's limit of "
+                            f"{LIMITS['gpus']:,} (LIMITS['gpus'] in costmodels/checks.py); use smaller degrees")
+        if not is_int(self.zero) or self.zero not in (0, 1, 2, 3):
+            raise PlanError(f"plan field 'zero'={quote(self.zero)} must be 0, 1, 2 or 3")
         _choice("recompute", self.recompute, RECOMPUTE)
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("attention", self.attention, ATTENTION)
         _choice("placement", self.placement, PLACEMENTS)
         if not isinstance(self.sequence_parallel, bool):
-            raise PlanError(f"plan field 'sequence_parallel'={self.sequence_parallel!r} must be true or false")
-        if self.version != PLAN_VERSION:
-            raise PlanError(f"plan version {self.version!r} is not supported (this autopar reads "
+            raise PlanError(f"plan field 'sequence_parallel'={quote(self.sequence_parallel)} must be true or false")
+        if not is_int(self.version) or self.version != PLAN_VERSION:
+            raise PlanError(f"plan version {quote(self.version)} is not supported (this autopar reads "
                             f"version {PLAN_VERSION}); re-run 'autopar search' to regenerate it")
         if self.vpp > 1 and self.schedule != "interleaved-1f1b":
             raise PlanError(f"plan field 'vpp'={self.vpp} needs schedule 'interleaved-1f1b' "
@@ -87,7 +92,7 @@ class Plan:
         """global batch / (dp · micro_batch_size); raises PlanError when it does not divide."""
         per = self.dp * self.micro_batch_size
         if isinstance(global_batch, bool) or not isinstance(global_batch, numbers.Integral) or global_batch < 1:
-            raise PlanError(f"global batch {global_batch!r} must be a positive integer (samples per "
+            raise PlanError(f"global batch {quote(global_batch)} must be a positive integer (samples per "
                             "optimizer step, over all data-parallel ranks)")
         if global_batch % per:
             raise PlanError(f"global batch {global_batch} is not divisible by dp·micro_batch_size = "
@@ -114,9 +119,11 @@ class Plan:
         if not isinstance(d, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(d).__name__}")
         names = [f.name for f in fields(cls)]
-        unknown = sorted(k for k in d if k not in names)
+        unknown = sorted(quote(k, 40) for k in d if k not in names)
         if unknown:
-            raise PlanError(f"unknown plan field(s) {unknown}; allowed: {sorted(names)}")
+            hint = next((h for h in (nearest(k, names) for k in d if k not in names) if h), "")
+            shown = ", ".join(unknown[:5]) + (", …" if len(unknown) > 5 else "")
+            raise PlanError(f"unknown plan field(s) [{shown}]; {hint}allowed: {sorted(names)}")
         return cls(**d)          # __post_init__ checks each field, stages into tuples
 
     def label(self) -> str:
@@ -150,20 +157,30 @@ PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise PlanError(f"plan field '{name}'={value!r} is not one of {list(allowed)}")
+    if not isinstance(value, str) or value not in allowed:
+        raise PlanError(f"plan field '{name}'={quote(value)} is not one of {list(allowed)}")
 
 
 def _check_stages(stages, n: int) -> tuple[tuple[int, int], ...]:
-    try:
-        st = tuple((int(a), int(b)) for a, b in stages)
-    except (TypeError, ValueError):
-        raise PlanError("plan field 'stages' must be a list of [start, end) row ranges, "
-                        "e.g. [[0, 13], [13, 26]]") from None
+    """``stages`` as a tuple of (start, end) integer pairs: exactly ``n`` contiguous, non-empty
+    half-open ranges from row 0 (floats, strings and booleans are refused, not rounded)."""
+    form = ("plan field 'stages' must be a list of [start, end) row ranges (integers), e.g. "
+            "[[0, 13], [13, 26]]")
+    if isinstance(stages, (str, bytes, dict)) or not hasattr(stages, "__iter__"):
+        raise PlanError(f"{form}; got {quote(stages)}")
+    st = []
+    for pair in stages:
+        if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__len__") or len(pair) != 2 \
+                or not all(is_int(x) for x in pair):
+            raise PlanError(f"{form}; got the range {quote(pair)}")
+        st.append((int(pair[0]), int(pair[1])))
+        if len(st) > n:
+            break
     if len(st) != n:
-        raise PlanError(f"plan field 'stages' has {len(st)} ranges but pp·vpp = {n}; "
-                        "give one [start, end) range per virtual stage")
+        raise PlanError(f"plan field 'stages' has {len(st)}{'+' if len(st) > n else ''} ranges but "
+                        f"pp·vpp = {n}; give one [start, end) range per virtual stage")
+    st = tuple(st)
     if st[0][0] != 0 or any(a >= b for a, b in st) or any(st[i][1] != st[i + 1][0] for i in range(n - 1)):
-        raise PlanError(f"plan field 'stages'={[list(s) for s in st]} must be contiguous, non-empty "
-                        "[start, end) ranges starting at row 0")
+        raise PlanError(f"plan field 'stages'={quote([list(s) for s in st])} must be contiguous, "
+                        "non-empty [start, end) ranges starting at row 0")
     return st

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from costmodels.breakdown import MEMORY_KEYS
+from costmodels.checks import is_number, quote
 from costmodels.errors import PlanError
 
 # predictions every plan must carry for the report and explain to say anything about it
@@ -24,7 +25,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    return is_number(v)       # finite: a report cannot draw NaN or inf
 
 
 _HEADER_TYPES = {
@@ -45,12 +46,12 @@ def check_header(data: dict[str, Any], source: str) -> None:
     """The version, then the type of each top-level field present (null counts as absent)."""
     version = data.get("version", 1)
     if version != 1 or isinstance(version, bool):
-        raise PlanError(f"'{source}' is a version {version!r} plans file; this autopar reads "
+        raise PlanError(f"'{source}' is a version {quote(version)} plans file; this autopar reads "
                         "version 1 — re-run 'autopar search -o' to regenerate it")
     for key, (ok, what) in _HEADER_TYPES.items():
         v = data.get(key)
         if v is not None and not ok(v):
-            raise PlanError(f"'{source}': field '{key}'={v!r} must be {what}; re-run 'autopar "
+            raise PlanError(f"'{source}': field '{key}'={quote(v)} must be {what}; re-run 'autopar "
                             "search -o' or fix the field")
 
 
@@ -66,11 +67,11 @@ def check_estimate(d: dict[str, Any], where: str) -> None:
                         f"estimate; score it with 'autopar estimate --json' first")
     for k in ("gpus", "global_batch"):
         if not _is_int(d[k]) or d[k] < 1:
-            raise PlanError(f"{where}: '{k}'={d[k]!r} must be a positive integer")
+            raise PlanError(f"{where}: '{k}'={quote(d[k])} must be a positive integer")
     for k in ("step_time_s", "tokens_per_s"):
         v = d[k]
         if not _is_number(v) or v < 0:
-            raise PlanError(f"{where}: '{k}'={v!r} must be a non-negative number")
+            raise PlanError(f"{where}: '{k}'={quote(v)} must be a non-negative number")
     if not isinstance(d["memory_bytes"], dict) or "total" not in d["memory_bytes"]:
         raise PlanError(f"{where}: 'memory_bytes' must be an object with 'total' and its parts "
                         f"{[k for k in MEMORY_KEYS if k != 'total']}")
@@ -80,10 +81,10 @@ def check_estimate(d: dict[str, Any], where: str) -> None:
     for k in ("breakdown_s", "memory_bytes"):        # explain and the charts do arithmetic on these
         for part, v in (d.get(k) or {}).items():
             if not _is_number(v):
-                raise PlanError(f"{where}: '{k}.{part}'={v!r} must be a number")
+                raise PlanError(f"{where}: '{k}.{part}'={quote(v)} must be a number")
     for k in ("mfu", "tflops_per_gpu", "hbm_bytes"):  # optional, but a number when given
         if d.get(k) is not None and not _is_number(d[k]):
-            raise PlanError(f"{where}: '{k}'={d[k]!r} must be a number")
+            raise PlanError(f"{where}: '{k}'={quote(d[k])} must be a number")
     for k in ("stages_detail", "comm"):
         if k in d and d[k] is not None and not isinstance(d[k], list):
             raise PlanError(f"{where}: '{k}' must be an array")

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from costmodels.checks import quote, shorten
 from costmodels.errors import AutoparError, PlanError
 from costmodels.files import write_text_atomic
 from costmodels.plan import Plan
@@ -260,10 +261,25 @@ def _load_json(source: str | os.PathLike) -> tuple[Any, str]:
         except OSError as e:
             raise PlanError(f"cannot read '{where}' ({e.strerror}); {HINT}") from None
     try:
-        return json.loads(text), where
+        return json.loads(text, object_pairs_hook=_unique_keys), where
     except json.JSONDecodeError as e:
         raise PlanError(f"'{where}' is not a plans file: not valid JSON ({e.msg} at line {e.lineno} "
                         f"column {e.colno}); fix the JSON or {HINT}") from None
+    except RecursionError:
+        raise PlanError(f"'{where}' nests arrays or objects too deeply to be a plans file; {HINT}") from None
+    except ValueError as e:          # a duplicate key, or an integer of thousands of digits
+        why = "it holds an integer of thousands of digits" if "digits" in str(e) else shorten(str(e), 200)
+        raise PlanError(f"'{where}' is not a plans file: {why}; fix the JSON or {HINT}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: a repeated key would silently keep its last value."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {quote(dup, 40)} appears twice in one object; keep one")
+    return d
 
 
 def _json_name(x: Any) -> str:

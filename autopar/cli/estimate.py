@@ -1,6 +1,7 @@
-"""``autopar estimate MODEL --hardware H --gpus N --global-batch B --plan PLAN [--seq S] [--json]``:
-score one plan or several (PLAN is JSON text or a file: a plan object, an array, or a plans
-file). A table for people; with --json one object per plan (an array for an array).
+"""``autopar estimate MODEL --hardware H --gpus N --global-batch B --plan PLAN [--seq S] [--json]
+[-o FILE]``: score one plan or several (PLAN is JSON text or a file: a plan object, an array, or a
+plans file). A table for people; with --json one object per plan (an array for an array); -o
+writes that JSON to a file (what ``autopar report`` and ``explain`` read).
 
 ``--from megatron|torchtitan|deepspeed|torchrun CONFIG`` instead of ``--plan`` scores the
 configuration a user runs today (``autopar.export.import_config``); --gpus and --global-batch are
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from autopar.cli.common import add_model_args
+    from autopar.cli.common import add_model_args, add_progress_arg, int_arg
     p = sub.add_parser("estimate", help="predict step time, memory and communication of a plan")
     add_model_args(p)
     p.add_argument("--hardware", required=True, metavar="H",
                    help="hardware profile name (autopar hardware) or path to a .toml profile")
-    p.add_argument("--gpus", type=int, default=None, metavar="N", help="number of GPUs (= dp·tp·pp)")
-    p.add_argument("--global-batch", type=int, default=None, metavar="B",
+    p.add_argument("--gpus", type=int_arg(limit="gpus"), default=None, metavar="N",
+                   help="number of GPUs (= dp·tp·pp)")
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None, metavar="B",
                    help="sequences per optimizer step")
     p.add_argument("--plan", default=None, metavar="PLAN",
                    help="plan JSON text or file: one object, an array, or a plans file "
@@ -26,14 +28,22 @@ def register(sub) -> None:
                                   "command line or launch script), torchtitan job.toml, deepspeed ds.json "
                                   "(with --megatron-args), torchrun LINES")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-o", "--output", default=None, metavar="FILE.json",
+                   help="also write the --json output to this file (for autopar report / explain)")
+    add_progress_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from autopar.cli.common import print_json
+    import json
+
+    from autopar.cli.common import check_output, print_json, progress
     from autopar.scoring import estimate_plans
     from costmodels.errors import PlanError
+    from costmodels.files import write_text_atomic
+    from costmodels.hardware import load_profile
     from costmodels.plans_file import PlansFile
+    check_output(args.output)          # before the trace, not after it
     if (args.plan is None) == (args.current is None):
         raise PlanError("give either --plan PLAN or --from TARGET CONFIG (one of them)")
     if args.current is not None:
@@ -42,12 +52,19 @@ def run(args) -> int:
         if getattr(args, name) is None:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
-    results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
-                             seq=args.seq)
-    if args.json:   # one object in, one object out
-        print_json(results[0] if given.form == "object" else results)
+    load_profile(args.hardware)
+    with progress(args, f"tracing {args.model} and estimating"):
+        results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
+                                 seq=args.seq)
+    out = results[0] if given.form == "object" else results    # one object in, one object out
+    if args.output:
+        write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")
+    if args.json:
+        print_json(out)
         return 0
     render(results)
+    if args.output:
+        print(f"wrote {args.output}")
     return 0
 
 
@@ -60,6 +77,11 @@ def run_imported(args) -> int:
                               megatron_args=args.megatron_args)
     result = score_imported(args.model, args.hardware, imported, seq=args.seq,
                             global_batch=args.global_batch)
+    if args.output:
+        import json
+
+        from costmodels.files import write_text_atomic
+        write_text_atomic(args.output, json.dumps(result, indent=2) + "\n")
     if args.json:
         print_json(result)
         return 0
@@ -72,7 +94,7 @@ def run_imported(args) -> int:
 def render(results) -> None:
     from rich.table import Table
 
-    from autopar.cli.common import console, human
+    from autopar.cli.common import human, print_table
     from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
     from costmodels.plans_file import PlanResult
     first = results[0]
@@ -101,4 +123,4 @@ def render(results) -> None:
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))
-    console().print(t)
+    print_table(t)

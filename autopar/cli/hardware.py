@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from autopar.cli.common import console, human, print_json
+    from autopar.cli.common import human, print_json, print_table
     from costmodels.hardware import PROFILES_DIR, list_profiles, load_profile
     if args.profile:
         prof = load_profile(args.profile)
@@ -46,8 +46,7 @@ def run(args) -> int:
         }
         for k, v in vals.items():
             t.add_row(k, v, prof.sources.get(k, ""))
-        c = console()
-        c.print(t)
+        c = print_table(t)
         c.print(f"file: {prof.path}")
         return 0
     profs = [load_profile(n) for n in list_profiles()]
@@ -63,7 +62,6 @@ def run(args) -> int:
                   human(p.hbm_bandwidth_bytes_per_s, "B/s"), str(p.gpus_per_node),
                   human(p.intra_node.bandwidth_bytes_per_s, "B/s"),
                   human(p.inter_node.bandwidth_bytes_per_s, "B/s"))
-    c = console()
-    c.print(t)
+    c = print_table(t)
     c.print("Use --hardware NAME or --hardware path/to/profile.toml; 'autopar hardware NAME' shows sources.")
     return 0

@@ -7,13 +7,15 @@ def register(sub) -> None:
                        description="Trace MODEL on meta tensors (no weight memory) and print one row per "
                                    "pipeline-cuttable layer: embedding, each block, head. FLOPs and bytes "
                                    "are for one micro-batch, bf16 activations, materialised attention.")
-    from autopar.cli.common import add_model_args
+    from autopar.cli.common import add_model_args, add_progress_arg, int_arg
     add_model_args(p)
-    p.add_argument("--micro-batch", type=int, default=1, metavar="B", help="sequences per micro-batch (default 1)")
+    p.add_argument("--micro-batch", type=int_arg(limit="micro_batch"), default=1, metavar="B",
+                   help="sequences per micro-batch (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
                    help="treat submodules of this class as one opaque step (repeatable); "
                         "the fix for code torch.fx cannot trace")
+    add_progress_arg(p)
     p.set_defaults(run=run)
 
 
@@ -33,17 +35,13 @@ def table_json(table) -> dict:
 
 
 def run(args) -> int:
-    from autopar.cli.common import console, human, print_json
+    from autopar.cli.common import console, human, print_json, print_table, progress
     from autopar.models import load_model
     from autopar.trace import trace_model
-    from costmodels.errors import SpecError
 
-    if args.micro_batch < 1:
-        raise SpecError(f"--micro-batch must be at least 1 (got {args.micro_batch})")
-    if args.seq is not None and args.seq < 1:
-        raise SpecError(f"--seq must be at least 1 (got {args.seq})")
-    source = load_model(args.model, seq=args.seq)
-    table = trace_model(source, micro_batch=args.micro_batch, leaf_modules=tuple(args.leaf))
+    with progress(args, f"tracing {args.model}"):
+        source = load_model(args.model, seq=args.seq)
+        table = trace_model(source, micro_batch=args.micro_batch, leaf_modules=tuple(args.leaf))
     if args.json:
         print_json(table_json(table))
         return 0
@@ -86,9 +84,7 @@ def run(args) -> int:
                   human(r.act_attention_core_bytes, "B"), human(r.boundary_bytes, "B"), pairs_text(r))
         i = j + 1
     c = console()
-    if not c.is_terminal:
-        c.width = max(c.width, 150)
-    c.print(t)
+    print_table(t, c)
     fwd = sum(r.fwd_flops for r in rows)
     bwd = sum(r.bwd_flops for r in rows)
     shape = ", ".join(f"{k}={v}" for k, v in (("layers", table.layers), ("hidden", table.hidden),

@@ -9,7 +9,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from autopar.cli.common import console, human, print_json
+    from autopar.cli.common import human, print_json, print_table
     from autopar.models import FAMILIES, PRESETS, load_model
     rows = []
     for name, cfg in PRESETS.items():
@@ -28,7 +28,6 @@ def run(args) -> int:
     for r in rows:
         t.add_row(r["name"], r["family"], str(r["layers"]), str(r["hidden"]), str(r["heads"]),
                   str(r["kv_heads"]), str(r["seq"]), human(r["params"]))
-    c = console()
-    c.print(t)
+    c = print_table(t)
     c.print("Families with settings: " + ", ".join(f"{f}:k=v,..." for f in FAMILIES))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
+    from autopar.cli.common import int_arg
     p = subparsers.add_parser(
         "profile", help="measure this machine and write a hardware profile",
         description="Measure matmul throughput by dtype and size, memory bandwidth, and all-reduce / "
@@ -13,7 +14,7 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", metavar="PATH", default=None,
                    help="profile file to write (default ./<name>.toml, in the current directory)")
     p.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
-    p.add_argument("--nproc", type=int, default=None,
+    p.add_argument("--nproc", type=int_arg(high=1024), default=None,
                    help="local ranks (default: GPUs, or CPU cores)")
     p.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings (seconds, not minutes)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
@@ -25,8 +26,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autopar.cli.common import console, human, print_json
+    import os
+
+    from autopar.cli.common import check_output, console, human, print_json
     from autopar.profile import build_profile, output_path, profile_machine, write_profile
+    # an unwritable output must fail now, not after minutes of measuring (the default name
+    # depends on the rank count, so without -o the current directory is what is checked)
+    default = os.path.join(os.getcwd(), f"{args.name or 'profile'}.toml")
+    check_output(default if args.output is None else args.output)     # -o '' is refused, not ignored
     raw = profile_machine(args.nproc, quick=args.quick, progress=not args.no_progress,
                           clock=args.clock)
     raw["quick"] = args.quick

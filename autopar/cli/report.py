@@ -5,6 +5,7 @@ import sys
 
 
 def register(sub) -> None:
+    from autopar.cli.common import add_progress_arg, int_arg
     p = sub.add_parser(
         "report", help="compare plans side by side: HTML with charts, Markdown or CSV",
         description="Compare every plan of the given plans files (autopar search -o) or estimate JSON "
@@ -12,9 +13,12 @@ def register(sub) -> None:
                     "pipeline timelines, communication, scaling, why the best wins and a diff.")
     p.add_argument("inputs", nargs="*", metavar="PLANS.json", help="plans files or estimate JSON")
     p.add_argument("-o", "--output", default=None,
-                   help="output file (default: report.html for HTML, standard output for md / csv)")
+                   help="output file; its extension picks the format (.html/.htm, .md/.markdown, "
+                        ".csv) and must agree with --format; a name without one needs --format; "
+                        "'-' is standard output (default: report.html for HTML, standard output "
+                        "for md / csv)")
     p.add_argument("--format", choices=("html", "md", "csv"), default=None,
-                   help="default: from the -o suffix (.md, .csv), else html")
+                   help="default: from the -o extension, else html")
     p.add_argument("--diff", default=None, metavar="I,J",
                    help="diff plans I and J (row numbers of the ranked table); default: the best and "
                         "the runner-up of the first search")
@@ -25,36 +29,39 @@ def register(sub) -> None:
                         "batch from the inputs, or --model/--hardware/--global-batch)")
     p.add_argument("--model", default=None, help="model for --scale without input files")
     p.add_argument("--hardware", default=None, help="hardware profile for --scale without input files")
-    p.add_argument("--global-batch", type=int, default=None, help="global batch for --scale without inputs")
-    p.add_argument("--seq", type=int, default=None, help="sequence length for --scale")
-    p.add_argument("--top", type=int, default=3, help="plans kept per --scale search (default 3)")
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
+                   help="global batch for --scale without inputs")
+    p.add_argument("--seq", type=int_arg(limit="seq"), default=None, help="sequence length for --scale")
+    p.add_argument("--top", type=int_arg(high=1000), default=3, help="plans kept per --scale search (default 3)")
     p.add_argument("--allow-mixed", action="store_true", help="allow plans of different models in one report")
+    add_progress_arg(p)
     p.set_defaults(run=run)
 
 
-def _ints(text: str, what: str, n: int | None = None) -> list[int]:
+def _ints(text: str, what: str, n: int | None = None, high: int | None = None) -> list[int]:
+    from costmodels.checks import quote
     from costmodels.errors import PlanError
     try:
         vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
         vals = []
-    if not vals or any(v < 1 for v in vals) or (n is not None and len(vals) != n):
+    if not vals or any(v < 1 or (high and v > high) for v in vals) or (n is not None and len(vals) != n):
         want = f"{n} positive integers" if n else "positive integers"
-        raise PlanError(f"{what} '{text}' must be {want} separated by commas, e.g. "
+        want += f" of at most {high:,}" if high else ""
+        raise PlanError(f"{what} {quote(text)} must be {want} separated by commas, e.g. "
                         + ("--diff 1,3" if what == "--diff" else "--scale 64,128,256"))
     return vals
 
 
 def run(args) -> int:
+    from autopar.cli.common import progress
     from autopar.report import scale_search
-    from autopar.report.core import make_report, write_atomic
+    from autopar.report.core import make_report, output_target, write_atomic
     from autopar.report.load import read_inputs
+    from costmodels.checks import LIMITS, quote
     from costmodels.errors import NoFeasiblePlanError, PlanError
 
-    fmt = args.format
-    if fmt is None:
-        out = (args.output or "").lower()
-        fmt = "md" if out.endswith((".md", ".markdown")) else "csv" if out.endswith(".csv") else "html"
+    path, fmt = output_target(args.output, args.format)     # before any work
     diff = tuple(_ints(args.diff, "--diff", 2)) if args.diff else None
     if args.detail == "all":
         detail = None
@@ -62,10 +69,12 @@ def run(args) -> int:
         try:
             detail = int(args.detail)
         except ValueError:
-            raise PlanError(f"--detail '{args.detail}' must be a number or 'all'") from None
+            detail = -1
+        if detail < 0:
+            raise PlanError(f"--detail {quote(args.detail)} must be a number >= 0 or 'all'")
     extra, notes = [], []
     if args.scale:
-        counts = _ints(args.scale, "--scale")
+        counts = _ints(args.scale, "--scale", high=LIMITS["gpus"])
         ctx = {"model": args.model, "hardware": args.hardware, "global_batch": args.global_batch,
                "seq": args.seq}
         if args.inputs:
@@ -89,10 +98,10 @@ def run(args) -> int:
                                           ctx["seq"], top=args.top))
             except NoFeasiblePlanError as e:
                 notes.append(f"--scale: no plan fits on {n} GPUs ({e})")
-    text = make_report(args.inputs, fmt=fmt, diff=diff, detail=detail, allow_mixed=args.allow_mixed,
-                       extra=extra, notes=notes)
-    path = args.output or ("report.html" if fmt == "html" else None)
-    if path is None or path == "-":
+    with progress(args, f"building the {fmt} report"):
+        text = make_report(args.inputs, fmt=fmt, diff=diff, detail=detail, allow_mixed=args.allow_mixed,
+                           extra=extra, notes=notes)
+    if path is None:
         sys.stdout.write(text)
     else:
         write_atomic(path, text)

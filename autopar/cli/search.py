@@ -3,28 +3,32 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from autopar.cli.common import add_model_args
+    from autopar.cli.common import add_model_args, add_progress_arg, float_arg, int_arg
     p = sub.add_parser("search", help="find the best parallel plans (CP-SAT over the cost model)",
                        description="Search dp, tp, pp, vpp, micro-batch, ZeRO, recompute, sequence "
                                    "parallel, schedule and split points; print the top plans.")
     add_model_args(p)
     p.add_argument("--hardware", required=True, help="hardware profile name or path (autopar hardware)")
-    p.add_argument("--gpus", type=int, required=True, help="GPU count (the most for the GPU-count objectives)")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    p.add_argument("--gpus", type=int_arg(limit="gpus"), required=True,
+                   help="GPU count (the most for the GPU-count objectives)")
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), required=True,
+                   help="sequences per optimizer step")
     p.add_argument("--fix", default=None, metavar="K=V,...",
                    help="pin plan fields, e.g. tp=8,schedule=1f1b (stages=0:49;49:98)")
-    p.add_argument("--top", type=int, default=5, help="how many distinct plans (default 5)")
+    p.add_argument("--top", type=int_arg(high=1000), default=5, help="how many distinct plans (default 5)")
     p.add_argument("--objective", default="step_time",
                    choices=["step_time", "throughput_per_gpu", "fewest_gpus"],
                    help="step_time: fastest step on --gpus; throughput_per_gpu: best tokens/s per GPU "
                         "on up to --gpus; fewest_gpus: fewest GPUs reaching --target-*")
-    p.add_argument("--target-step-time", type=float, default=None, metavar="S",
+    p.add_argument("--target-step-time", type=float_arg(), default=None, metavar="S",
                    help="for fewest_gpus: step time to reach, seconds")
-    p.add_argument("--target-tokens-per-s", type=float, default=None, metavar="N",
+    p.add_argument("--target-tokens-per-s", type=float_arg(), default=None, metavar="N",
                    help="for fewest_gpus: throughput to reach, tokens per second")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
-    p.add_argument("--max-micro-batch", type=int, default=None, help="cap the micro-batch size")
-    p.add_argument("--time-limit", type=float, default=600.0, help="seconds before giving up proving")
+    p.add_argument("--max-micro-batch", type=int_arg(limit="micro_batch"), default=None,
+                   help="cap the micro-batch size")
+    p.add_argument("--time-limit", type=float_arg(high=7 * 24 * 3600.0), default=600.0,
+                   help="seconds before giving up proving")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
@@ -32,20 +36,26 @@ def register(sub) -> None:
     from autopar.cli.export import add_current_args
     add_current_args(p, "--compare-with-current", "score the configuration you run today (megatron \"ARGS\", "
                      "torchtitan job.toml, deepspeed ds.json, torchrun LINES) and show it next to the best plan")
+    add_progress_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    import sys
-
+    from autopar.cli.common import check_output, progress, wants_progress
     from autopar.search import parse_fix, search
+    from autopar.trace import table_for
+    from costmodels.hardware import load_profile
     from costmodels.plans_file import PlansFile
+    check_output(args.output)          # before the search, not after it
     fix = parse_fix(args.fix)
+    load_profile(args.hardware)        # a bad profile fails before the trace
+    with progress(args, f"tracing {args.model}"):
+        table = table_for(args.model, micro_batch=1, seq=args.seq)
     result = search(args.model, args.hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
-                    time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json)
+                    time_limit_s=args.time_limit, progress=wants_progress(args), table=table)
     data = result.plans_file()
     if args.current:
         add_comparison(data, args)
@@ -81,29 +91,39 @@ def add_comparison(data: dict, args) -> None:
 
 
 def print_table(data: dict) -> None:
+    """The ranked plans. A GPU-count objective may pick a different count per plan: the title
+    then says "up to" the allowed count and a GPUs column gives each plan's own."""
     from rich.table import Table
+
+    from autopar.cli.common import print_table as print_whole
     GiB = 1024 ** 3
-    t = Table(title=f"autopar search: {data['model']} on {data['gpus']} × {data['hardware']}, "
+    plans = data["plans"]
+    counts = sorted({p.get("gpus", data["gpus"]) for p in plans})
+    if len(counts) == 1:
+        on = f"{counts[0]} ×" if counts[0] == data["gpus"] else f"{counts[0]} (of up to {data['gpus']}) ×"
+    else:
+        on = f"{counts[0]}–{counts[-1]} (up to {data['gpus']}) ×"
+    t = Table(title=f"autopar search: {data['model']} on {on} {data['hardware']}, "
                     f"global batch {data['global_batch']}, seq {data['seq']}")
-    for col in ("#", "dp", "tp", "pp", "vpp", "mbs", "zero", "recompute", "sp", "schedule",
-                "step s", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble", "mem GiB", "stages"):
-        t.add_column(col, justify="left" if col in ("recompute", "schedule", "stages") else "right")
-    for p in data["plans"]:
+    cols = ["#"] + (["GPUs"] if len(counts) > 1 else []) + [
+        "dp", "tp", "pp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "step s", "tokens/s",
+        "TFLOP/s/GPU", "MFU", "bubble", "mem GiB", "stages"]
+    for col in cols:
+        left = col in ("recompute", "schedule", "stages")
+        t.add_column(col, justify="left" if left else "right", overflow="fold")
+    for p in plans:
         st = p.get("stages") or []
         sizes = [b - a for a, b in st]
         stages = ("balanced" if not st else f"all {sizes[0]} rows" if len(st) == 1 else
                   f"{len(st)} × {min(sizes)}–{max(sizes)} rows")
-        t.add_row(str(p["rank"]), str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
+        gpus = [str(p.get("gpus", data["gpus"]))] if len(counts) > 1 else []
+        t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
                   f"{p['step_time_s']:.4g}", f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
-    import shutil
-
-    from rich.console import Console
-    c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 150))
-    c.print(t)
+    c = print_whole(t)
     s = data.get("search", {})
     c.print(f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "

@@ -2,7 +2,7 @@
 work is in ``autopar.validate``."""
 from __future__ import annotations
 
-from autopar.cli.common import add_model_args
+from autopar.cli.common import add_model_args, int_arg
 
 
 def register(subparsers) -> None:
@@ -13,15 +13,16 @@ def register(subparsers) -> None:
                     "model's predictions; MAPE and Spearman rank correlation over the plans.")
     add_model_args(p)
     p.add_argument("--hardware", required=True, help="hardware profile name or path (autopar profile)")
-    p.add_argument("--nproc", type=int, required=True, help="local ranks (= dp·tp·pp of every plan)")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    p.add_argument("--nproc", type=int_arg(high=1024), required=True, help="local ranks (= dp·tp·pp of every plan)")
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), required=True,
+                   help="sequences per optimizer step")
     p.add_argument("--plans", default=None, metavar="plans.json",
                    help="plans to run (autopar search -o); default: a spread of the search's plans")
-    p.add_argument("--count", type=int, default=8, help="how many plans without --plans (default 8)")
-    p.add_argument("--steps", type=int, default=10,
+    p.add_argument("--count", type=int_arg(high=1000), default=8, help="how many plans without --plans (default 8)")
+    p.add_argument("--steps", type=int_arg(high=100_000), default=10,
                    help="timed steps per plan, run in rounds over the plans (default 10: with 5, two "
                         "runs on a 2-core VM ranked the same plans 0.90-0.98 alike; with 10, identically)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--warmup", type=int_arg(low=0, high=100_000), default=2, help="untimed steps first (default 2)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="measured step time: wall clock (default), or the ranks' CPU time (a host "
                         "shared with other work; both are always in the output)")
@@ -33,15 +34,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autopar.cli.common import console, human, print_json
+    from autopar.cli.common import check_output, human, print_json, print_table
     from autopar.validate import validate
     from costmodels.plans_file import PlansFile
+    check_output(args.output)      # before minutes of measuring, not after
     res = validate(args.model, args.hardware, args.nproc, args.global_batch, args.plans,
                    steps=args.steps, warmup=args.warmup, seq=args.seq,
                    progress=not args.no_progress, count=args.count, amp=not args.fp32,
                    clock=args.clock)
     if args.output:
-        PlansFile.read(res).write(args.output, create_folder=True)
+        PlansFile.read(res).write(args.output)
     if args.json:
         print_json(res)
         return 0
@@ -64,8 +66,7 @@ def run(args) -> int:
                   f"{p['step_time_error']:+.0%}", human(p["predicted_memory_bytes"], "B"),
                   human(p["measured_memory_bytes"], "B") if p.get("measured_memory_bytes") else "n/a",
                   f"{p['memory_error']:+.0%}" if p.get("memory_error") is not None else "n/a")
-    c = console()
-    c.print(t)
+    c = print_table(t)
     s = res["validate"]["summary"]
     c.print(f"step time: MAPE {_f(s.get('step_time_mape'), '.1%')}, Spearman "
             f"{_f(s.get('step_time_spearman'), '.3f')}, worst {_f(s.get('step_time_max_error'), '.0%')}; "

@@ -7,7 +7,7 @@ the largest relative difference. The work is ``autopar.runtime.verify.verify``.
 """
 from __future__ import annotations
 
-from autopar.cli.common import add_model_args, print_json
+from autopar.cli.common import add_model_args, add_progress_arg, float_arg, int_arg, print_json
 
 
 def register(subparsers) -> None:
@@ -21,22 +21,26 @@ def register(subparsers) -> None:
     p.add_argument("--plan", required=True,
                    help="plan: JSON text, a plan file, or a plans file from 'autopar search' "
                         "(its first plan, or --index)")
-    p.add_argument("--index", type=int, default=0, help="which plan of a plans file (default 0)")
-    p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
-    p.add_argument("--nproc", type=int, default=None, help="ranks to spawn (default dp·tp·pp)")
-    p.add_argument("--global-batch", type=int, default=None,
+    p.add_argument("--index", type=int_arg(low=0, high=10 ** 6), default=0,
+                   help="which plan of a plans file (default 0)")
+    p.add_argument("--steps", type=int_arg(high=100_000), default=5, help="optimizer steps (default 5)")
+    p.add_argument("--nproc", type=int_arg(high=1024), default=None, help="ranks to spawn (default dp·tp·pp)")
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
                    help="samples per step (default: the plans file's global_batch, else "
                         "dp·micro_batch_size·(2·pp, or 2 when pp=1))")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=float_arg(high=1e6), default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
-    p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rtol", type=float_arg(open_low=False), default=1e-5,
+                   help="relative tolerance (default 1e-5)")
+    p.add_argument("--seed", type=int_arg(low=0, high=2 ** 63 - 1), default=0)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_progress_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from autopar.runtime.verify import verify
+    from autopar.cli.common import progress
+    from autopar.runtime.verify import compare, verify
     from costmodels.errors import PlanError
     from costmodels.plans_file import PlansFile
 
@@ -52,11 +56,13 @@ def run(args) -> int:
         seq = given.seq
     if global_batch is None and given.global_batch:
         global_batch = given.global_batch
-    par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
-                          global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
-                          seed=args.seed)
+    with progress(args, f"{args.steps} steps on {plan.world_size} rank(s) and the serial model"):
+        check_serial_memory(args.model, seq, plan, global_batch)
+        par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
+                              global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
+                              seed=args.seed)
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
-    worst = max(diffs)
+    worst = compare(par, ser)          # inf when a loss is NaN or inf: never OK
     ok = worst <= args.rtol
     if args.json:
         print_json({"model": args.model, "plan": plan.to_dict(), "global_batch": gb,
@@ -71,3 +77,27 @@ def run(args) -> int:
     verdict = "OK" if ok else "MISMATCH"
     print(f"largest relative difference {worst:.3g} (tolerance {args.rtol:g}): {verdict}")
     return 0 if ok else 1
+
+
+def check_serial_memory(model: str, seq, plan, global_batch) -> None:
+    """Refuse a run that cannot fit this machine's memory before spawning anything: verify runs
+    the serial model on the whole global batch in fp32, so its activations alone (the layer
+    table's saved bytes, at fp32, for the batch; the attention core only with math attention)
+    are a lower bound of what it needs. ``--seq 100000`` used to swap for minutes instead."""
+    import os
+
+    from autopar.trace import table_for
+    from costmodels.errors import PlanError
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    table = table_for(model, micro_batch=1, seq=seq)
+    batch = global_batch or plan.dp * plan.micro_batch_size * (2 * plan.pp if plan.pp > 1 else 2)
+    per_sample = sum(r.saved_activation_bytes - (r.act_attention_core_bytes if plan.attention == "flash" else 0)
+                     for r in table.rows) / table.micro_batch
+    need = per_sample * batch * 4 / table.act_dtype_bytes + 8 * table.total_params
+    if need > ram:
+        raise PlanError(f"verify runs the serial model for real: {batch} sequences of {table.seq} tokens "
+                        f"need at least {need / 1e9:,.0f} GB (fp32 activations and weights) but this "
+                        f"machine has {ram / 1e9:,.0f} GB; use a smaller --seq or --global-batch")

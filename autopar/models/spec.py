@@ -10,17 +10,23 @@ Accepted forms (the same everywhere a command takes MODEL):
 """
 from __future__ import annotations
 
-import difflib
+import math
 import re
 
 from autopar.models.config import FAMILIES, FAMILY_KEYS, REQUIRED_KEYS, SETTING_TYPES, ModelConfig
 from autopar.models.presets import PRESETS
 from autopar.models.source import ModelSource, builtin_source
+from costmodels.checks import limit, nearest, quote
 from costmodels.errors import SpecError
+
+# float settings: (low, high, low included); a NaN or inf is never a setting
+FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "norm_eps": (0.0, 1.0, False), "rope_theta": (0.0, 1e12, False)}
 
 
 def load_model(spec: str, seq: int | None = None) -> ModelSource:
     """Resolve MODEL into a ModelSource; ``seq`` overrides the sequence length."""
+    if not isinstance(spec, str):
+        raise SpecError(f"MODEL must be a string, got {type(spec).__name__}")
     spec = spec.strip()
     if not spec:
         raise SpecError("empty MODEL; give a preset (see 'autopar models'), a family such as "
@@ -35,14 +41,15 @@ def load_model(spec: str, seq: int | None = None) -> ModelSource:
                                              or re.fullmatch(r"[A-Za-z_][\w.]*", name)):
         from autopar.models.user_code import user_source
         return user_source(spec, name, settings, seq)
-    close = difflib.get_close_matches(name, list(PRESETS) + list(FAMILIES), n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise SpecError(f"unknown model '{name}'; {hint}run 'autopar models' for the presets, or use "
+    hint = nearest(name, list(PRESETS) + list(FAMILIES), n=3, cutoff=0.5)
+    raise SpecError(f"unknown model {quote(name)}; {hint}run 'autopar models' for the presets, or use "
                     "a family ('gpt:layers=...'), 'file.py:fn' or 'hf:config.json'")
 
 
 def parse_config(name: str, settings: str, seq: int | None = None) -> ModelConfig:
-    """Preset or family name plus ``k=v,...`` settings → ModelConfig (validated)."""
+    """Preset or family name plus ``k=v,...`` settings → ModelConfig (validated). A setting
+    given twice, unknown to the family, zero where zero would silently mean "the default", or
+    above ``costmodels.checks.LIMITS`` is refused, never guessed at."""
     base = PRESETS.get(name)
     family = base.family if base else name
     allowed = FAMILY_KEYS[family]
@@ -51,9 +58,12 @@ def parse_config(name: str, settings: str, seq: int | None = None) -> ModelConfi
         key, eq, raw = item.partition("=")
         key = key.strip()
         if not eq:
-            raise SpecError(f"setting '{item}' in '{name}' needs the form key=value, e.g. layers=12")
+            raise SpecError(f"setting {quote(item)} in '{name}' needs the form key=value, e.g. layers=12")
         if key not in allowed:
-            raise SpecError(f"unknown setting '{key}' for family {family}; allowed: {', '.join(allowed)}")
+            raise SpecError(f"unknown setting {quote(key)} for family {family}; {nearest(key, allowed)}"
+                            f"allowed: {', '.join(allowed)}")
+        if key in values:
+            raise SpecError(f"setting '{key}' is given twice in '{name}:...'; give each setting once")
         values[key] = _convert(key, raw.strip(), family)
     if seq is not None:
         values["seq"] = _convert("seq", str(seq), family)
@@ -70,7 +80,10 @@ def parse_config(name: str, settings: str, seq: int | None = None) -> ModelConfi
 
 
 def _convert(key: str, raw: str, family: str):
+    """One ``key=raw`` setting as its type, in its range: integers from 1 to their limit (zero is
+    refused: ``ffn=0`` or ``kv_heads=0`` would silently mean "the default"), floats finite."""
     typ = SETTING_TYPES[key]
+    shown = quote(f"{key}={raw}")
     try:
         if typ == "bool":
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -79,9 +92,17 @@ def _convert(key: str, raw: str, family: str):
         value = float(raw) if typ == "float" else int(raw)
     except ValueError:
         kind = {"bool": "true or false", "float": "a number"}.get(typ, "an integer")
-        raise SpecError(f"setting '{key}={raw}' for family {family} must be {kind}") from None
-    if typ == "int" and value < 0 or typ == "float" and value < 0:
-        raise SpecError(f"setting '{key}={raw}' for family {family} must not be negative")
+        raise SpecError(f"setting {shown} for family {family} must be {kind}") from None
+    if typ == "float":
+        low, high, low_ok = FLOAT_RANGES[key]
+        if not (math.isfinite(value) and (value >= low if low_ok else value > low) and value < high):
+            raise SpecError(f"setting {shown} for family {family} must be a number "
+                            f"{'at least' if low_ok else 'above'} {low:g} and below {high:g}")
+        return value
+    if value < 1:
+        raise SpecError(f"setting {shown} for family {family} must be at least 1 (leave '{key}' out "
+                        "for the family's default)")
+    limit(key, value, SpecError, what=f"setting '{key}'")
     return value
 
 
@@ -96,7 +117,11 @@ def _check(cfg: ModelConfig) -> None:
         raise SpecError(f"heads={cfg.heads} is not divisible by kv_heads={cfg.n_kv_heads}")
     if cfg.family in ("gpt", "llama", "bert") and cfg.vocab < 1:
         raise SpecError(f"family {cfg.family} needs vocab >= 1")
-    if cfg.family == "vit" and cfg.image % cfg.patch:
-        raise SpecError(f"image={cfg.image} is not divisible by patch={cfg.patch}")
+    if cfg.family == "vit":
+        if cfg.image % cfg.patch:
+            raise SpecError(f"image={cfg.image} is not divisible by patch={cfg.patch}; choose a patch "
+                            "size that divides the image side")
+        limit("seq", cfg.tokens_per_sample, SpecError,
+              what=f"ViT tokens per image ((image/patch)² + 1 = ({cfg.image}/{cfg.patch})² + 1)")
     if not 0.0 <= cfg.dropout < 1.0:
         raise SpecError(f"dropout={cfg.dropout} must be in [0, 1)")

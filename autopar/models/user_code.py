@@ -20,20 +20,32 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 
 import torch
 import torch.nn as nn
 
 from autopar.models.source import ModelSource, token_loss
-from costmodels.errors import SpecError
+from costmodels.checks import nearest, quote, shorten
+from costmodels.errors import AutoparError, SpecError
 
 
 def user_source(spec: str, where: str, fn_name: str, seq: int | None) -> ModelSource:
     fn = _load_function(where, fn_name)
-    takes_batch = bool(inspect.signature(fn).parameters)
+    try:
+        takes_batch = bool(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        raise SpecError(f"{quote(spec)}: cannot read the signature of {fn_name}(); make it a plain "
+                        "Python function 'def fn(batch_size=1)'") from None
 
     def call(batch: int):
-        out = fn(batch) if takes_batch else fn()
+        try:
+            out = fn(batch) if takes_batch else fn()
+        except AutoparError:
+            raise
+        except Exception as e:  # the user's own code failed: say where, in one line
+            raise SpecError(f"{quote(spec)}: {fn_name}() raised {_where_raised(e, fn)}; fix the model "
+                            "code there") from None
         if not (isinstance(out, tuple) and len(out) in (2, 3) and isinstance(out[0], nn.Module)):
             raise SpecError(f"{spec}: {fn_name}() must return (model, inputs) or (model, inputs, "
                             "targets) with model an nn.Module; see the README's user-code contract")
@@ -66,23 +78,48 @@ def user_source(spec: str, where: str, fn_name: str, seq: int | None) -> ModelSo
 
 def _load_function(where: str, fn_name: str):
     if where.endswith(".py") or os.sep in where:
-        if not os.path.exists(where):
-            raise SpecError(f"model file '{where}' does not exist; give 'path/to/file.py:fn'")
+        if not os.path.isfile(where):
+            what = "is a directory" if os.path.isdir(where) else "does not exist"
+            raise SpecError(f"model file {quote(where)} {what}; give 'path/to/file.py:fn'")
         name = "autopar_user_" + os.path.splitext(os.path.basename(where))[0]
         spec = importlib.util.spec_from_file_location(name, where)
+        if spec is None or spec.loader is None:
+            raise SpecError(f"model file {quote(where)} is not a Python file (.py); give 'path/to/file.py:fn'")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as e:  # the user's file failed to import: say where
-            raise SpecError(f"importing '{where}' failed: {type(e).__name__}: {e}") from None
+            raise SpecError(f"importing {quote(where)} failed: {_where_raised(e, None, where)}") from None
     else:
         try:
             module = importlib.import_module(where)
         except ImportError as e:
-            raise SpecError(f"cannot import module '{where}' ({e}); check the name and PYTHONPATH") from None
+            raise SpecError(f"cannot import module {quote(where)} ({shorten(str(e), 200)}); check the "
+                            "name and PYTHONPATH") from None
+        except Exception as e:  # the module itself failed while importing
+            raise SpecError(f"importing module {quote(where)} failed: {_where_raised(e, None)}") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         found = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        raise SpecError(f"'{where}' has no function '{fn_name}'; callables there: {', '.join(found[:8]) or 'none'}")
+        raise SpecError(f"{quote(where)} has no function {quote(fn_name)}; {nearest(fn_name, found)}"
+                        f"callables there: {', '.join(found[:8]) or 'none'}")
     return fn
+
+
+def _where_raised(e: BaseException, fn, path: str | None = None) -> str:
+    """``ValueError: bad width at model.py:12 (in build)``: the exception and the deepest line
+    of the user's own file it passed through (else the deepest line of all), so the one-line
+    error points at their code, not at torch's."""
+    files = {os.path.abspath(path)} if path else set()
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        files.add(os.path.abspath(code.co_filename))
+    if isinstance(e, SyntaxError) and e.filename:
+        place = f" at {e.filename}:{e.lineno}"
+    else:
+        frames = traceback.extract_tb(e.__traceback__)
+        own = [f for f in frames if os.path.abspath(f.filename) in files] or frames[-1:]
+        place = f" at {own[-1].filename}:{own[-1].lineno} (in {own[-1].name})" if own else ""
+    text = shorten(str(e), 300)
+    return f"{type(e).__name__}{': ' + text if text else ''}{place}"

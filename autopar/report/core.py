@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from autopar.report import analysis
 from autopar.report.load import PlanRecord, read_inputs, records_of
 from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
+from costmodels.checks import quote
 from costmodels.errors import PlanError
-from costmodels.files import write_text_atomic
+from costmodels.files import check_output_path, write_text_atomic
 
 FORMATS = ("html", "md", "csv")
+EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".csv": "csv"}
 
 
 @dataclass
@@ -154,8 +156,39 @@ def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | Non
                  scaling_notes=notes).render(fmt)
 
 
+def output_target(path: str | None, fmt: str | None) -> tuple[str | None, str]:
+    """(file to write or None for standard output, format) for ``report -o PATH --format FMT``.
+
+    The rule: a file's extension says its format (``EXTENSIONS``) and must agree with
+    ``--format`` when both are given; a name without an extension needs ``--format``; any other
+    extension (``p.json``) is refused, so a report never lands in a file whose name says it is
+    something else. ``-`` is standard output. Without ``-o``: ``report.html`` for HTML, standard
+    output for md / csv. The path itself is checked here too (``check_output_path``: an empty
+    name, a directory, a missing or unwritable folder), before any report work."""
+    if fmt is not None and fmt not in FORMATS:
+        raise PlanError(f"unknown report format {quote(fmt)}; choose one of {', '.join(FORMATS)}")
+    if path is None or path == "-":
+        fmt = fmt or "html"
+        return (("report.html" if fmt == "html" and path is None else None), fmt)
+    if not str(path).strip():
+        check_output_path(path)          # one line: the name is empty
+    ext = os.path.splitext(str(path))[1].lower()
+    named = EXTENSIONS.get(ext)
+    if ext and named is None:
+        raise PlanError(f"report -o {quote(path)}: '{quote(ext, 20).strip(chr(39))}' is not a report "
+                        f"format; name the file {', '.join(EXTENSIONS)} (the extension picks the format)")
+    if named and fmt and named != fmt:
+        raise PlanError(f"report -o {quote(path)}: the extension says {named} but --format is {fmt}; make them "
+                        "agree (or leave --format out: the extension picks it)")
+    if not named and not fmt:
+        raise PlanError(f"report -o {quote(path)} has no extension to pick the format from; name it "
+                        ".html, .md or .csv, or give --format")
+    check_output_path(path)
+    return path, named or fmt
+
+
 def write_atomic(path: str, text: str) -> None:
     write_text_atomic(path, text)
 
 
-__all__ = ["Report", "build", "make_report", "write_atomic", "FORMATS"]
+__all__ = ["Report", "build", "make_report", "output_target", "write_atomic", "FORMATS", "EXTENSIONS"]

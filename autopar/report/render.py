@@ -185,6 +185,7 @@ figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
+table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
 """
 
 
@@ -192,14 +193,17 @@ def _e(x) -> str:
     return html.escape(str(x))
 
 
-def _table(header, rows, left=(), row_class=None) -> str:
+def _table(header, rows, left=(), row_class=None, wrap=False) -> str:
+    """An HTML table; ``wrap``: long cell values (a plan's 64 split points) wrap inside their
+    column instead of pushing the table off the screen."""
     h = "".join(f"<th class='l'>{_e(c)}</th>" if i in left else f"<th>{_e(c)}</th>" for i, c in enumerate(header))
     body = []
     for j, row in enumerate(rows):
         cls = f" class='{row_class[j]}'" if row_class and row_class[j] else ""
         body.append(f"<tr{cls}>" + "".join(f"<td class='l'>{_e(c)}</td>" if i in left else f"<td>{_e(c)}</td>"
                                            for i, c in enumerate(row)) + "</tr>")
-    return f"<div class='scroll'><table><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    table = "<table class='wrap'>" if wrap else "<table>"
+    return f"<div class='scroll'>{table}<thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 def _figure(kind: str, svg: str, caption: str = "", key: str = "") -> str:
@@ -302,7 +306,7 @@ def to_html(report) -> str:
                   f"<p class='note'>Plan fields that differ, then every prediction (difference = "
                   f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
                   + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
-                            "difference"], rows, left=(0,))))
+                            "difference"], rows, left=(0,), wrap=True)))
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
     body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

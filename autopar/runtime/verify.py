@@ -12,6 +12,7 @@ world and run many plans in it): it sets torchrun's environment variables for ea
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import socket
@@ -98,7 +99,10 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
 
 
 def compare(par: list[float], ser: list[float]) -> float:
-    """Largest relative difference between two loss curves."""
+    """Largest relative difference between two loss curves; inf when a loss on either side is
+    NaN or infinite (a diverged run must never pass a tolerance, and NaN compares false)."""
+    if not all(math.isfinite(x) for x in (*par, *ser)):
+        return math.inf
     return max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)), default=0.0)
 
 

@@ -386,6 +386,9 @@ class SplitModel:
         # full linearisation of the max constraints: a tighter LP bound proves the split optimal
         # several times faster on the memory-bound interleaved configurations
         solver.parameters.linearization_level = 2
+        # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
+        # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
+        solver.parameters.catch_sigint_signal = False
         code = solver.Solve(self.model)
         wall = time.perf_counter() - t0
         cp = self.cp

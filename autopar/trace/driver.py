@@ -34,6 +34,7 @@ from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter
 from autopar.trace.result import TraceResult
 from autopar.trace.table import build_table
 from autopar.trace.tracer import CallWrapper, trace_call, trace_error
+from costmodels.checks import limit, quote
 from costmodels.errors import TraceError
 from costmodels.layer_table import LayerTable
 
@@ -89,8 +90,10 @@ def _tracing_libraries():
 
 
 def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
-    if micro_batch < 1:
-        raise TraceError(f"micro-batch must be at least 1 (got {micro_batch})")
+    if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
+        raise TraceError(f"micro-batch must be an integer >= 1 (got {quote(micro_batch)})")
+    limit("micro_batch", micro_batch, TraceError, what="micro-batch")
+    limit("seq", int(getattr(source, "seq", 1) or 1), TraceError, what="sequence length")
     spec = getattr(source, "spec", "model")
     leaf_classes = _leaf_classes(leaf_modules)
     model = source.build("meta", seed=None, attention="math", dtype=ACT_DTYPE)
@@ -102,6 +105,7 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
 
     found = find_block_list(model)
     blocks = list(found[1]) if found else []
+    limit("layers", len(blocks), TraceError, what=f"{spec}: repeated blocks")
     block_ids = {id(b): i for i, b in enumerate(blocks)}
     group_of = structure_groups(blocks)
 
