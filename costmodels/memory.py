@@ -146,8 +146,9 @@ def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str
     the loss's saved logits included on the head row."""
     check_precision(precision)
     k = b / arr.table.micro_batch
-    if recompute in ("none", "selective"):  # selective: drop what flash never saves
-        out = activation_bytes_none(arr, tp, sp, b, "flash" if recompute == "selective" else attention)
+    if recompute in ("none", "selective"):  # selective: drop the core, as flash never saves it
+        out = activation_bytes_none(arr, tp, sp, b, attention,
+                                    drop_core=recompute == "selective" or attention == "flash")
     else:   # full: block rows keep their input (the previous row's output)
         base = activation_bytes_none(arr, tp, sp, b, attention)
         out = np.where(arr.is_block, k * _inputs(arr) / (tp if sp else 1), base)

@@ -16,7 +16,11 @@ def register(sub) -> None:
     p.add_argument("--plan", required=True, metavar="PLAN",
                    help="plan JSON text or file: one object, an array, or a plans file "
                         "(fields: dp, tp, pp, vpp, micro_batch_size, zero, recompute, "
-                        "sequence_parallel, schedule, attention, stages, placement)")
+                        "sequence_parallel, schedule, attention, stages, placement, runtime)")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="score the plans as this runtime runs them: autopar (default), megatron, "
+                        "deepspeed, fsdp, options after a colon (megatron:overlap_grad_reduce) or a "
+                        ".toml runtime profile (overrides the plans' own 'runtime')")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run)
 
@@ -27,7 +31,7 @@ def run(args) -> int:
     from costmodels.plans_file import PlansFile
     given = PlansFile.read(args.plan)
     results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
-                             seq=args.seq)
+                             seq=args.seq, runtime=args.runtime)
     if args.json:   # one object in, one object out
         print_json(results[0] if given.form == "object" else results)
         return 0

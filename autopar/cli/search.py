@@ -22,6 +22,10 @@ def register(sub) -> None:
                    help="for fewest_gpus: step time to reach, seconds")
     p.add_argument("--target-tokens-per-s", type=float, default=None, metavar="N",
                    help="for fewest_gpus: throughput to reach, tokens per second")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="the software that will run the plans: autopar (default), megatron, deepspeed, "
+                        "fsdp, with options after a colon (megatron:overlap_grad_reduce) or a .toml "
+                        "runtime profile; the search proposes only what it can run")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
     p.add_argument("--max-micro-batch", type=int, default=None, help="cap the micro-batch size")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds before giving up proving")
@@ -42,7 +46,8 @@ def run(args) -> int:
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
-                    time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json)
+                    time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json,
+                    runtime=args.runtime)
     data = result.plans_file()
     if args.output:
         PlansFile.read(data).write(args.output)
@@ -85,7 +90,8 @@ def print_table(data: dict) -> None:
     c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 150))
     c.print(t)
     s = data.get("search", {})
-    c.print(f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
+    c.print(f"runtime {s.get('runtime', 'autopar')}; "
+            f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
