@@ -275,7 +275,7 @@ def dp_sync_collectives(plan, precision: str = "bf16-mixed",
             colls.append((ag, bytes_param, after))
     if phase == "after":   # the exposed part only
         share = 1.0 - (runtime.param_gather_overlap or 0.0)
-        return [(k, b * share, p) for k, b, p in colls if p == "after" and share > 0]
+        return [(k, b * share) for k, b, p in colls if p == "after" and share > 0]
     return [(k, b) for k, b, p in colls if phase is None or p == phase]
 
 

@@ -269,7 +269,8 @@ class SplitModel:
         self.D = 0
         if t.dp_sync:
             lat = int(round(co.dp_latency_s / self.unit))
-            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 1
+            # (+ the rounding of the runtime's split sums, 2 per row and 3 latencies)
+            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 2 * self.n + 4
             exposed, before = [], 0
             for r in range(self.pp):
                 bk = self._rank(self.Bk, r)
@@ -279,7 +280,7 @@ class SplitModel:
                 if not co.legacy:   # max((1−s)·min(t, t_b) + s·t, t − W, 0) + the exposed after-part
                     e = self._dp_rank_cost(r, e, ub)
                 exposed.append(e)
-            ub = ub + sum(self._ns(co.dp_after_per_param_s * co.params)) + int(co.dp_after_latency_s / self.unit) + 2
+            ub += sum(self._ns(co.dp_after_per_param_s * co.params)) + int(co.dp_after_latency_s / self.unit) + 2
             self.D = md.NewIntVar(0, ub, "D")
             md.AddMaxEquality(self.D, exposed)
         ub = sum(self._ns(co.optimizer_per_param_s * co.params)) + 1
