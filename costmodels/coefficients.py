@@ -153,22 +153,22 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, tiers["tp"], precision, runtime.elementwise_traffic)
+                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic)
     hw = profile.overlap(plan.zero)
     s = runtime.compute_slowdown
     dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)
-    p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.tier(tiers["pp"]) if plan.pp > 1 else None)
+    p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
     weights = STATE_BYTES[precision][0] * arr.params / tp
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
         gather_b, gather_s = collective_time("all_gather_into_tensor", weights, dp,
-                                             profile.tier(tiers["dp"]))
+                                             profile.group_link(plan, "dp"))
     gather_b, gather_s = np.asarray(gather_b, dtype=float), np.asarray(gather_s, dtype=float)
     red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
-                                       * arr.params / tp, dp, profile.tier(tiers["dp"]))
+                                       * arr.params / tp, dp, profile.group_link(plan, "dp"))
     f_on = "fwd" in zero
     zf_s, zf_b = gather_s * f_on, gather_b * f_on
     zb_s = gather_s * ("bwd" in zero) + red_s
@@ -190,7 +190,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
         act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision),
+                                   plan.attention, precision, runtime.loss_saved_bytes),
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),
@@ -287,7 +287,7 @@ def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
     colls = dp_sync_collectives(plan, precision, phase)
     if not colls:
         return "none", 0.0, 0.0
-    t = profile.tier(tier)
+    t = dp_link(profile, plan, tier)
     nbytes = seconds = 0.0
     for kind, per_param in colls:
         b, s = collective_time(kind, per_param * params_per_gpu, plan.dp, t, line=True)
@@ -304,6 +304,14 @@ def dp_sync_line(plan, profile: HardwareProfile, tier: str,
     colls = dp_sync_collectives(plan, precision, phase)
     if not colls:
         return 0.0, 0.0
-    t = profile.tier(tier)
+    t = dp_link(profile, plan, tier)
     latency = sum(collective_latency(kind, plan.dp, t) for kind, _ in colls)
     return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
+
+
+def dp_link(profile: HardwareProfile, plan, tier: str):
+    """The dp group's link tier (``HardwareProfile.group_link``); ``tier`` is its name, which a
+    plan-like object without a placement (a hand-built one) falls back to."""
+    if hasattr(plan, "placement") and hasattr(plan, "tp"):
+        return profile.group_link(plan, "dp")
+    return profile.tier(tier)

@@ -74,7 +74,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from costmodels.comm import collective_time
-from costmodels.hardware import HardwareProfile
+from costmodels.hardware import HardwareProfile, LinkTier
 from costmodels.layer_table import LayerTable
 
 # precisions of autopar's own runtime (validate, apply); "bf16-mixed" is Megatron-LM's recipe
@@ -208,19 +208,20 @@ class RowTimes:
 
 
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
-              recompute: str, attention: str, tp_tier: str = "intra_node",
+              recompute: str, attention: str, tp_tier: str | LinkTier = "intra_node",
               precision: str = "bf16-mixed", elementwise_traffic: float | None = None) -> RowTimes:
     """Per-row forward / backward / recompute time and TP collective time for one micro-batch.
     ``precision`` names the recipe (module docstring: Megatron for "bf16-mixed", autopar's own
     for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled;
-    ``elementwise_traffic`` is the runtime's ``C_FWD`` (its kernels; None: ``C_FWD``)."""
+    ``elementwise_traffic`` is the runtime's ``C_FWD`` (its kernels; None: ``C_FWD``); ``tp_tier``
+    the TP group's tier by name or as ``HardwareProfile.group_link`` resolved it."""
     return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
                       recompute, attention, tp_tier, precision, elementwise_traffic)
 
 
 @lru_cache(maxsize=4096)
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
-               recompute: str, attention: str, tp_tier: str, precision: str,
+               recompute: str, attention: str, tp_tier, precision: str,
                elementwise_traffic: float | None = None) -> RowTimes:
     c_fwd = C_FWD if elementwise_traffic is None else elementwise_traffic
     c_bwd = C_BWD if elementwise_traffic is None else 2.0 * elementwise_traffic
@@ -257,7 +258,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     # TP collectives per direction
     zeros = np.zeros(arr.n)
     if tp > 1:
-        tier = profile.tier(tp_tier)
+        tier = profile.tier(tp_tier) if isinstance(tp_tier, str) else tp_tier
         nbytes = arr.tp_comm_bytes * k
         if sp:
             tb_ag, ts_ag = collective_time("all_gather", nbytes, tp, tier)

@@ -197,7 +197,7 @@ def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile,
     if plan.zero != 1 or plan.dp <= 1 or precision not in RUNTIME_PRECISIONS:
         return 0.0, 0.0
     b, s = collective_time("all_gather", STATE_BYTES[precision][0] * params_per_gpu / plan.dp,
-                           plan.dp, profile.tier(tier), line=True)
+                           plan.dp, profile.group_link(plan, "dp"), line=True)
     return plan.dp * float(b), plan.dp * float(s)
 
 

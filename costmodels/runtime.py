@@ -140,6 +140,16 @@ def list_runtimes() -> list[str]:
 
 
 _CACHE: dict[tuple, RuntimeProfile] = {}
+_REGISTERED: dict[str, RuntimeProfile] = {}
+
+
+def register_runtime(profile: RuntimeProfile) -> RuntimeProfile:
+    """Make ``profile`` loadable by its name (a variant built in Python, e.g. by a calibration
+    that varies one figure); a shipped name cannot be replaced."""
+    if profile.name in list_runtimes():
+        raise ProfileError(f"runtime '{profile.name}' is shipped; register a variant under another name")
+    _REGISTERED[profile.name] = profile
+    return profile
 
 
 def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> RuntimeProfile:
@@ -148,6 +158,8 @@ def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> Runt
     if isinstance(spec, RuntimeProfile):
         return spec
     text = DEFAULT_RUNTIME if spec is None else str(spec).strip()
+    if text in _REGISTERED:
+        return _REGISTERED[text]
     if ".toml" in text:      # a path, maybe with options after it: "my.toml:opt"
         cut = text.rindex(".toml") + len(".toml")
         base, opts = text[:cut], text[cut:].lstrip(":")
