@@ -46,6 +46,7 @@ from costmodels.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: F401  (re-
 from costmodels.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
 from costmodels.comm import collective_time, plan_tiers
 from costmodels.compute import RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards, optimizer_step_s, table_arrays
+from costmodels.error_bands import band_for
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
@@ -111,6 +112,7 @@ class Estimate:
     stages_detail: list[dict[str, Any]] = field(default_factory=list)
     comm: list[dict[str, Any]] = field(default_factory=list)
     stages: tuple[tuple[int, int], ...] = ()
+    error_band: dict[str, Any] | None = None   # costmodels.error_bands: the step time's likely error
 
     def to_dict(self) -> dict[str, Any]:
         d = self.plan.to_dict()
@@ -122,7 +124,7 @@ class Estimate:
                   "memory_bytes": dict(self.memory_bytes), "hbm_bytes": self.hbm_bytes,
                   "fits": self.fits, "comm_bytes": dict(self.comm_bytes),
                   "breakdown_s": dict(self.breakdown_s), "stages_detail": self.stages_detail,
-                  "comm": self.comm})
+                  "comm": self.comm, "error_band": self.error_band})
         return d
 
 
@@ -307,7 +309,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
         tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus * peak * step),
         bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profile.hbm_bytes,
         fits=bool(memory["total"] <= profile.hbm_bytes), comm_bytes=comm_bytes, breakdown_s=breakdown,
-        stages_detail=stages_detail, comm=comm, stages=tuple(stages))
+        stages_detail=stages_detail, comm=comm, stages=tuple(stages),
+        error_band=band_for(profile.name, runtime.name, plan, borrow=profile.nics_per_node is not None))
 
 
 def _zero_collectives(plan: Plan) -> str:

@@ -44,6 +44,7 @@ def render(results) -> None:
 
     from autopar.cli.common import console, human
     from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
+    from costmodels.error_bands import format_band
     from costmodels.plans_file import PlanResult
     first = results[0]
     t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
@@ -57,7 +58,7 @@ def render(results) -> None:
 
     gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
     row("micro-batches", lambda d: str(d["num_micro_batches"]))
-    row("step time", lambda d: f"{d['step_time_s']:.4g} s")
+    row("step time (± check error)", lambda d: format_band(d["step_time_s"], d.get("error_band")))
     row("tokens/s", lambda d: human(d["tokens_per_s"]))
     row("TFLOP/s per GPU", lambda d: f"{d['tflops_per_gpu']:.1f}")
     row("MFU", lambda d: f"{100 * d['mfu']:.1f} %")
@@ -65,9 +66,10 @@ def render(results) -> None:
     for k in BREAKDOWN_KEYS:
         row(f"  {term_label(k)}", lambda d, k=k: f"{d['breakdown_s'][k]:.4g} s")
     row("memory (most loaded GPU)", lambda d: gb(d["memory_bytes"]["total"]))
-    for k in ("params", "grads", "optimizer", "activations", "reserve"):
-        row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"][k]))
+    for k in ("params", "grads", "optimizer", "gathered", "activations", "reserve"):
+        row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"].get(k, 0.0)))
     row("HBM", lambda d: gb(d["hbm_bytes"]))
+    row("runtime", lambda d: d.get("runtime", "autopar"))
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))

@@ -67,6 +67,8 @@ def run(args) -> int:
 
 def print_table(data: dict) -> None:
     from rich.table import Table
+
+    from costmodels.error_bands import format_band
     GiB = 1024 ** 3
     t = Table(title=f"autopar search: {data['model']} on {data['gpus']} × {data['hardware']}, "
                     f"global batch {data['global_batch']}, seq {data['seq']}")
@@ -81,7 +83,8 @@ def print_table(data: dict) -> None:
         t.add_row(str(p["rank"]), str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
-                  f"{p['step_time_s']:.4g}", f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
+                  format_band(p["step_time_s"], p.get("error_band"), short=True),
+                f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
     import shutil
@@ -95,3 +98,7 @@ def print_table(data: dict) -> None:
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
+    if s.get("optimal_over"):
+        c.print(f"optimal over {s['optimal_over']}")
+    c.print("step s ± : the 90th percentile of the cost model's error on published runs of the "
+            "plan's regime (~: borrowed from another regime; docs/validation.md)")
