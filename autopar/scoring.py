@@ -19,16 +19,22 @@ from costmodels.plans_file import PlansFile
 
 def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int, plans: Any,
                    seq: int | None = None, table=None, *,
-                   precision: str = "bf16-mixed") -> list[dict[str, Any]]:
+                   precision: str = "bf16-mixed", runtime: str | None = None) -> list[dict[str, Any]]:
     """Estimate dicts, one per plan of ``plans`` (anything ``PlansFile.read`` accepts: a Plan, a
     dict, a list, a plans file, JSON text or a path). ``table`` skips the trace (a LayerTable for
     the spec).
     ``precision``: the memory model's recipe (``costmodels.memory``): "bf16-mixed" (Megatron, the
-    default), "amp" (autopar's runtime under autocast), "fp32"."""
+    default), "amp" (autopar's runtime under autocast), "fp32". ``runtime``: score every plan as
+    that runtime runs it (``costmodels.runtime``: "autopar", "megatron", "deepspeed", "fsdp", with
+    options after a colon); None keeps each plan's own ``runtime`` field."""
     from costmodels.estimate import estimate
     from costmodels.hardware import load_profile
     profile = load_profile(hardware)
     plan_list = PlansFile.read(plans).plans
+    if runtime is not None:
+        from costmodels.runtime import load_runtime
+        name = load_runtime(runtime).name
+        plan_list = [p.with_(runtime=name) for p in plan_list]
     if table is None:
         from autopar.trace import table_for
         table = table_for(model_spec, micro_batch=1, seq=seq)

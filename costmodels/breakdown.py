@@ -28,8 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# the keys of an estimate's memory_bytes (the most loaded GPU; total = the sum of the others)
-MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "reserve", "total")
+# the keys of an estimate's memory_bytes (the most loaded GPU; total = the sum of the others).
+# "params" / "grads" / "optimizer" are the model states (ZeRO's Table 1); "gathered" the weights
+# ZeRO-3 gathers whole to compute with (the working copies of the rows being run and prefetched)
+MEMORY_KEYS = ("params", "grads", "optimizer", "gathered", "activations", "reserve", "total")
 BREAKDOWN_KEYS = ("compute", "recompute", "bubble", "dp_exposed", "tp_exposed", "pp_exposed",
                   "zero_exposed")
 TERM_LABELS = {"compute": "compute", "recompute": "recomputation", "bubble": "pipeline bubble",

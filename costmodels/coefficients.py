@@ -26,6 +26,29 @@ and per step, per parameter on the GPU (linear in a stage's ``Π = Σ π_i``)::
                                 γ_d = dp_sync(1 parameter) − λ_d   (the α-β line, never a curve)
     Adam    = γ_o · Π           γ_o = compute.optimizer_step_s(1) / compute.optimizer_shards
 
+**The runtime** (``plan.runtime``, ``costmodels.runtime``) decides what hides where. With
+``s`` its compute slowdown (the share of a hidden collective's time compute loses to it),
+``ov_d`` / ``ov_z`` the shares of compute the dp sync / ZeRO collectives hide in (the hardware
+profile's ``overlap(zero)`` for autopar's runtime)::
+
+    β_i  = (1 − s)·ov_d·(bwd_i + recompute_i)     f_i = (1 − s)·ov_z·fwd_i
+    βz_i = (1 − s)·ov_z·(bwd_i + recompute_i)     the windows, already net of the slowdown
+    gf_i, gb_i, r_i   ZeRO collectives per row and micro-batch: the forward gather (ZeRO-3;
+                      ZeRO-2 when the runtime re-gathers every micro-batch, FSDP), the backward
+                      gather (ZeRO-3) and the gradient reduce-scatter when the runtime reduces in
+                      every backward (``zero_reduce_per_micro_batch``)
+    EF[x] = (1 − s)·gf_x, EB[x] = (1 − s)·r_x     at a stage's first row when the runtime leaves
+                      that gather / the last reduce-scatter exposed (``zero_edges_exposed``), else 0
+
+    ZeRO, per virtual stage and micro-batch:  max(EF[x_v] + s·Σgf, Σgf − Σf)
+                                            + max(EB[x_v] + s·Σ(gb + r), Σ(gb + r) − Σβz)
+    dp sync of rank r (t_r = λ_d + γ_d·Π_r its time, W_r = Σ β over its backward and those after
+    it, t_b the last bucket's time ``dp_bucket_s``):
+                     D_r = max((1 − s)·min(t_r, t_b) + s·t_r,  t_r − W_r,  0) + λ_a + γ_a·Π_r
+    (λ_a + γ_a·Π the weights' all-gather after the optimizer step, ZeRO-1/2, that the runtime
+    leaves exposed). autopar's runtime has s = 0, no edges, no bucket and no after-part: exactly
+    the formulas above this paragraph.
+
 The dp line is ``dp_sync``'s, which ``estimate`` prices per rank; autopar's runtime terms of
 the "amp" / "fp32" recipes that are not linear per row (ZeRO-1's broadcasts, autocast's casts,
 the runtime's memory peaks) stay in ``estimate``: the search plans in "bf16-mixed".
@@ -50,6 +73,7 @@ from costmodels.compute import (
 from costmodels.hardware import HardwareProfile
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, activation_bytes, model_state_bytes
+from costmodels.runtime import RuntimeProfile, load_runtime
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,12 +83,12 @@ class RowCoefficients:
 
     times: RowTimes                 # compute.row_times: per-row compute and TP, O(1) range sums
     row_s: np.ndarray               # τ_i
-    fwd_window_s: np.ndarray        # f_i  where ZeRO-3's forward gathers hide
-    bwd_window_s: np.ndarray        # β_i  where the dp sync and ZeRO-3's backward gathers hide
+    fwd_window_s: np.ndarray        # f_i  where the ZeRO forward gathers hide
+    bwd_window_s: np.ndarray        # β_i  where the dp sync hides
     cut_p2p_bytes: np.ndarray       # [x], x = 0..n: bytes each way across a cut at x
     cut_p2p_s: np.ndarray           # P[x]
     zero3_gather_bytes: np.ndarray  # per row and pass
-    zero3_gather_s: np.ndarray      # g_i
+    zero3_gather_s: np.ndarray      # g_i  one gather of row i's weights
     params: np.ndarray              # π_i  parameters on one GPU
     weight_bytes: np.ndarray        # w·π_i  a row's weights gathered whole (ZeRO-3's buffer)
     state_bytes: np.ndarray         # σ_i  weights + grads + optimizer state after ZeRO
@@ -74,6 +98,30 @@ class RowCoefficients:
     dp_latency_s: float             # λ_d  (0 when dp = 1)
     dp_per_param_s: float           # γ_d
     optimizer_per_param_s: float    # γ_o
+    zero_bwd_window_s: np.ndarray | None = None   # βz_i  where the ZeRO backward collectives hide
+    zero_fwd_s: np.ndarray | None = None          # gf_i
+    zero_bwd_s: np.ndarray | None = None          # gb_i + r_i
+    zero_fwd_bytes: np.ndarray | None = None
+    zero_bwd_bytes: np.ndarray | None = None
+    zero_first_fwd_s: np.ndarray | None = None    # EF[x], x = 0..n
+    zero_first_bwd_s: np.ndarray | None = None    # EB[x]
+    slowdown: float = 0.0                         # s
+    dp_bucket_s: float = 0.0                      # t_b  (0: no bucket left for after the backward)
+    dp_after_latency_s: float = 0.0               # λ_a
+    dp_after_per_param_s: float = 0.0             # γ_a
+    runtime: RuntimeProfile | None = None
+
+    @property
+    def zero_collectives(self) -> bool:
+        """Any ZeRO collective per row and micro-batch (gathers or reduce-scatters)."""
+        return bool(self.zero_fwd_s.any() or self.zero_bwd_s.any())
+
+    @property
+    def legacy(self) -> bool:
+        """autopar's runtime terms: no slowdown, edges, bucket or after-part (module docstring)."""
+        return (self.slowdown == 0.0 and self.dp_bucket_s == 0.0 and self.dp_after_per_param_s == 0.0
+                and self.dp_after_latency_s == 0.0 and not self.zero_first_fwd_s.any()
+                and not self.zero_first_bwd_s.any())
 
     @property
     def n(self) -> int:
@@ -89,43 +137,104 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     a ``Plan`` or anything with its degree fields (the search's ``Config``). Cached per table,
     profile object, configuration and precision, as ``compute.row_times`` is."""
     arr = table_arrays(table)
+    runtime = load_runtime(getattr(plan, "runtime", None))
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
-           plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision)
+           plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
             _CACHE.clear()
-        co = _CACHE[key] = _row_coefficients(arr, profile, plan, precision)
+        co = _CACHE[key] = _row_coefficients(arr, profile, plan, precision, runtime)
     return co
 
 
 def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
-                      precision: str) -> RowCoefficients:
+                      precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, tiers["tp"], precision)
-    ov = profile.overlap(plan.zero)
-    p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.tier(tiers["pp"]) if plan.pp > 1 else None)
+                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic)
+    hw = profile.overlap(plan.zero)
+    s = runtime.compute_slowdown
+    dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)
+    p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
     weights = STATE_BYTES[precision][0] * arr.params / tp
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
-    if plan.zero == 3 and dp > 1:   # one all-gather per row and pass (comm docstring)
+    zero = zero_row_collectives(plan, runtime)
+    if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
         gather_b, gather_s = collective_time("all_gather_into_tensor", weights, dp,
-                                             profile.tier(tiers["dp"]))
+                                             profile.group_link(plan, "dp"))
+    gather_b, gather_s = np.asarray(gather_b, dtype=float), np.asarray(gather_s, dtype=float)
+    red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
+    if "reduce" in zero and dp > 1:
+        red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
+                                       * arr.params / tp, dp, profile.group_link(plan, "dp"))
+    f_on = "fwd" in zero
+    zf_s, zf_b = gather_s * f_on, gather_b * f_on
+    zb_s = gather_s * ("bwd" in zero) + red_s
+    zb_b = gather_b * ("bwd" in zero) + red_b
+    edge = (1.0 - s) * runtime.zero_edges_exposed
+    first_f, first_b = np.zeros(arr.n + 1), np.zeros(arr.n + 1)
+    first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
     params = arr.params / tp
     p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
-    dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision)
+    dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
+    a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
+    bucket = 0.0
+    if runtime.dp_bucket_bytes and dp_per_param > 0:
+        bucket = dp_lat + dp_per_param * runtime.dp_bucket_bytes / grad_bytes(precision, runtime)
+    fwd_s = np.asarray(rt.fwd_s)
     return RowCoefficients(
-        times=rt, row_s=rt.row_total_s, fwd_window_s=ov * np.asarray(rt.fwd_s),
-        bwd_window_s=ov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
-        zero3_gather_bytes=np.asarray(gather_b, dtype=float),
-        zero3_gather_s=np.asarray(gather_s, dtype=float), params=params,
+        times=rt, row_s=rt.row_total_s, fwd_window_s=zov * fwd_s,
+        bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
+        zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
         act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision),
+                                   plan.attention, precision, runtime.loss_saved_bytes),
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero))
+        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),
+        zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
+        zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
+        slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,
+        runtime=runtime)
+
+
+def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:
+    """Which ZeRO collectives run per row and micro-batch under ``runtime`` (module docstring):
+    "fwd" (gather before the forward), "bwd" (gather before the backward), "reduce" (gradient
+    reduce-scatter in the backward); empty without ZeRO-2/3 or data parallelism."""
+    if plan.dp <= 1 or plan.zero < 2:
+        return frozenset()
+    per_mb = bool(runtime.zero_reduce_per_micro_batch)
+    if plan.zero == 3:
+        return frozenset({"fwd", "bwd"} | ({"reduce"} if per_mb else set()))
+    out = {"reduce"} if per_mb else set()
+    if runtime.zero2_gather_per_micro_batch:
+        out.add("fwd")
+    return frozenset(out)
+
+
+def grad_bytes(precision: str, runtime: RuntimeProfile) -> float:
+    """Bytes per gradient the dp sync moves: the runtime's reduce dtype, else the recipe's."""
+    return runtime.grad_reduce_bytes or STATE_BYTES[precision][1]
+
+
+def dp_exposed(t: float, window: float, co: RowCoefficients) -> float:
+    """The dp sync's cost to a step for a rank whose sync takes ``t`` seconds and hides in
+    ``window`` seconds (already net of the slowdown; module docstring)."""
+    if co.slowdown == 0.0 and co.dp_bucket_s == 0.0:
+        return max(0.0, t - window)
+    s = co.slowdown
+    return max((1.0 - s) * min(t, co.dp_bucket_s) + s * t, t - window, 0.0)
+
+
+def zero_exposed(first: float, total: float, window: float, slowdown: float) -> float:
+    """One pass of a stage's ZeRO collectives: ``total`` seconds of them, ``window`` seconds of
+    compute to hide in, ``first`` the part at the stage's edge that nothing hides."""
+    if first == 0.0 and slowdown == 0.0:
+        return max(0.0, total - window)
+    return max(first + slowdown * total, total - window)
 
 
 def cut_p2p(arr: TableArrays, b: int, tp: int, tier) -> tuple[np.ndarray, np.ndarray]:
@@ -139,32 +248,46 @@ def cut_p2p(arr: TableArrays, b: int, tp: int, tier) -> tuple[np.ndarray, np.nda
     return nbytes, seconds
 
 
-def dp_sync_collectives(plan, precision: str = "bf16-mixed") -> list[tuple[str, float]]:
+def dp_sync_collectives(plan, precision: str = "bf16-mixed",
+                        phase: str | None = None) -> list[tuple[str, float]]:
     """The gradient sync over dp as ``[(collective kind, bytes per parameter)]``: what
-    ``dp_sync`` prices and ``dp_sync_line`` splits into latency and cost per parameter."""
+    ``dp_sync`` prices and ``dp_sync_line`` splits into latency and cost per parameter.
+    ``phase``: "reduce" (what hides in the backward), "after" (the weights' all-gather after the
+    optimizer step that the plan's runtime leaves exposed) or None (both)."""
     if plan.dp <= 1:
         return []
-    bytes_param, bytes_grad, _ = STATE_BYTES[precision]
+    runtime = load_runtime(getattr(plan, "runtime", None))
+    bytes_param = STATE_BYTES[precision][0]
+    bytes_grad = grad_bytes(precision, runtime)
     if plan.zero == 0 or (plan.zero == 1 and precision in RUNTIME_PRECISIONS):
         # autopar's runtime runs ZeRO-1 as DDP's all-reduce + the owners' broadcasts after the
         # optimizer step (estimate.zero1_broadcast, never hidden)
-        return [("all_reduce", bytes_grad)]
-    # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
-    # flat-tensor collectives (ZeRO-3 gathers its parameters per micro-batch, not here)
-    rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
-        ("reduce_scatter_tensor", "all_gather_into_tensor")
-    return [(rs, bytes_grad)] if plan.zero == 3 else [(rs, bytes_grad), (ag, bytes_param)]
+        colls = [("all_reduce", bytes_grad, "reduce")]
+    else:
+        # ZeRO-1 (Megatron's distributed optimizer): reduce-scatter + all-gather; ZeRO-2/3: FSDP2's
+        # flat-tensor collectives (ZeRO-3 gathers its parameters per micro-batch, not here)
+        rs, ag = ("reduce_scatter", "all_gather") if plan.zero == 1 else \
+            ("reduce_scatter_tensor", "all_gather_into_tensor")
+        row = zero_row_collectives(plan, runtime)
+        after = "reduce" if runtime.param_gather_overlap is None else "after"
+        colls = [] if "reduce" in row else [(rs, bytes_grad, "reduce")]
+        if plan.zero < 3 and "fwd" not in row:
+            colls.append((ag, bytes_param, after))
+    if phase == "after":   # the exposed part only
+        share = 1.0 - (runtime.param_gather_overlap or 0.0)
+        return [(k, b * share) for k, b, p in colls if p == "after" and share > 0]
+    return [(k, b) for k, b, p in colls if phase is None or p == phase]
 
 
 def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
-            precision: str = "bf16-mixed") -> tuple[str, float, float]:
-    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp: on
-    the α-β line, not a measured curve (``comm.collective_time``), so the search can keep it
-    linear in the parameters of a stage."""
-    colls = dp_sync_collectives(plan, precision)
+            precision: str = "bf16-mixed", phase: str | None = "reduce") -> tuple[str, float, float]:
+    """(collective name, bytes per GPU, seconds) of the once-per-step gradient sync over dp (the
+    ``phase`` of it, ``dp_sync_collectives``): on the α-β line, not a measured curve
+    (``comm.collective_time``), so the search can keep it linear in the parameters of a stage."""
+    colls = dp_sync_collectives(plan, precision, phase)
     if not colls:
         return "none", 0.0, 0.0
-    t = profile.tier(tier)
+    t = dp_link(profile, plan, tier)
     nbytes = seconds = 0.0
     for kind, per_param in colls:
         b, s = collective_time(kind, per_param * params_per_gpu, plan.dp, t, line=True)
@@ -173,14 +296,22 @@ def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
 
 
 def dp_sync_line(plan, profile: HardwareProfile, tier: str,
-                 precision: str = "bf16-mixed") -> tuple[float, float]:
+                 precision: str = "bf16-mixed", phase: str = "reduce") -> tuple[float, float]:
     """``dp_sync``'s seconds as ``(λ_d, γ_d)``: its fixed latency (every collective's
     ``steps·α``) and the rest of one parameter's time, the cost per parameter; (0, 0) without dp.
     ``λ_d + γ_d·Π`` is ``dp_sync(Π)`` up to λ_d's rounding (about 1e-10 relative), far below the
     integer program's unit."""
-    colls = dp_sync_collectives(plan, precision)
+    colls = dp_sync_collectives(plan, precision, phase)
     if not colls:
         return 0.0, 0.0
-    t = profile.tier(tier)
+    t = dp_link(profile, plan, tier)
     latency = sum(collective_latency(kind, plan.dp, t) for kind, _ in colls)
-    return latency, dp_sync(1.0, plan, profile, tier, precision)[2] - latency
+    return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
+
+
+def dp_link(profile: HardwareProfile, plan, tier: str):
+    """The dp group's link tier (``HardwareProfile.group_link``); ``tier`` is its name, which a
+    plan-like object without a placement (a hand-built one) falls back to."""
+    if hasattr(plan, "placement") and hasattr(plan, "tp"):
+        return profile.group_link(plan, "dp")
+    return profile.tier(tier)

@@ -17,8 +17,13 @@ Which tier a group crosses (``group_tier``): ranks are laid out by the plan's ``
 innermost dimension first (default ``tp,dp,pp``: rank = tp_i + tp·(dp_i + dp·pp_i)). A
 dimension with ``stride`` (product of the sizes of the dimensions inside it) and ``size`` spans
 ``stride·size`` consecutive ranks; it stays inside a node when that span is at most
-``gpus_per_node`` (nodes hold consecutive ranks), else it crosses the inter-node network and
-the ring runs at the per-GPU network bandwidth (each GPU has its own NIC share).
+``gpus_per_node`` (nodes hold consecutive ranks), else it crosses the inter-node network. A
+profile that gives ``[inter_node] nics_per_node`` (the GPU profiles) prices a group that spans
+nodes as NCCL's two-level algorithms do (``two_level``: NVLink inside each node, the group's
+share of the node's NICs between nodes, the slowest bounding the whole, per-hop latency on each
+tier), with a contention term when groups of other dimensions cross the same NICs at the same
+time (``HardwareProfile.group_link``); a profile without it runs the ring at the per-GPU network
+bandwidth, as before.
 
 What each parallel dimension sends (per GPU, per step; m micro-batches, P_r parameters on this
 GPU after tp/pp sharding, 2-byte grads and weights):
@@ -140,6 +145,39 @@ def group_tier(placement: str, sizes: dict[str, int], dim: str, gpus_per_node: i
             break
         stride *= sizes[d]
     return "intra_node" if stride * sizes[dim] <= gpus_per_node else "inter_node"
+
+
+def group_span(placement: str, sizes: dict[str, int], dim: str, gpus_per_node: int) -> tuple[int, int]:
+    """(ranks of the ``dim`` group on one node, nodes the group spans) under ``placement``: a
+    dimension of stride ``s`` (the product of the sizes inside it) puts ``gpus_per_node / s`` of
+    its ranks on each node while ``s`` is below a node, one per node above."""
+    stride = 1
+    for d in placement.split(","):
+        if d == dim:
+            break
+        stride *= sizes[d]
+    n = sizes[dim]
+    per_node = max(1, min(n, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    return per_node, max(1, -(-n // per_node))
+
+
+def two_level(n: int, per_node: int, intra, inter, contention: int) -> tuple[float, float]:
+    """(α per ring step, bus bandwidth) of a collective over ``n`` ranks, ``per_node`` of them on
+    each node, as NCCL runs it across the two tiers (nccl-tests PERFORMANCE.md; the ring's
+    chunks travel every hop, so)::
+
+        latency of a pass = nodes·α_inter + (n − nodes)·α_intra   (spread over the n − 1 steps)
+        bandwidth         = min(β_intra, per_node·β_inter / contention)
+
+    The slowest link bounds the whole: inside a node NVLink, between nodes the group's share of
+    the node's NICs (each of the node's ``per_node`` ranks drives its own NIC, one rail each, so
+    a group with all 8 GPUs of a node on it has the node's whole network; ``β_inter`` is the
+    per-GPU share). ``contention``: how many groups of different dimensions use those NICs at the
+    same time (``HardwareProfile.group_link``)."""
+    nodes = max(1, -(-n // per_node))
+    alpha = (nodes * inter.latency_s + (n - nodes) * intra.latency_s) / max(1, n - 1)
+    beta = min(intra.bandwidth_bytes_per_s, per_node * inter.bandwidth_bytes_per_s / contention)
+    return alpha, beta
 
 
 def plan_tiers(plan, gpus_per_node: int) -> dict[str, str]:

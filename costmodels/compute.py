@@ -74,7 +74,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from costmodels.comm import collective_time
-from costmodels.hardware import HardwareProfile
+from costmodels.hardware import HardwareProfile, LinkTier
 from costmodels.layer_table import LayerTable
 
 # precisions of autopar's own runtime (validate, apply); "bf16-mixed" is Megatron-LM's recipe
@@ -108,6 +108,7 @@ class TableArrays:
     attn_core_flops: np.ndarray    # forward FLOPs of Q·Kᵀ and scores·V per row (blocks), table b0
     loss_logits: np.ndarray        # logits the loss reads per row (b0·s·vocab on the head row)
     tp_replicated: np.ndarray      # parameter tensors TP leaves whole per row (blocks)
+    mask: np.ndarray               # the causal mask math attention saves (replicated part)
 
 
 _ARRAYS: dict[int, TableArrays] = {}
@@ -145,19 +146,24 @@ def table_arrays(table: LayerTable) -> TableArrays:
                     tp_comm_bytes=f("tp_comm_bytes"), tp_collectives=ncoll, is_block=is_block,
                     mm_row=np.array(mm_row, dtype=int), mm_flops=np.array(mm_flops, dtype=float),
                     attn_core_flops=core_flops, loss_logits=logits,
-                    tp_replicated=f("tp_replicated_tensors"))
+                    tp_replicated=f("tp_replicated_tensors"), mask=f("act_attention_mask_bytes"))
     if len(_ARRAYS) > 64:
         _ARRAYS.clear()
     _ARRAYS[id(table)] = a
     return a
 
 
-def activation_bytes_none(arr: TableArrays, tp: int, sp: bool, b: int, attention: str) -> np.ndarray:
-    """Saved-activation bytes per GPU per micro-batch and row, without recompute (see memory)."""
+def activation_bytes_none(arr: TableArrays, tp: int, sp: bool, b: int, attention: str, *,
+                          drop_core: bool | None = None) -> np.ndarray:
+    """Saved-activation bytes per GPU per micro-batch and row, without recompute (see memory).
+    ``drop_core`` (default: flash attention) drops the attention core, as selective recompute
+    does; flash attention also drops the causal mask the math path saves (``act_attention_mask_bytes``)."""
     k = b / arr.table.micro_batch
     saved, tpb = arr.saved, arr.act_tp
-    if attention == "flash":
+    if attention == "flash" if drop_core is None else drop_core:
         saved, tpb = saved - arr.core, tpb - arr.core
+    if attention == "flash" and arr.mask.any():
+        saved = saved - arr.mask
     rest = saved - tpb
     return k * (tpb / tp + (rest / tp if sp else rest))
 
@@ -202,18 +208,23 @@ class RowTimes:
 
 
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
-              recompute: str, attention: str, tp_tier: str = "intra_node",
-              precision: str = "bf16-mixed") -> RowTimes:
+              recompute: str, attention: str, tp_tier: str | LinkTier = "intra_node",
+              precision: str = "bf16-mixed", elementwise_traffic: float | None = None) -> RowTimes:
     """Per-row forward / backward / recompute time and TP collective time for one micro-batch.
-    ``precision`` names the runtime (module docstring: Megatron for "bf16-mixed", autopar's own
-    for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled."""
+    ``precision`` names the recipe (module docstring: Megatron for "bf16-mixed", autopar's own
+    for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled;
+    ``elementwise_traffic`` is the runtime's ``C_FWD`` (its kernels; None: ``C_FWD``); ``tp_tier``
+    the TP group's tier by name or as ``HardwareProfile.group_link`` resolved it."""
     return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
-                      recompute, attention, tp_tier, precision)
+                      recompute, attention, tp_tier, precision, elementwise_traffic)
 
 
 @lru_cache(maxsize=4096)
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
-               recompute: str, attention: str, tp_tier: str, precision: str) -> RowTimes:
+               recompute: str, attention: str, tp_tier, precision: str,
+               elementwise_traffic: float | None = None) -> RowTimes:
+    c_fwd = C_FWD if elementwise_traffic is None else elementwise_traffic
+    c_bwd = C_BWD if elementwise_traffic is None else 2.0 * elementwise_traffic
     t = arr.table
     autopar_rt = precision in RUNTIME_PRECISIONS
     # the loss: vocab-parallel in Megatron (1/t of the logits per rank), whole logits in autopar
@@ -228,8 +239,8 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
     ew = profile.elementwise_bw
     act = activation_bytes_none(arr, tp, sp, b, attention)
-    fwd = k * arr.fwd_flops / (tp * peak * eff) + C_FWD * act / ew
-    bwd = k * arr.bwd_flops / (tp * peak * eff) + C_BWD * act / ew
+    fwd = k * arr.fwd_flops / (tp * peak * eff) + c_fwd * act / ew
+    bwd = k * arr.bwd_flops / (tp * peak * eff) + c_bwd * act / ew
     if attention == "flash" and profile.attention_efficiency is not None:
         # the fused attention core at its own measured efficiency instead of the row's
         fa = k * arr.attn_core_flops / tp
@@ -247,7 +258,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     # TP collectives per direction
     zeros = np.zeros(arr.n)
     if tp > 1:
-        tier = profile.tier(tp_tier)
+        tier = profile.tier(tp_tier) if isinstance(tp_tier, str) else tp_tier
         nbytes = arr.tp_comm_bytes * k
         if sp:
             tb_ag, ts_ag = collective_time("all_gather", nbytes, tp, tier)
@@ -283,7 +294,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     elif recompute == "selective" and attention == "math":
         fc = arr.attn_core_flops * k / tp
         rec = np.where(fc > 0, fc / (peak * profile.matmul_efficiency(np.maximum(fc, 1.0))), 0.0)
-        rec = rec + C_FWD * arr.core * k / tp / ew
+        rec = rec + c_fwd * arr.core * k / tp / ew
         tp_rec_s = tp_rec_b = zeros
     else:
         rec = zeros

@@ -43,15 +43,18 @@ from typing import Any
 import numpy as np
 
 from costmodels.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: F401  (re-exported)
-from costmodels.coefficients import dp_sync, row_coefficients
+from costmodels.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
 from costmodels.comm import collective_time, plan_tiers
 from costmodels.compute import RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards, optimizer_step_s, table_arrays
+from costmodels.error_bands import band_for
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, check_precision, in_flight, stage_memory
 from costmodels.pipeline import pipeline_time
 from costmodels.plan import Plan
+from costmodels.runtime import load_runtime
+from costmodels.runtime_rules import check_runtime
 from costmodels.split import balanced_stages, check_stage_rows
 
 
@@ -109,6 +112,7 @@ class Estimate:
     stages_detail: list[dict[str, Any]] = field(default_factory=list)
     comm: list[dict[str, Any]] = field(default_factory=list)
     stages: tuple[tuple[int, int], ...] = ()
+    error_band: dict[str, Any] | None = None   # costmodels.error_bands: the step time's likely error
 
     def to_dict(self) -> dict[str, Any]:
         d = self.plan.to_dict()
@@ -120,7 +124,7 @@ class Estimate:
                   "memory_bytes": dict(self.memory_bytes), "hbm_bytes": self.hbm_bytes,
                   "fits": self.fits, "comm_bytes": dict(self.comm_bytes),
                   "breakdown_s": dict(self.breakdown_s), "stages_detail": self.stages_detail,
-                  "comm": self.comm})
+                  "comm": self.comm, "error_band": self.error_band})
         return d
 
 
@@ -171,12 +175,15 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
             pp_b += float(co.cut_p2p_bytes[start])
     params = float(arr.params[start:end].sum()) / plan.tp
     z_s = z_b = z_all = 0.0
-    if plan.zero == 3 and plan.dp > 1:
-        zb = float(np.sum(co.zero3_gather_bytes[start:end]))
-        zt = float(np.sum(co.zero3_gather_s[start:end]))
-        ov = profile.overlap(plan.zero)   # the share of the gathers compute can hide (comm docstring)
-        z_s = max(0.0, zt - ov * f) + max(0.0, zt - ov * (bw + rec))
-        z_b, z_all = 2 * zb, 2 * zt
+    if co.zero_collectives:
+        # the ZeRO gathers (and per-micro-batch reduce-scatters) of the stage, less what compute
+        # hides (coefficients docstring); autopar's runtime: max(0, Σg − ov·F) + max(0, Σg − ov·B)
+        gf, gb = float(np.sum(co.zero_fwd_s[start:end])), float(np.sum(co.zero_bwd_s[start:end]))
+        ov = co.runtime.zero_window(profile.overlap(plan.zero)) * (1.0 - co.slowdown)
+        z_s = (zero_exposed(float(co.zero_first_fwd_s[start]), gf, ov * f, co.slowdown)
+               + zero_exposed(float(co.zero_first_bwd_s[start]), gb, ov * (bw + rec), co.slowdown))
+        z_b = float(np.sum(co.zero_fwd_bytes[start:end])) + float(np.sum(co.zero_bwd_bytes[start:end]))
+        z_all = gf + gb
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
                      tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params,
                      zero_total_s=z_all)
@@ -192,7 +199,7 @@ def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile,
     if plan.zero != 1 or plan.dp <= 1 or precision not in RUNTIME_PRECISIONS:
         return 0.0, 0.0
     b, s = collective_time("all_gather", STATE_BYTES[precision][0] * params_per_gpu / plan.dp,
-                           plan.dp, profile.tier(tier), line=True)
+                           plan.dp, profile.group_link(plan, "dp"), line=True)
     return plan.dp * float(b), plan.dp * float(s)
 
 
@@ -204,6 +211,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     check_precision(precision)
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
+    runtime = load_runtime(plan.runtime)
+    check_runtime(runtime, plan, table.layers, precision)
     stages = check_plan(table, plan, gpus, global_batch)
     gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)
@@ -215,18 +224,21 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
     pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
-    # data-parallel gradient sync, overlapped with the tail of the backward
-    bwd_r = [profile.overlap(plan.zero) * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
-             for cs in rank_chunks]
+    # data-parallel gradient sync, overlapped with the tail of the backward (coefficients docstring)
+    co = row_coefficients(table, profile, plan, precision)
+    share = (1.0 - co.slowdown) * runtime.dp_window(profile.overlap(plan.zero))
+    bwd_r = [share * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs) for cs in rank_chunks]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
     dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
+    after = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision, "after") for r in range(p)]
     bcast = [zero1_broadcast(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
-    dp_exposed_r = [max(0.0, dp_info[r][2] - (bwd_r[r] + sum(bwd_r[:r]))) + bcast[r][1] for r in range(p)]
-    dp_exposed = max(dp_exposed_r)
+    dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co) + after[r][2] + bcast[r][1]
+                    for r in range(p)]
+    dp_exposed_s = max(dp_exposed_r)
     opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profile)
              + autocast_step_s(params_r[r], m, precision, profile) for r in range(p)]
     opt_s = max(opt_r)
-    step = pipe_s + dp_exposed + opt_s
+    step = pipe_s + dp_exposed_s + opt_s
     if step <= 0.0:   # a table with no FLOPs and no bytes (nothing to run): avoid dividing by 0
         raise PlanError(f"the layer table of '{table.model}' has no FLOPs or activation bytes to "
                         "cost; check the model (autopar inspect MODEL)")
@@ -237,14 +249,14 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
         "compute": m * sum(c.fwd_s + c.bwd_s for c in cs) + opt_s,
         "recompute": m * sum(c.recompute_s for c in cs),
         "bubble": bubble_s,
-        "dp_exposed": dp_exposed,
+        "dp_exposed": dp_exposed_s,
         "tp_exposed": m * sum(c.tp_s for c in cs),
         "pp_exposed": m * sum(c.pp_s for c in cs),
         "zero_exposed": m * sum(c.zero_s for c in cs),
     }
 
     # memory per pipeline rank
-    act_rows = row_coefficients(table, profile, plan, precision).act_bytes
+    act_rows = co.act_bytes
     mems = []
     for r in range(p):
         infl = in_flight(plan.schedule, p, v, m, r)
@@ -261,7 +273,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     peak = profile.peak_flops_per_s(table.act_dtype_bytes)
     tokens = global_batch * table.seq
 
-    comm_bytes = {"dp": dp_info[rs][1] + bcast[rs][0], "tp": m * sum(c.tp_bytes for c in cs),
+    comm_bytes = {"dp": dp_info[rs][1] + after[rs][1] + bcast[rs][0], "tp": m * sum(c.tp_bytes for c in cs),
                   "pp": m * sum(c.pp_bytes for c in cs), "zero": m * sum(c.zero_bytes for c in cs)}
     comm = []
     if plan.tp > 1:
@@ -274,12 +286,14 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
                      "bytes_per_gpu": comm_bytes["pp"], "time_s": breakdown["pp_exposed"],
                      "exposed_s": breakdown["pp_exposed"]})
     if plan.dp > 1:
-        comm.append({"kind": "dp", "collective": dp_info[rs][0] + ("+broadcast" if bcast[rs][1] else ""),
+        names = [n for n in (dp_info[rs][0], after[rs][0]) if n != "none"]
+        comm.append({"kind": "dp", "collective": "+".join(names or ["none"])
+                     + ("+broadcast" if bcast[rs][1] else ""),
                      "group_size": plan.dp, "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["dp"],
-                     "time_s": dp_info[rs][2] + bcast[rs][1], "exposed_s": dp_exposed})
-        if plan.zero == 3:
+                     "time_s": dp_info[rs][2] + after[rs][2] + bcast[rs][1], "exposed_s": dp_exposed_s})
+        if co.zero_collectives:
             zt = m * sum(c.zero_total_s for c in cs)
-            comm.append({"kind": "zero", "collective": "all_gather", "group_size": plan.dp,
+            comm.append({"kind": "zero", "collective": _zero_collectives(plan), "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
                          "exposed_s": breakdown["zero_exposed"]})
 
@@ -295,7 +309,15 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
         tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus * peak * step),
         bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profile.hbm_bytes,
         fits=bool(memory["total"] <= profile.hbm_bytes), comm_bytes=comm_bytes, breakdown_s=breakdown,
-        stages_detail=stages_detail, comm=comm, stages=tuple(stages))
+        stages_detail=stages_detail, comm=comm, stages=tuple(stages),
+        error_band=band_for(profile.name, runtime.name, plan, borrow=profile.nics_per_node is not None))
+
+
+def _zero_collectives(plan: Plan) -> str:
+    """The name of the per-micro-batch ZeRO collectives the plan's runtime issues."""
+    kinds = zero_row_collectives(plan, load_runtime(plan.runtime))
+    gathers = "all_gather" if kinds & {"fwd", "bwd"} else ""
+    return "+".join(k for k in (gathers, "reduce_scatter" if "reduce" in kinds else "") if k)
 
 
 def _fwd_total(c: ChunkCost, plan: Plan) -> float:

@@ -41,6 +41,9 @@ latency_s = { value = 5e-6, source = "..." }                  # per collective s
 [inter_node]                   # link tier between nodes (per-GPU NIC share)
 bandwidth_bytes_per_s = { value = 23e9, source = "..." }
 latency_s = { value = 1e-5, source = "..." }
+nics_per_node = { value = 8, source = "..." }   # optional: NCCL's two-level pricing of groups
+                                 # across nodes (costmodels.comm.two_level); without it the ring
+                                 # runs at the per-GPU share
 ```
 
 Optional, written by ``autopar profile`` (measured on the user's machine); a profile without
@@ -88,13 +91,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from costmodels.checks import is_int, quote
-from costmodels.comm import TENSOR_KINDS
+from costmodels.comm import TENSOR_KINDS, group_span, group_tier, two_level
 from costmodels.errors import ProfileError
 from costmodels.files import tomllib
 from costmodels.measured_sections import collectives_section, curve_section
@@ -155,6 +159,15 @@ class HardwareProfile:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
     comm_overlap: float = 1.0
     fsdp_overlap: float | None = None    # ZeRO-2/3 (FSDP2) comm hidden; None: comm_overlap
+    nics_per_node: int | None = None     # None: a group across nodes runs at the per-GPU NIC share
+
+    def group_link(self, plan, dim: str) -> LinkTier:
+        """The link tier the ``dim`` group ('tp', 'dp', 'pp') of ``plan`` runs its collectives on:
+        its tier, or with ``nics_per_node`` and a group across nodes the two-level figures of
+        ``comm.two_level``. Contention: tensor parallelism across nodes shares the NICs with dp
+        (and ZeRO) traffic, and ZeRO-3's continuous gathers with the pipeline's sends; the dp sync
+        and p2p alone are taken not to contend (short bursts)."""
+        return _group_link(self, plan.placement, plan.tp, plan.dp, plan.pp, plan.zero, dim)
 
     def overlap(self, zero: int) -> float:
         """Share of the dp / ZeRO communication compute can hide for a plan with this ZeRO
@@ -202,6 +215,26 @@ class HardwareProfile:
                 "inter_node_bandwidth_bytes_per_s": self.inter_node.bandwidth_bytes_per_s,
                 "memory_reserve_bytes": self.memory_reserve_bytes, "path": self.path,
                 "description": self.description}
+
+
+@lru_cache(maxsize=4096)
+def _group_link(profile: HardwareProfile, placement: str, tp: int, dp: int, pp: int, zero: int,
+                dim: str) -> LinkTier:
+    sizes = {"tp": tp, "dp": dp, "pp": pp}
+    name = group_tier(placement, sizes, dim, profile.gpus_per_node)
+    if name == "intra_node" or profile.nics_per_node is None or sizes[dim] < 2:
+        return profile.tier(name)
+    crosses = {d: group_tier(placement, sizes, d, profile.gpus_per_node) == "inter_node" and sizes[d] > 1
+               for d in sizes}
+    contention = 1 + {"tp": crosses["dp"] and zero == 3, "dp": crosses["tp"],
+                      "pp": crosses["tp"] or (crosses["dp"] and zero == 3)}[dim]
+    inter = profile.inter_node
+    if dim == "pp":   # point to point: each GPU sends its own slice on its own NIC, one hop
+        return LinkTier("inter_node", inter.bandwidth_bytes_per_s / contention, inter.latency_s)
+    per_node, _ = group_span(placement, sizes, dim, profile.gpus_per_node)
+    per_node = min(per_node, profile.nics_per_node)
+    alpha, beta = two_level(sizes[dim], per_node, profile.intra_node, profile.inter_node, int(contention))
+    return LinkTier("inter_node", beta, alpha)
 
 
 def list_profiles() -> list[str]:
@@ -287,7 +320,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
             raise err(full + ".value", "is missing")
         if not isinstance(v.get("source"), str) or not v["source"].strip():
             raise err(full + ".source", "is missing or empty (every figure must cite where it comes from)")
-        integer = key == "gpus_per_node"
+        integer = key in ("gpus_per_node", "nics_per_node")
         x = check_range(v["value"], full + ".value", key, err, integer=integer)
         sources[full] = v["source"]
         return int(x) if integer else x
@@ -335,6 +368,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         inside = tname == "intra_node"
         tiers.append(LinkTier(tname, figure(t, tname, "bandwidth_bytes_per_s"), figure(t, tname, "latency_s"),
                               own if inside else (), curves if inside else ()))
+    nics = figure(table("inter_node"), "inter_node", "nics_per_node", optional=True)
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
         peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
@@ -342,5 +376,6 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         eff_flops=fl, eff_values=ev, gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1],
         path=where, sources=sources, elementwise_bandwidth_bytes_per_s=elem_bw,
         optimizer_bandwidth_bytes_per_s=opt_bw, attention_efficiency=attn_eff, ce_logits=ce[0],
-        ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap, fsdp_overlap=fsdp_ov)
+        ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap, fsdp_overlap=fsdp_ov,
+        nics_per_node=nics)
 

@@ -24,6 +24,8 @@ selective recompute treat them (Korthikanti et al. 2022, §4):
 * the rest, ``saved_activation_bytes - act_tp_bytes``, is replicated across tp ranks (layer-norm
   inputs, inputs of column-parallel linears, residual dropout masks); sequence parallel divides
   it by ``tp``.
+* ``act_attention_mask_bytes``: of the rest, the causal mask math attention saves (``s²``
+  bytes per block); gone with flash attention.
 * ``boundary_bytes``: the row's output; what a pipeline stage sends on, and what full recompute
   keeps per layer.
 """
@@ -68,6 +70,9 @@ class LayerRow:
     matmul_dims: tuple[tuple[int, int, int], ...] = ()  # (m, n, k) of the row's matmuls, for efficiency curves
     tp_replicated_tensors: int = 0  # parameter tensors of a block TP leaves whole (norms, row biases):
                                     # with sequence parallel each needs its gradient all-reduced
+    act_attention_mask_bytes: int = 0  # of saved_activation_bytes, outside act_tp_bytes: the causal
+                                    # mask materialised attention saves (masked_fill's bool s×s),
+                                    # which flash attention never makes
 
 
 @dataclass(frozen=True)

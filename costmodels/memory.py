@@ -21,8 +21,8 @@ for amp and fp32 (``STATE_BYTES``)::
     ZeRO 3:  params PΨ/d    grads GΨ/d    optimizer OΨ/d   (+ gather buffer, below)
 
 ZeRO-3 also holds the gathered weights of the row (layer) being computed and of the one being
-prefetched (FSDP-style per-layer gathers): ``P·(largest two rows' params)/t`` more under
-``params`` (not in ``model_state_bytes``, which is exactly ZeRO's Table 1).
+prefetched (FSDP-style per-layer gathers): ``P·(largest two rows' params)/t``, reported as their
+own term ``gathered`` (``params`` stays the sharded states, exactly ZeRO's Table 1).
 
 Activations saved per micro-batch, per row, per GPU (Korthikanti et al. 2022, Table 2, with
 the table's categories; ``k = b/b0`` scales the traced micro-batch ``b0`` to the plan's ``b``)::
@@ -141,13 +141,17 @@ def logits(arr: TableArrays, b: int) -> np.ndarray:
 
 
 def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str,
-                     attention: str, precision: str = "bf16-mixed") -> np.ndarray:
+                     attention: str, precision: str = "bf16-mixed",
+                     loss_bytes: float | None = None) -> np.ndarray:
     """Bytes saved for backward per micro-batch, per row, on one GPU (formula in the docstring),
-    the loss's saved logits included on the head row."""
+    the loss's saved logits included on the head row: ``loss_bytes`` per logit (the runtime's
+    loss kernel, e.g. 2 for a fused cross-entropy that keeps the bf16 gradient in the logits'
+    buffer; None: ``LOSS_SAVED_BYTES``)."""
     check_precision(precision)
     k = b / arr.table.micro_batch
-    if recompute in ("none", "selective"):  # selective: drop what flash never saves
-        out = activation_bytes_none(arr, tp, sp, b, "flash" if recompute == "selective" else attention)
+    if recompute in ("none", "selective"):  # selective: drop the core, as flash never saves it
+        out = activation_bytes_none(arr, tp, sp, b, attention,
+                                    drop_core=recompute == "selective" or attention == "flash")
     else:   # full: block rows keep their input (the previous row's output)
         base = activation_bytes_none(arr, tp, sp, b, attention)
         out = np.where(arr.is_block, k * _inputs(arr) / (tp if sp else 1), base)
@@ -158,7 +162,8 @@ def activation_bytes(arr: TableArrays, tp: int, sp: bool, b: int, recompute: str
     elif precision == "fp32":
         out = out * 4.0 / arr.table.act_dtype_bytes
     shard = 1 if precision in RUNTIME_PRECISIONS else tp   # autopar gathers the logits on every rank
-    return out + LOSS_SAVED_BYTES * logits(arr, b) / shard
+    per_logit = LOSS_SAVED_BYTES if loss_bytes is None else loss_bytes
+    return out + per_logit * logits(arr, b) / shard
 
 
 def _inputs(arr: TableArrays) -> np.ndarray:
@@ -217,18 +222,17 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
         if m > 1:
             later = work + sum(n * float(act_rows[s:e].sum())
                                for (s, e), n in zip(chunks, inflight_later or inflight))
-        p, g, act = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp, dp=dp,
-                                  zero=zero, sp=sp, b=b, precision=precision, m=m, pp=pp, vpp=vpp)
-    else:
-        p += gather
-    total = p + g + o + act + reserve
-    return {"params": p, "grads": g, "optimizer": o, "activations": act, "reserve": reserve,
-            "total": total}
+        p, g, act, gather = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp,
+                                          dp=dp, zero=zero, sp=sp, b=b, precision=precision, m=m,
+                                          pp=pp, vpp=vpp)
+    total = (p + gather) + g + o + act + reserve
+    return {"params": p, "grads": g, "optimizer": o, "gathered": gather, "activations": act,
+            "reserve": reserve, "total": total}
 
 
 def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero, sp, b,
                   precision, m, pp, vpp):
-    """(params, grads, activations) at the peak of autopar's runtime step (the amp / fp32 terms
+    """(params, grads, activations, gathered) at the peak of autopar's runtime step (the amp / fp32 terms
     of the module docstring): the first backward (no gradients yet), a later one (``later``
     activations in flight, the gradients of earlier micro-batches), the end of the last one (all
     gradients, no activations) or the optimizer step, whichever holds most. ZeRO-3's gathered
@@ -262,9 +266,10 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     merged = 2.0 if pp > 1 else 1.0   # pipelining returns the held outputs concatenated
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
-    moments = [(p, buckets, act + transient + held + recv),                 # first backward
-               (p + gather, buckets + g, merged * held + recv),             # end of backward
-               (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv)]  # optimizer
+    # (params, grads, activations, gathered) at each moment
+    moments = [(p, buckets, act + transient + held + recv, 0.0),            # first backward
+               (p, buckets + g, merged * held + recv, gather),               # end of backward
+               (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv, 0.0)]  # optimizer
     if later is not None:
-        moments.append((p, buckets + g, later + transient + held + recv))   # a later backward
-    return max(moments, key=sum)
+        moments.append((p, buckets + g, later + transient + held + recv, 0.0))   # a later backward
+    return max(moments, key=lambda t: (t[0] + t[3]) + t[1] + t[2])

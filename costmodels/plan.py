@@ -7,7 +7,10 @@ the cluster (those travel beside it in a plans file, see ``PlansFile``).
 Defaults (a field left out of the JSON takes these):
     dp=1, tp=1, pp=1, vpp=1, micro_batch_size=1, zero=0, recompute="none",
     sequence_parallel=False, schedule="1f1b", attention="flash", stages=None (balanced),
-    placement="tp,dp,pp" (innermost first: tp inside a node, then dp, then pp).
+    placement="tp,dp,pp" (innermost first: tp inside a node, then dp, then pp),
+    runtime="autopar" (the software the plan was scored for: a runtime profile of
+    ``costmodels/runtime_profiles/``, options after a colon, e.g. ``megatron:overlap_grad_reduce``;
+    see ``costmodels.runtime``).
 
 ``stages`` lists, for each of the ``pp * vpp`` virtual stages in pipeline order, the half-open
 range ``[start, end)`` of layer-table rows it runs (embedding = row 0, head = last row). Virtual
@@ -47,6 +50,7 @@ class Plan:
     attention: str = "flash"
     stages: tuple[tuple[int, int], ...] | None = None
     placement: str = "tp,dp,pp"
+    runtime: str = "autopar"
     version: int = PLAN_VERSION
 
     def __post_init__(self):
@@ -64,6 +68,9 @@ class Plan:
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("attention", self.attention, ATTENTION)
         _choice("placement", self.placement, PLACEMENTS)
+        if not isinstance(self.runtime, str) or not self.runtime.strip() or " " in self.runtime:
+            raise PlanError(f"plan field 'runtime'={self.runtime!r} must name a runtime profile "
+                            "(autopar, megatron, deepspeed, fsdp, or a path to a .toml file)")
         if not isinstance(self.sequence_parallel, bool):
             raise PlanError(f"plan field 'sequence_parallel'={quote(self.sequence_parallel)} must be true or false")
         if not is_int(self.version) or self.version != PLAN_VERSION:
@@ -149,6 +156,8 @@ class Plan:
             s += f" {self.attention}-attention"
         if self.placement != default.placement:
             s += f" placement:{self.placement}"
+        if self.runtime != default.runtime:
+            s += f" runtime:{self.runtime}"
         return s
 
 

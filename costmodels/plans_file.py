@@ -36,6 +36,7 @@ from costmodels.plans_checks import check_estimate, check_header
 
 PLANS_FILE_VERSION = 1
 PLAN_FIELDS = tuple(f.name for f in fields(Plan))
+LATER_FIELDS = ("runtime",)   # plan fields added after plans files were first written
 CONTEXT_KEYS = ("model", "hardware", "gpus", "global_batch", "seq")
 HEADER_KEYS = ("version", *CONTEXT_KEYS, "objective", "optimal", "search_time_s")
 SECTION_KEYS = ("search", "validate")        # written after "plans"
@@ -54,6 +55,9 @@ class PlanResult:
     plan: Plan
     values: dict[str, Any] = field(default_factory=dict)
     position: int = 1            # 1-based place in the file: the rank when it names none
+    # plan fields the source did not write and that hold their default (a file written before a
+    # field existed, e.g. 'runtime'): left out again when written, so a rewrite changes nothing
+    absent: frozenset = frozenset()
 
     @property
     def rank(self) -> int:
@@ -67,6 +71,9 @@ class PlanResult:
     def to_dict(self) -> dict[str, Any]:
         """As the plans file holds it: the plan's fields, then everything beside them."""
         d = self.plan.to_dict()
+        if self.absent:
+            default = Plan().to_dict()
+            d = {k: v for k, v in d.items() if not (k in self.absent and v == default[k])}
         d.update(self.values)
         return d
 
@@ -79,7 +86,8 @@ class PlanResult:
             raise PlanError(f"a plan must be a JSON object, got a JSON {_json_name(d)}")
         if ESTIMATE_KEY in d:
             plan = Plan.from_dict({k: v for k, v in d.items() if k in PLAN_FIELDS})
-            return cls(plan, {k: v for k, v in d.items() if k not in PLAN_FIELDS}, position)
+            absent = frozenset(k for k in LATER_FIELDS if k not in d)
+            return cls(plan, {k: v for k, v in d.items() if k not in PLAN_FIELDS}, position, absent)
         plan = Plan.from_dict({k: v for k, v in d.items() if k != "rank"})
         return cls(plan, {"rank": d["rank"]} if "rank" in d else {}, position)
 

@@ -31,6 +31,7 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "efficiency": (1e-4, 1.0, True, "a fraction of peak from 1e-4 to 1 (a matmul at 0.01% of peak is a unit error)"),
     "comm_overlap": _SHARE, "fsdp_overlap": _SHARE,
     "gpus_per_node": (1, 1024, True, "GPUs (processes) per node, an integer"),
+    "nics_per_node": (1, 1024, True, "network interfaces per node, an integer"),
     "bandwidth_bytes_per_s": (1e6, 1e13, False, "bytes per second per GPU, e.g. 230e9 (not GB/s or Gbit/s)"),
     "latency_s": (0.0, 1.0, True, "seconds per collective step, e.g. 5e-6 (not microseconds)"),
     # measured sections (costmodels.measured_sections)
@@ -61,7 +62,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "gpu.cross_entropy": ("logits", "logits_per_s", "source"),
     "node": ("gpus_per_node",),
     "intra_node": ("bandwidth_bytes_per_s", "latency_s"),
-    "inter_node": ("bandwidth_bytes_per_s", "latency_s"),
+    "inter_node": ("bandwidth_bytes_per_s", "latency_s", "nics_per_node"),
     "collectives": ("*",),
     "collectives.*": _COLLECTIVE,
 }

@@ -76,14 +76,17 @@ def _row(r: Any, i: int, row_fields, required) -> dict:
            "params": int_field(r["params"], "params", low=0, high=MAX_PARAMS, **e)}
     for k, top in (("fwd_flops", MAX_FLOPS), ("bwd_flops", MAX_FLOPS), ("saved_activation_bytes", MAX_BYTES),
                    ("act_tp_bytes", MAX_BYTES), ("act_attention_core_bytes", MAX_BYTES),
-                   ("boundary_bytes", MAX_BYTES), ("tp_comm_bytes", MAX_BYTES)):
+                   ("act_attention_mask_bytes", MAX_BYTES), ("boundary_bytes", MAX_BYTES),
+                   ("tp_comm_bytes", MAX_BYTES)):
         if k in r:
             number_field(r[k], k, high=top, **e)
             out[k] = r[k]          # as given: the cost model reads ints and floats alike
     saved, tp, core = (out.get(k, 0) for k in ("saved_activation_bytes", "act_tp_bytes", "act_attention_core_bytes"))
-    if tp > saved or core > tp:
+    mask = out.get("act_attention_mask_bytes", 0)
+    if tp > saved or core > tp or tp + mask > saved:
         raise SpecError(f"{where}the saved bytes must nest: act_attention_core_bytes ({core:g}) <= "
-                        f"act_tp_bytes ({tp:g}) <= saved_activation_bytes ({saved:g}); {FIX}")
+                        f"act_tp_bytes ({tp:g}) and act_tp_bytes + act_attention_mask_bytes ({mask:g}) "
+                        f"<= saved_activation_bytes ({saved:g}); {FIX}")
     if "tp_replicated_tensors" in r:
         out["tp_replicated_tensors"] = int_field(r["tp_replicated_tensors"], "tp_replicated_tensors",
                                                  low=0, high=10 ** 6, **e)

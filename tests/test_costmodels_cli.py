@@ -30,7 +30,8 @@ def test_estimate_json_one_plan(capsys):
     assert d["model"] == MODEL and d["hardware"] == "a100-80g-sxm" and d["gpus"] == 8
     assert d["num_micro_batches"] == 32 // (2 * 2)
     assert d["dp"] == 2 and d["vpp"] == 1 and d["schedule"] == "1f1b"     # defaults filled in
-    assert set(d["memory_bytes"]) == {"params", "grads", "optimizer", "activations", "reserve", "total"}
+    assert set(d["memory_bytes"]) == {"params", "grads", "optimizer", "gathered", "activations", "reserve",
+                                      "total"}
 
 
 def test_estimate_json_array_and_file(capsys, tmp_path):

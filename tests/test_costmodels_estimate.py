@@ -177,7 +177,8 @@ def test_tp_across_nodes_is_slower():
     t = gpt3_175b()
     inside = estimate(t, A100, Plan(tp=8, dp=2), 16, 16)
     across = estimate(t, A100, Plan(tp=8, dp=2, placement="dp,tp,pp"), 16, 16)
-    assert across.breakdown_s["tp_exposed"] > 3 * inside.breakdown_s["tp_exposed"]
+    # NCCL's two-level ring: 4 ranks a node on 4 of its NICs (88 GB/s) instead of NVLink (230 GB/s)
+    assert across.breakdown_s["tp_exposed"] > 2 * inside.breakdown_s["tp_exposed"]
     assert [c["tier"] for c in across.comm if c["kind"] == "tp"] == ["inter_node"]
 
 

@@ -57,7 +57,8 @@ def test_dense_peaks_match_vendor_figures(name, gpu):
     spec = _gpu_specs()[gpu]
     p = load_profile(name)
     assert p.peak_flops["bf16"] == pytest.approx(float(spec["bf16_dense_tflops"]) * 1e12)  # dense, not sparse
-    assert p.hbm_bytes == pytest.approx(float(spec["hbm_gb"]) * 1e9)
+    # usable memory: at least the datasheet's decimal GB, at most as many GiB (CUDA keeps a little)
+    assert float(spec["hbm_gb"]) * 1e9 <= p.hbm_bytes <= float(spec["hbm_gb"]) * 2 ** 30
     assert p.hbm_bandwidth_bytes_per_s == pytest.approx(float(spec["hbm_tb_per_s"]) * 1e12)
 
 
@@ -215,7 +216,7 @@ def test_dump_writes_figures_inline_with_their_comments():
     lines = text.splitlines()
     assert lines[:2] == ["# first line", "# second line"]
     assert "[collectives.p2p]   # measured" in lines and "[collectives]" not in lines
-    assert any(line.startswith("hbm_bytes = { value = 80000000000.0, source = ") for line in lines)
+    assert any(line.startswith("hbm_bytes = { value = 84900000000.0, source = ") for line in lines)
     back = tomllib.loads(text)
     assert back["description"] == doc["description"]
     assert back["collectives"]["p2p"]["seconds"] == [1e-5, float("inf")]

@@ -53,6 +53,22 @@ def test_zero_table1_through_estimate():
     assert e3.memory_bytes["grads"] + e3.memory_bytes["optimizer"] == pytest.approx(14 * psi / 64)
 
 
+def test_zero3_gathered_weights_are_their_own_term():
+    """ZeRO-3's params are the sharded states of ZeRO's Table 1 (7.5 B at dp 16: 0.94 GB, the
+    bf16 weights' 1/16); the whole weights it gathers to compute with (the row being run and the
+    one prefetched) are 'gathered', not hidden inside params."""
+    t = gpt_table(layers=48, hidden=3584, heads=28, vocab=50000, seq=1024)   # ~7.5 B parameters
+    psi = t.total_params
+    assert 7.2e9 < psi < 7.8e9
+    e = estimate(t, "a100-80g-sxm", Plan(dp=16, zero=3), 16, 16)
+    m = e.memory_bytes
+    assert m["params"] == pytest.approx(2 * psi / 16) and m["params"] < 1.0e9
+    biggest_two = sorted(r.params for r in t.rows)[-2:]
+    assert m["gathered"] == pytest.approx(2 * sum(biggest_two))
+    assert m["total"] == pytest.approx(sum(v for k, v in m.items() if k != "total"))
+    assert estimate(t, "a100-80g-sxm", Plan(dp=16, zero=2), 16, 16).memory_bytes["gathered"] == 0.0
+
+
 # ---------------------------------------------------- Korthikanti Table 2 (GPT-3 175B, 2%)
 def _formula(expr: str, s, b, h, a, t):
     return eval(expr, {}, {"s": s, "b": b, "h": h, "a": a, "t": t})  # noqa: S307 (our own CSV)

@@ -151,7 +151,8 @@ def test_compare_names_the_terms_and_fields_that_differ():
 def test_cli_export_estimate_from_and_compare(tmp_path, capsys):
     search_out = tmp_path / "plans.json"
     assert main(["search", SMALL, "--hardware", "h100-80g-sxm", "--gpus", "8", "--global-batch", "32",
-                 "--fix", "pp=2", "--time-limit", "30", "--json", "-o", str(search_out)]) == 0
+                 "--fix", "pp=2", "--runtime", "megatron", "--time-limit", "30", "--json",
+                 "-o", str(search_out)]) == 0
     capsys.readouterr()
     ds_path = tmp_path / "ds.json"
     assert main(["export", str(search_out), "--to", "megatron"]) == 0

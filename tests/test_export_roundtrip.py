@@ -117,4 +117,4 @@ def test_plan_without_split_points_exports_the_balanced_split():
     ctx = ctx_for(plan)
     from autopar.export import resolve_stages
     back = import_config("megatron", export_plan(plan, "megatron", ctx).text, ctx).plan
-    assert back == plan.with_(stages=resolve_stages(plan, ctx))
+    assert back == with_runtime(plan.with_(stages=resolve_stages(plan, ctx)), RUNTIMES["megatron"])

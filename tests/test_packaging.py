@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "costmodels" / "hardware_profiles").glob("*.toml"))
+RUNTIMES = sorted(p.stem for p in (ROOT / "costmodels" / "runtime_profiles").glob("*.toml"))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,9 @@ def test_wheel_holds_every_shipped_profile(wheel):
     assert len(SHIPPED) >= 5, SHIPPED
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [s for s in SHIPPED if f"costmodels/hardware_profiles/{s}.toml" not in names]
-    assert not missing, f"not in the wheel: {missing}"
+    missing += [s for s in RUNTIMES if f"costmodels/runtime_profiles/{s}.toml" not in names]
+    missing += [] if "costmodels/error_bands.toml" in names else ["error_bands.toml"]
+    assert len(RUNTIMES) >= 4 and not missing, f"not in the wheel: {missing}"
 
 
 def test_installed_package_finds_its_profiles_outside_the_repo(wheel, tmp_path):
@@ -48,12 +51,14 @@ def test_installed_package_finds_its_profiles_outside_the_repo(wheel, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                         str(wheel)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    code = ("import json, costmodels.hardware as h; "
-            "print(json.dumps([h.__file__, h.list_profiles(), [h.load_profile(n).name for n in h.list_profiles()]]))")
+    code = ("import json, costmodels.hardware as h, costmodels.runtime as r, costmodels.error_bands as b; "
+            "print(json.dumps([h.__file__, h.list_profiles(), [h.load_profile(n).name for n in h.list_profiles()], "
+            "[r.load_runtime(n).name for n in r.list_runtimes()], len(b.load_bands())]))")
     env = {**os.environ, "PYTHONPATH": str(target)}
     r = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    where, listed, loaded = json.loads(r.stdout)
+    where, listed, loaded, runtimes, bands = json.loads(r.stdout)
     assert Path(where).is_relative_to(target), f"imported {where}, not the installed copy"
     assert listed == SHIPPED and len(loaded) == len(SHIPPED)
+    assert runtimes == RUNTIMES and bands >= 3   # the runtime profiles and the error bands ship too

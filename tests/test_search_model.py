@@ -108,3 +108,35 @@ def test_interleaved_split_is_the_best_of_every_split_and_its_bounds_hold(pp, vp
         r = SplitModel(terms).solve()
         tol = time_unit(terms.time_lower_bound()) * len(table.rows) * 4 * (terms.m + pp + 2)
         assert r.status == "optimal" and abs(r.objective_s - best) <= tol, (c, r.objective_s, best)
+
+
+@pytest.mark.parametrize("runtime", ["megatron", "megatron:overlap_grad_reduce,overlap_param_gather",
+                                     "deepspeed", "deepspeed:overlap_comm", "fsdp"])
+def test_objective_equals_estimate_for_every_runtime(runtime):
+    """Each runtime prices overlap its own way (the dp sync's bucket and after-part, ZeRO's
+    exposed edges, per-micro-batch reduce-scatters, the compute slowdown): for fixed split points
+    CP-SAT's objective and memory still equal ``estimate`` on the configurations that runtime runs."""
+    table = llama_table(16, 2048, 16, 4, 5632, 32000, 2048, model="llama-small")
+    for hw, gpus, batch in (("h100-80g-sxm", 64, 256), ("a100-80g-sxm", 16, 64)):
+        prof = load_profile(hw)
+        costs = Costs(table, prof, batch)
+        configs = list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
+                                      fix={"runtime": runtime}))
+        rng = random.Random(1)
+        groups: dict = {}   # every ZeRO stage, with and without a pipeline and data parallelism
+        for c in configs:
+            groups.setdefault((c.zero, c.pp > 1, c.dp > 1, c.vpp > 1), []).append(c)
+        sample = [c for g in groups.values() for c in rng.sample(g, min(4, len(g)))]
+        assert len(groups) >= 4
+        for c in sample:
+            stages = _random_split(rng, len(table.rows), c.pp * c.vpp)
+            est = estimate(table, prof, c.plan(stages), gpus, batch)
+            terms = costs.terms(c)
+            r = SplitModel(dataclasses.replace(terms, hbm=float(2 ** 60)), fixed_stages=stages).solve()
+            assert r.status == "optimal" and r.stages == stages
+            tol = time_unit(terms.time_lower_bound()) * len(table.rows) * 4 * (terms.m + 2)
+            assert abs(r.objective_s - est.step_time_s) <= tol, (c, r.objective_s, est.step_time_s)
+            assert terms.time_lower_bound() <= est.step_time_s * (1 + 1e-9), c
+            mem = SplitModel(terms, objective="memory", fixed_stages=stages).solve()
+            total = est.memory_bytes["total"]
+            assert total - 1 <= mem.objective_s <= total + 4 * len(table.rows) + 8, (c, mem.objective_s, total)

@@ -51,9 +51,8 @@ def test_configurations_respect_divisibility():
         assert 96 % (c.dp * c.micro_batch_size) == 0
         assert c.pp * c.vpp <= SHAPE.rows
         m = 96 // (c.dp * c.micro_batch_size)
-        if c.vpp > 1:
+        if c.vpp > 1:   # autopar's runtime cuts uneven virtual stages: any vpp with pp·vpp ≤ rows
             assert c.schedule == "interleaved-1f1b" and c.pp >= 2 and m % c.pp == 0
-            assert SHAPE.layers % (c.pp * c.vpp) == 0
         if c.dp == 1:
             assert c.zero == 0
         if c.tp == 1:
@@ -67,3 +66,38 @@ def test_configurations_honour_fix():
     fix = parse_fix("tp=4,schedule=gpipe,zero=1")
     cs = list(configurations(SHAPE, 64, 96, 8, fix))
     assert cs and all(c.tp == 4 and c.schedule == "gpipe" and c.zero == 1 for c in cs)
+
+
+def test_uneven_interleaving_only_where_the_runtime_runs_it():
+    """autopar's runtime and Megatron-core interleave when the blocks do not divide pp·vpp;
+    DeepSpeed's pipeline engine does not interleave at all; a runtime profile without uneven
+    interleaving keeps Megatron's old rule."""
+    import dataclasses
+
+    from costmodels.runtime import load_runtime
+    uneven = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8) if c.vpp > 1}
+    assert (2, 5) in uneven and (4, 3) in uneven          # 96 % 10 != 0 is allowed
+    mega = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8, {"runtime": "megatron"}) if c.vpp > 1}
+    assert mega == uneven
+    assert not any(c.vpp > 1 for c in configurations(SHAPE, 64, 96, 8, {"runtime": "deepspeed"}))
+    import costmodels.runtime as runtime
+    even = dataclasses.replace(load_runtime("megatron"), name="even", uneven_interleaving=False)
+    runtime._CACHE[("even",)] = even
+    from autopar.search import space
+    cs = [c for c in space.configurations(SHAPE, 64, 96, 8) if c.vpp > 1]
+    kept = [c for c in cs if not space.interleaving_rule(even, c, SHAPE.layers)]
+    assert kept and all(SHAPE.layers % (c.pp * c.vpp) == 0 for c in kept) and len(kept) < len(cs)
+
+
+def test_configurations_follow_the_runtime_capabilities():
+    """megatron: ZeRO 0/1 only, no GPipe; deepspeed: ZeRO-2/3 only without a pipeline; fsdp: no
+    ZeRO-1. Every configuration carries the runtime's name."""
+    mega = list(configurations(SHAPE, 64, 96, 8, {"runtime": "megatron"}))
+    assert mega and {c.zero for c in mega} == {0, 1} and "gpipe" not in {c.schedule for c in mega}
+    assert {c.runtime for c in mega} == {"megatron"}
+    ds = list(configurations(SHAPE, 64, 96, 8, {"runtime": "deepspeed"}))
+    assert {c.zero for c in ds if c.pp == 1} == {0, 1, 2, 3} and {c.zero for c in ds if c.pp > 1} == {0, 1}
+    fsdp = list(configurations(SHAPE, 64, 96, 8, {"runtime": "fsdp"}))
+    assert {c.zero for c in fsdp} == {0, 2, 3}
+    opt = list(configurations(SHAPE, 64, 96, 8, parse_fix("runtime=megatron:overlap_grad_reduce")))
+    assert {c.runtime for c in opt} == {"megatron:overlap_grad_reduce"}

@@ -22,7 +22,11 @@ def register(sub) -> None:
     p.add_argument("--plan", default=None, metavar="PLAN",
                    help="plan JSON text or file: one object, an array, or a plans file "
                         "(fields: dp, tp, pp, vpp, micro_batch_size, zero, recompute, "
-                        "sequence_parallel, schedule, attention, stages, placement)")
+                        "sequence_parallel, schedule, attention, stages, placement, runtime)")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="score the plans as this runtime runs them: autopar (default), megatron, "
+                        "deepspeed, fsdp, options after a colon (megatron:overlap_grad_reduce) or a "
+                        ".toml runtime profile (overrides the plans' own 'runtime')")
     from autopar.cli.export import add_current_args
     add_current_args(p, "--from", "score your own configuration instead of --plan: megatron \"ARGS\" (a "
                                   "command line or launch script), torchtitan job.toml, deepspeed ds.json "
@@ -55,7 +59,7 @@ def run(args) -> int:
     load_profile(args.hardware)
     with progress(args, f"tracing {args.model} and estimating"):
         results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
-                                 seq=args.seq)
+                                 seq=args.seq, runtime=args.runtime)
     out = results[0] if given.form == "object" else results    # one object in, one object out
     if args.output:
         write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")
@@ -96,6 +100,7 @@ def render(results) -> None:
 
     from autopar.cli.common import human, print_table
     from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
+    from costmodels.error_bands import format_band
     from costmodels.plans_file import PlanResult
     first = results[0]
     t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
@@ -109,7 +114,7 @@ def render(results) -> None:
 
     gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
     row("micro-batches", lambda d: str(d["num_micro_batches"]))
-    row("step time", lambda d: f"{d['step_time_s']:.4g} s")
+    row("step time (± check error)", lambda d: format_band(d["step_time_s"], d.get("error_band")))
     row("tokens/s", lambda d: human(d["tokens_per_s"]))
     row("TFLOP/s per GPU", lambda d: f"{d['tflops_per_gpu']:.1f}")
     row("MFU", lambda d: f"{100 * d['mfu']:.1f} %")
@@ -117,9 +122,10 @@ def render(results) -> None:
     for k in BREAKDOWN_KEYS:
         row(f"  {term_label(k)}", lambda d, k=k: f"{d['breakdown_s'][k]:.4g} s")
     row("memory (most loaded GPU)", lambda d: gb(d["memory_bytes"]["total"]))
-    for k in ("params", "grads", "optimizer", "activations", "reserve"):
-        row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"][k]))
+    for k in ("params", "grads", "optimizer", "gathered", "activations", "reserve"):
+        row(f"  {k}", lambda d, k=k: gb(d["memory_bytes"].get(k, 0.0)))
     row("HBM", lambda d: gb(d["hbm_bytes"]))
+    row("runtime", lambda d: d.get("runtime", "autopar"))
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))

@@ -24,6 +24,10 @@ def register(sub) -> None:
                    help="for fewest_gpus: step time to reach, seconds")
     p.add_argument("--target-tokens-per-s", type=float_arg(), default=None, metavar="N",
                    help="for fewest_gpus: throughput to reach, tokens per second")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="the software that will run the plans: autopar (default), megatron, deepspeed, "
+                        "fsdp, with options after a colon (megatron:overlap_grad_reduce) or a .toml "
+                        "runtime profile; the search proposes only what it can run")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
     p.add_argument("--max-micro-batch", type=int_arg(limit="micro_batch"), default=None,
                    help="cap the micro-batch size")
@@ -51,14 +55,21 @@ def run(args) -> int:
     load_profile(args.hardware)        # a bad profile fails before the trace
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, micro_batch=1, seq=args.seq)
+    imported, runtime = None, args.runtime
+    if args.current:   # your configuration first: the search then plans for the runtime you use
+        from autopar.cli.export import import_current
+        imported = import_current(args.model, args.current, gpus=args.gpus, global_batch=args.global_batch,
+                                  seq=args.seq, hardware=args.hardware, megatron_args=args.megatron_args)
+        runtime = runtime or imported.runtime
     result = search(args.model, args.hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
-                    time_limit_s=args.time_limit, progress=wants_progress(args), table=table)
+                    time_limit_s=args.time_limit, progress=wants_progress(args), table=table,
+                    runtime=runtime)
     data = result.plans_file()
-    if args.current:
-        add_comparison(data, args)
+    if imported is not None:
+        add_comparison(data, imported)
     if args.output:
         PlansFile.read(data).write(args.output)
     if args.json:
@@ -77,13 +88,12 @@ def run(args) -> int:
     return 0
 
 
-def add_comparison(data: dict, args) -> None:
-    """The user's configuration (``--compare-with-current``) scored on the search's model, hardware,
-    GPUs and batch, as ``data["current"]``, and ``data["comparison"]`` against the best plan."""
-    from autopar.cli.export import import_current, score_imported
+def add_comparison(data: dict, imported) -> None:
+    """The user's configuration (``--compare-with-current``, imported) scored on the search's model,
+    hardware, GPUs and batch, as ``data["current"]``, and ``data["comparison"]`` against the best
+    plan; the search ran under the configuration's runtime unless ``--runtime`` said otherwise."""
+    from autopar.cli.export import score_imported
     from autopar.export import compare_estimates
-    imported = import_current(data["model"], args.current, gpus=args.gpus, global_batch=data["global_batch"],
-                              seq=data["seq"], hardware=data["hardware"], megatron_args=args.megatron_args)
     current = score_imported(data["model"], data["hardware"], imported, seq=data["seq"],
                              global_batch=data["global_batch"])
     data["current"] = current
@@ -96,6 +106,7 @@ def print_table(data: dict) -> None:
     from rich.table import Table
 
     from autopar.cli.common import print_table as print_whole
+    from costmodels.error_bands import format_band
     GiB = 1024 ** 3
     plans = data["plans"]
     counts = sorted({p.get("gpus", data["gpus"]) for p in plans})
@@ -120,12 +131,18 @@ def print_table(data: dict) -> None:
         t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
-                  f"{p['step_time_s']:.4g}", f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
+                  format_band(p["step_time_s"], p.get("error_band"), short=True),
+                f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
     c = print_whole(t)
     s = data.get("search", {})
-    c.print(f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
+    c.print(f"runtime {s.get('runtime', 'autopar')}; "
+            f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
+    if s.get("optimal_over"):
+        c.print(f"optimal over {s['optimal_over']}")
+    c.print("step s ± : the 90th percentile of the cost model's error on published runs of the "
+            "plan's regime (~: borrowed from another regime; docs/validation.md)")

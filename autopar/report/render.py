@@ -9,9 +9,10 @@ from typing import Any
 from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.error_bands import band_suffix
 
 RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
-                "SP", "step time", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")
+                "SP", "step time (± check error)", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")
 
 
 def ranked_rows(report) -> list[list[str]]:
@@ -24,7 +25,8 @@ def ranked_rows(report) -> list[list[str]]:
             rows.append([str(r.id), str(r.gpus), str(p.dp), str(p.tp), str(p.pp), str(p.vpp), p.schedule,
                          str(p.micro_batch_size), str(p.zero), p.recompute,
                          "on" if p.sequence_parallel else "off",
-                         seconds(float(r["step_time_s"])) + (" ⚠" if report.check_text(r) else ""),
+                         seconds(float(r["step_time_s"])) + band_suffix(r.get("error_band"))
+                         + (" ⚠" if report.check_text(r) else ""),
                          f"{float(r['tokens_per_s']):,.0f}",
                          f"{float(tf):.1f}" if tf is not None else "–",
                          pct(float(mfu)) if mfu is not None else "–",

@@ -10,14 +10,17 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
            fix: dict[str, Any] | str | None = None, top: int = 5, objective: str = "step_time",
            target_step_time_s: float | None = None, target_tokens_per_s: float | None = None,
            allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
-           time_limit_s: float = 600.0, progress: bool = False, table=None):
+           time_limit_s: float = 600.0, progress: bool = False, table=None, runtime: str | None = None):
     """Top-``top`` plans for ``model`` on ``gpus`` × ``hardware`` at ``global_batch`` sequences.
 
     ``fix``: pinned plan fields (a dict or ``"tp=8,schedule=1f1b"``). ``objective``:
     ``step_time`` (default; exactly ``gpus`` GPUs), ``throughput_per_gpu`` (any count up to
     ``gpus``), ``fewest_gpus`` (the fewest GPUs up to ``gpus`` whose step time reaches the target;
     give ``target_step_time_s`` or ``target_tokens_per_s``). ``table``: a LayerTable to use instead
-    of tracing ``model``. Raises ``NoFeasiblePlanError`` with the explanation when nothing fits.
+    of tracing ``model``. ``runtime``: the software that will run the plans (a runtime profile,
+    ``costmodels.runtime``; default autopar's): the search then proposes only what it can run and
+    scores them as it runs them. Raises ``NoFeasiblePlanError`` with the explanation when nothing
+    fits.
     """
     from autopar.search.costs import Costs
     from autopar.search.engine import Progress, run_search
@@ -25,6 +28,9 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     from costmodels.hardware import load_profile
     if isinstance(fix, str):
         fix = parse_fix(fix)
+    if runtime is not None:
+        from costmodels.runtime import load_runtime
+        fix = {**(fix or {}), "runtime": load_runtime(runtime).name}
     if gpus < 1:
         raise PlanError(f"--gpus {gpus} must be at least 1")
     if global_batch < 1:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from autopar.search.space import Config
 from autopar.search.terms import Terms
 from costmodels.coefficients import row_coefficients
-from costmodels.comm import plan_tiers
 from costmodels.compute import optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import in_flight
+from costmodels.runtime import load_runtime
 
 
 class Costs:
@@ -34,12 +34,13 @@ class Costs:
     def quick_bound(self, c: Config) -> float:
         """Lower bound on the step time of any split of ``c``: compute only, perfectly balanced,
         no communication exposed except the tensor-parallel collectives (always on the path)."""
-        tp_tier = plan_tiers(c, self.profile.gpus_per_node)["tp"]
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier)
+        tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
+        ew = load_runtime(c.runtime).elementwise_traffic
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew)
         q = self._quick.get(key)
         if q is None:
             tau = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
-                            c.recompute, c.attention, tp_tier).row_total_s
+                            c.recompute, c.attention, tp_tier, elementwise_traffic=ew).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q

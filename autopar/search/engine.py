@@ -50,6 +50,7 @@ from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
 from costmodels.errors import NoFeasiblePlanError, PlanError
 from costmodels.estimate import check_plan
+from costmodels.runtime import load_runtime
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
 
@@ -66,6 +67,8 @@ class SearchResult:
     optimal: bool
     search_time_s: float
     stats: SearchStats = field(default_factory=SearchStats)
+    runtime: str = "autopar"
+    excluded: list[str] = field(default_factory=list)   # what the searched space left out
 
     def plans_file(self) -> dict:
         """The plans file of docs/CONTRACTS.md."""
@@ -81,7 +84,9 @@ class SearchResult:
                            "cp_sat_cut_by_kth_plan": self.stats.pruned_bound,
                            "pruned_by_memory_bound": self.stats.pruned_memory,
                            "solver_s": round(self.stats.solver_s, 4),
-                           "solver_objective_s": [c.solver_objective_s for c in self.plans]}}
+                           "solver_objective_s": [c.solver_objective_s for c in self.plans],
+                           "runtime": self.runtime,
+                           "optimal_over": "the searched space, which excludes: " + "; ".join(self.excluded)}}
 
 
 class Progress:
@@ -156,11 +161,15 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                                                      stats=frontier.stats,
                                                      allow_cross_node_tp=allow_cross_node_tp,
                                                      context=ctx))
+    from autopar.search.scope import space_exclusions
     return SearchResult(model=ctx.get("model", costs.table.model),
                         hardware=ctx.get("hardware", costs.profile.name), gpus=gpus,
                         global_batch=global_batch, seq=costs.table.seq, objective=objective,
                         plans=results, optimal=optimal,
-                        search_time_s=time.perf_counter() - t0, stats=frontier.stats)
+                        search_time_s=time.perf_counter() - t0, stats=frontier.stats,
+                        runtime=load_runtime(fix.get("runtime")).name,
+                        excluded=space_exclusions(fix, allow_cross_node_tp=allow_cross_node_tp,
+                                                  max_micro_batch=max_micro_batch, objective=objective))
 
 
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:

@@ -70,6 +70,9 @@ def _step_bound(objective: str, c: Config, exact_keys: list, top: int, target: f
     return bound
 
 
+RETRY_FACTOR = 5   # a configuration CP-SAT did not prove gets a second solve this many times longer
+
+
 class Frontier:
     """The best-first frontier of one search (``autopar.search.engine``'s steps 2–4).
 
@@ -94,6 +97,7 @@ class Frontier:
         self.exact_keys: list = []     # keys of every exact plan found (popped or still on the heap)
         self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
+        self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -179,7 +183,8 @@ class Frontier:
         from autopar.search.split_model import SplitModel
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
-        res = SplitModel(terms, time_limit_s=max(0.05, min(self.solve_limit_s, left)),
+        limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
+        res = SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
                          fixed_stages=self.fixed_stages, upper_bound_s=ub).solve()
         self.stats.solved += 1
         self.stats.solver_s += res.wall_s
@@ -189,6 +194,12 @@ class Frontier:
                 return
             self.stats.infeasible += 1
             self.memory_dropped.append((terms.memory_lower_bound(), c))
+            return
+        if res.status != "optimal" and c not in self.retried and res.bound_s is not None:
+            # one more, longer try when its turn comes again (the proved bound keeps it in order):
+            # large uneven interleavings can take CP-SAT a few seconds to prove
+            self.retried.add(c)
+            self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
         if res.status != "optimal":   # what CP-SAT proved still bounds the configuration
             self.stats.not_proved += 1

@@ -9,8 +9,12 @@ every configuration that can exist for a model, a cluster and a global batch:
   (``tp ≤ gpus_per_node`` and divides it) unless ``allow_cross_node_tp``;
 * ``dp · micro_batch_size`` divides the global batch (whole micro-batches on every replica);
 * ``pp · vpp ≤ rows`` (every virtual stage runs at least one layer-table row); interleaving
-  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2`` and ``layers % (pp·vpp) == 0``
-  (Megatron's rule: the same number of blocks per model chunk before the split points move them);
+  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2`` and ``num_micro_batches %
+  pp == 0`` (the interleaved schedule runs micro-batches in groups of ``pp``); the split points
+  may give the chunks uneven block counts wherever the runtime cuts uneven virtual stages
+  (``uneven_interleaving``; else ``layers % (pp·vpp) == 0``, Megatron's old rule);
+* the runtime (``fix["runtime"]``, default ``autopar``; ``costmodels.runtime_rules``) can run it:
+  its ZeRO stages (with a pipeline: those it combines with one), schedules, sequence parallel;
 * the runtime's own rules, ``costmodels.runnable.check_runnable`` (1F1B needs ``m ≥ pp``,
   interleaving ``m`` a multiple of ``pp``; tp vs heads, kv heads, SP's sequence; ``pp·vpp`` vs rows);
 * canonical forms, so that the top-k plans are distinct in what they do: ``dp = 1`` → ZeRO 0
@@ -28,9 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from costmodels.errors import PlanError
+from costmodels.errors import AutoparError, PlanError
 from costmodels.plan import ATTENTION, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
 from costmodels.runnable import ModelDims, is_runnable
+from costmodels.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
+from costmodels.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
 
 ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-batch": "micro_batch_size",
            "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
@@ -56,6 +62,7 @@ class Config:
     schedule: str
     attention: str = "flash"
     placement: str = "tp,dp,pp"
+    runtime: str = DEFAULT_RUNTIME
 
     @property
     def gpus(self) -> int:
@@ -66,6 +73,7 @@ class Config:
                     micro_batch_size=self.micro_batch_size, zero=self.zero,
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel,
                     schedule=self.schedule, attention=self.attention, placement=self.placement,
+                    runtime=self.runtime,
                     stages=tuple(tuple(s) for s in stages) if stages is not None else None)
 
     @classmethod
@@ -141,6 +149,11 @@ def _fix_value(name: str, raw: str) -> Any:
         if raw not in ATTENTION:
             raise bad(" / ".join(ATTENTION))
         return raw
+    if name == "runtime":
+        try:
+            return load_runtime(raw).name
+        except AutoparError as e:
+            raise PlanError(f"--fix runtime={raw!r}: {e}") from None
     if name == "placement":
         raw2 = raw.replace("/", ",").replace("+", ",").replace("-", ",")
         if raw2 not in PLACEMENTS:
@@ -219,6 +232,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
     fix = dict(fix or {})
     fix.pop("stages", None)
     dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
+    rt = load_runtime(fix.get("runtime"))
     def allowed(name, values):
         return [fix[name]] if name in fix else values
     for tp in allowed("tp", tp_candidates(shape, gpus_per_node, allow_cross_node_tp, gpus)):
@@ -238,19 +252,23 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                 if per_replica % mbs:
                     continue
                 m = per_replica // mbs
-                for schedule, vpp in _schedules(shape, pp, m, fix):
+                for schedule, vpp in _schedules(shape, pp, m, fix, rt):
                     for zero in allowed("zero", [0, 1, 2, 3] if dp > 1 else [0]):
                         for recompute in allowed("recompute", _recomputes(fix)):
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
                                 if sp and tp < 2:
                                     continue
-                                cfg = Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
-                                             zero=zero, recompute=recompute, sequence_parallel=sp,
-                                             schedule=schedule,
-                                             attention=fix.get("attention", "flash"),
-                                             placement=fix.get("placement", "tp,dp,pp"))
-                                if is_runnable(cfg.plan(), dims, m):
-                                    yield cfg
+                                c = Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
+                                           zero=zero, recompute=recompute, sequence_parallel=sp,
+                                           schedule=schedule, attention=fix.get("attention", "flash"),
+                                           placement=fix.get("placement", "tp,dp,pp"), runtime=rt.name)
+                                if runnable(rt, c) and is_runnable(c.plan(), dims, m):
+                                    yield c
+
+
+def runnable(rt: RuntimeProfile, c: Config) -> bool:
+    """The runtime's rules (``costmodels.runtime_rules``) that a configuration can break."""
+    return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c))
 
 
 def _recomputes(fix: dict[str, Any]) -> list[str]:
@@ -261,15 +279,18 @@ def _recomputes(fix: dict[str, Any]) -> list[str]:
     return list(RECOMPUTE)
 
 
-def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any]) -> list[tuple[str, int]]:
+def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
+               rt: RuntimeProfile) -> list[tuple[str, int]]:
     out = []
     if pp == 1:
         out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s != "interleaved-1f1b"]
     else:
-        out = [("gpipe", 1), ("1f1b", 1)]   # the micro-batch rules: costmodels.runnable
-        for vpp in range(2, shape.rows // pp + 1):
-            if shape.layers % (pp * vpp) == 0:
-                out.append(("interleaved-1f1b", vpp))
+        out = [("gpipe", 1), ("1f1b", 1)]
+        if m % pp == 0:
+            for vpp in range(2, shape.rows // pp + 1):
+                probe = Config(1, 1, pp, vpp, 1, 0, "none", False, "interleaved-1f1b")
+                if not interleaving_rule(rt, probe, shape.layers):
+                    out.append(("interleaved-1f1b", vpp))
     if "schedule" in fix:
         out = [o for o in out if o[0] == fix["schedule"]]
     if "vpp" in fix:

@@ -168,9 +168,19 @@ class SplitModel:
         self.U = self._sums("pU", _up(co.act_bytes))
         if t.zero3_gathers:
             self.F = self._sums("pF", self._ns(co.fwd_window_s))
-            self.Zt = self._sums("pZ", self._ns(co.zero3_gather_s))
+            self.Zf = self._sums("pZ", self._ns(co.zero_fwd_s))
+            self.Bz = self._sums("pBz", self._ns(co.zero_bwd_window_s))
+            self.Zb = self._sums("pZb", self._ns(co.zero_bwd_s))
+            if not co.legacy:
+                self.SF = self._sums("pSF", self._ns(co.slowdown * co.zero_fwd_s))
+                self.SB = self._sums("pSB", self._ns(co.slowdown * co.zero_bwd_s))
         if t.dp_sync:
             self.Dt = self._sums("pD", self._ns(co.dp_per_param_s * co.params))
+            if not co.legacy:
+                s_ = co.slowdown
+                self.Dt1 = self._sums("pD1", self._ns((1.0 - s_) * co.dp_per_param_s * co.params))
+                self.Dts = self._sums("pDs", self._ns(s_ * co.dp_per_param_s * co.params))
+                self.Da = self._sums("pDa", self._ns(co.dp_after_per_param_s * co.params))
         self.Ot = self._sums("pO", self._ns(co.optimizer_per_param_s * co.params))
         if t.full_recompute:
             self.K = self._sums("pK", [int(b) for b in co.is_block])
@@ -197,13 +207,18 @@ class SplitModel:
                     q = q + grad[v]
                 self.Q[v] = q
         self.Z = [0] * S
-        if t.zero3_gathers:
-            big = sum(self._ns(self.co.zero3_gather_s)) + 1
+        if t.zero3_gathers:   # coefficients docstring: max(EF + s·Σgf, Σgf − Σf) + the same backward
+            co = self.co
+            big = sum(self._ns(co.zero_fwd_s)) + sum(self._ns(co.zero_bwd_s)) + 1
+            ef = self._at("ef", self._ns(co.zero_first_fwd_s)) if not co.legacy else None
+            eb = self._at("eb", self._ns(co.zero_first_bwd_s)) if not co.legacy else None
             for v in range(S):
                 zf = md.NewIntVar(0, big, f"zf{v}")
                 zb = md.NewIntVar(0, big, f"zb{v}")
-                md.AddMaxEquality(zf, [0, self.Zt[v] - self.F[v]])
-                md.AddMaxEquality(zb, [0, self.Zt[v] - self.Bk[v]])
+                lo_f = 0 if co.legacy else ef[v] + self.SF[v]
+                lo_b = 0 if co.legacy else eb[v] + self.SB[v]
+                md.AddMaxEquality(zf, [lo_f, self.Zf[v] - self.F[v]])
+                md.AddMaxEquality(zb, [lo_b, self.Zb[v] - self.Bz[v]])
                 self.Z[v] = zf + zb
 
     def _rank(self, per_stage, r):
@@ -215,7 +230,7 @@ class SplitModel:
         co = self.co
         ub = 2 * (sum(self._ns(co.row_s)) + 2 * sum(self._ns(co.cut_p2p_s))) + 10 ** 6
         if self.t.zero3_gathers:
-            ub += 2 * sum(self._ns(co.zero3_gather_s))
+            ub += sum(self._ns(co.zero_fwd_s)) + sum(self._ns(co.zero_bwd_s))
         self.Tr = []
         for r in range(self.pp):
             e = md.NewIntVar(0, ub, f"T{r}")
@@ -254,19 +269,36 @@ class SplitModel:
         self.D = 0
         if t.dp_sync:
             lat = int(round(co.dp_latency_s / self.unit))
-            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 1
+            # (+ the rounding of the runtime's split sums, 2 per row and 3 latencies)
+            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 2 * self.n + 4
             exposed, before = [], 0
             for r in range(self.pp):
                 bk = self._rank(self.Bk, r)
                 before = before + bk
                 e = md.NewIntVar(0, ub, f"dx{r}")
                 md.AddMaxEquality(e, [0, self._rank(self.Dt, r) + lat - before])
+                if not co.legacy:   # max((1−s)·min(t, t_b) + s·t, t − W, 0) + the exposed after-part
+                    e = self._dp_rank_cost(r, e, ub)
                 exposed.append(e)
+            ub += sum(self._ns(co.dp_after_per_param_s * co.params)) + int(co.dp_after_latency_s / self.unit) + 2
             self.D = md.NewIntVar(0, ub, "D")
             md.AddMaxEquality(self.D, exposed)
         ub = sum(self._ns(co.optimizer_per_param_s * co.params)) + 1
         self.O = md.NewIntVar(0, ub, "O")
         md.AddMaxEquality(self.O, [self._rank(self.Ot, r) for r in range(self.pp)])
+
+    def _dp_rank_cost(self, r: int, tail, ub: int):
+        """Rank r's dp cost beyond ``tail`` = max(0, t − W) (coefficients docstring)."""
+        md, co, u = self.model, self.co, self.unit
+        s_ = co.slowdown
+        t1 = self._rank(self.Dt1, r) + int(round((1.0 - s_) * co.dp_latency_s / u))
+        mn = md.NewIntVar(0, ub, f"dm{r}")
+        md.AddMinEquality(mn, [t1, int(round((1.0 - s_) * co.dp_bucket_s / u))])
+        head = md.NewIntVar(0, ub, f"dh{r}")
+        md.AddMaxEquality(head, [tail, mn + self._rank(self.Dts, r) + int(round(s_ * co.dp_latency_s / u))])
+        has = self._has(self._rank(self.Pi, r), f"dpp{r}") if co.dp_after_latency_s else 0
+        lat_a = int(round(co.dp_after_latency_s / u))
+        return head + self._rank(self.Da, r) + lat_a * has
 
     # 6. -------------------------------------------------------------------------------------
     def _memory(self):

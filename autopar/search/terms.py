@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.coefficients import RowCoefficients
+from costmodels.coefficients import RowCoefficients, dp_exposed
 
 TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 
@@ -48,8 +48,9 @@ class Terms:
 
     @property
     def zero3_gathers(self) -> bool:
-        """ZeRO-3 over dp > 1: each row's weights are gathered every pass."""
-        return self.config.zero == 3 and self.config.dp > 1
+        """ZeRO collectives per row and micro-batch (ZeRO-3's gathers over dp > 1; under FSDP-like
+        runtimes also ZeRO-2's and the per-micro-batch reduce-scatters)."""
+        return self.coef.zero_collectives
 
     @property
     def dp_sync(self) -> bool:
@@ -71,10 +72,10 @@ class Terms:
         total = float(co.row_s.sum())
         if self.pp > 1 and S > 1:   # each cut: an activation out and its gradient back, same size
             total += (S - 1) * (2 * float(co.cut_p2p_s[1:self.n].min()))
-        if self.zero3_gathers:
-            g = float(co.zero3_gather_s.sum())
-            total += (max(0.0, g - float(co.fwd_window_s.sum()))
-                      + max(0.0, g - float(co.bwd_window_s.sum())))
+        if self.zero3_gathers:   # Σ_v max(a_v, b_v) ≥ max(Σ a_v, Σ b_v)
+            gf, gb, s_ = float(co.zero_fwd_s.sum()), float(co.zero_bwd_s.sum()), co.slowdown
+            total += (max(s_ * gf, gf - float(co.fwd_window_s.sum()))
+                      + max(s_ * gb, gb - float(co.zero_bwd_window_s.sum())))
         tsum = float(co.row_s.sum())
         tstar = max(total / self.pp, self.rank_time_bound())
         opt = co.optimizer_per_param_s * float(co.params.sum()) / self.pp
@@ -103,7 +104,9 @@ class Terms:
         if not self.dp_sync:
             return a * tstar
         if pp == 1:
-            exact = max(0.0, lat + per_param * float(params.sum()) - float(bwd.sum()))
+            exact = dp_exposed(lat + per_param * float(params.sum()), float(bwd.sum()), co)
+            if co.dp_after_per_param_s or co.dp_after_latency_s:
+                exact += co.dp_after_latency_s + co.dp_after_per_param_s * float(params.sum())
             return a * tstar + exact
         mid = slice(1, self.n - 1)
         pos = tau[mid] > 0
@@ -179,10 +182,10 @@ class Terms:
 
         As in ``rank_time_bound``, the ``L`` rows of the most common time ``b`` are indivisible,
         row 0 sits in chunk (column 0, rank 0) and row n−1 in (column vpp−1, rank pp−1), other
-        rows are dropped (they only add time; with none, every chunk holds a block); every chunk also
-        pays its cheapest p2p sends (``q``: activation out and gradient in; the first chunk only the
-        first, the last only the second). A column whose slowest chunk takes ``C`` holds at most ``⌊(C − q)/b⌋``
-        blocks per chunk (``⌊(C − pinned)/b⌋`` in a pinned one).
+        rows are dropped (they only add time; with none, every chunk holds a block); every chunk
+        also pays its cheapest p2p sends (``q``: activation out and gradient in; the first chunk
+        only the first, the last only the second). A column whose slowest chunk takes ``C`` holds
+        at most ``⌊(C − q)/b⌋`` blocks per chunk (``⌊(C − pinned)/b⌋`` in a pinned one).
         The least ``C_first + C_last + (vpp − 2)·q + b·max(vpp − 2, ⌈rest/pp⌉)`` over the
         candidates ``k·b + q`` and ``k·b + pinned`` of the two pinned columns that still hold
         all ``L`` blocks is the bound."""

@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 
 from autopar.trace.blocks import module_path
 from autopar.trace.measure import tensor_bytes
-from autopar.trace.tp import attention_core_nodes, find_tp_pairs, region_nodes
+from autopar.trace.tp import attention_core_nodes, attention_mask_nodes, find_tp_pairs, region_nodes
 from costmodels.layer_table import LayerRow, LayerTable, TPPair
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     pairs: dict[int, tuple] = {}
     act_tp = [0] * nrows
     act_core = [0] * nrows
+    act_mask = [0] * nrows
     tp_comm = [0] * nrows
     replicated = [0] * nrows
     heads_found = kv_found = None
@@ -124,12 +125,15 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
                 heads_found, kv_found = p.heads, p.kv_heads
         region = region_nodes(gm, found)
         core, core_s = attention_core_nodes(gm, found)
+        mask = attention_mask_nodes(gm, core)
         for s in per_row[r]:
             node = s.creator[1] if s.creator and s.creator[0] == r else None
             if node in region:
                 act_tp[r] += s.nbytes
             if node in core and not (node in core_s and rec.internal(s)):
                 act_core[r] += s.nbytes
+            if node in mask and node not in region:
+                act_mask[r] += s.nbytes
         tp_comm[r] = max((rec.out_bytes.get((r, p.row_node), 0) for p in found), default=0)
         if found:
             replicated[r] = _replicated_tensors(gm, found)
@@ -141,6 +145,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
             fwd[r], bwd[r], mm[r] = fwd[q], bwd[q], list(mm[q])
             per_row[r] = per_row[q]
             act_tp[r], act_core[r], tp_comm[r] = act_tp[q], act_core[q], tp_comm[q]
+            act_mask[r] = act_mask[q]
             replicated[r] = replicated[q]
             pairs[r] = pairs[q]
 
@@ -152,7 +157,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
         act_tp_bytes=int(act_tp[r]), act_attention_core_bytes=int(act_core[r]),
         boundary_bytes=int(bounds[r]), tp_pairs=pairs.get(r, ()), tied_params=tied[r],
         tp_comm_bytes=int(tp_comm[r]), matmul_dims=tuple(mm[r]),
-        tp_replicated_tensors=int(replicated[r])) for r, info in enumerate(rows))
+        tp_replicated_tensors=int(replicated[r]), act_attention_mask_bytes=int(act_mask[r]))
+        for r, info in enumerate(rows))
 
     cfg = getattr(source, "config", None)
     if cfg is not None:

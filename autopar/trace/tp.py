@@ -184,3 +184,20 @@ def attention_core_nodes(gm: fx.GraphModule, pairs: list[FoundPair]) -> tuple[se
         core |= {n.name for n in between} | {s.name}
         scores.add(s.name)
     return core, scores
+
+
+def attention_mask_nodes(gm: fx.GraphModule, core: set[str]) -> set[str]:
+    """Names of the nodes that build the attention mask: every user is in the attention core and
+    nothing they read comes from the block's input (only buffers and constants, e.g. the causal
+    ``bias == 0`` that ``masked_fill`` saves, which the traced block holds as a constant).
+    Flash attention never makes them."""
+    out: set[str] = set()
+    for n in gm.graph.nodes:
+        if n.name in core or n.op in ("placeholder", "output") or not n.users:
+            continue
+        if not all(u.name in core for u in n.users):
+            continue
+        if any(a.op == "placeholder" for a in ancestors(n)):
+            continue
+        out.add(n.name)
+    return out

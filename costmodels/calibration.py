@@ -1,0 +1,87 @@
+"""The per-GPU calibration on open data: the fewest constants, fitted on a documented split.
+
+Per GPU type two constants are fitted, on that GPU's calibration rows only
+(``costmodels.open_runs.CALIBRATION``: the 8-GPU sequence sweep of mpt-1b under FSDP):
+
+* ``scale`` of the matmul-efficiency curve: the GPU's curve is ``SHAPE × scale`` at
+  ``SHAPE_FLOPS`` (log-linear between, clamped), the shape set a priori
+  (``costmodels.validation.SHAPE``: small matmuls poor, saturating towards large ones);
+* ``attention``: the fused (flash) attention core's efficiency, the fraction of peak it reaches
+  at the FLOPs the model counts for it (``4·b·s²·h`` forward, twice that backward, causal
+  masking not discounted, as the published MFU formulas count them): the profile's
+  ``attention_efficiency``.
+
+The fit minimises the sum of squared log errors of the step time, on a coarse grid then a fine
+one around its best point. Nothing else is fitted here: the element-wise traffic of Megatron's
+kernels (``megatron`` runtime, ``C_FWD``) keeps its fit on Korthikanti's Table 5
+(``costmodels.validation.fit``), and the runtime profiles' overlap figures are taken from the
+runtimes' documentation, not from data. The H200 inherits the H100's constants (the same
+Hopper SMs and clocks; only HBM size and bandwidth differ, and those come from its datasheet);
+the B200 has no open run to fit on and keeps an assumed curve (its profile says so).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from costmodels.hardware import HardwareProfile, load_profile
+from costmodels.open_runs import OpenRun, open_runs, predict
+from costmodels.validation import SHAPE, SHAPE_FLOPS
+
+A100_PEAK = 312e12   # the peak SHAPE_FLOPS are set for (bf16 dense, A100)
+
+
+def shape_flops(base: HardwareProfile) -> tuple[float, ...]:
+    """The curve's sizes for ``base``: SHAPE_FLOPS scaled by its peak over the A100's, so that a
+    matmul reaches a point of the shape after the same time at peak on every GPU (a faster GPU
+    needs a larger matmul to hide the same launch and wave-quantisation overheads)."""
+    r = base.peak_flops_per_s(2) / A100_PEAK
+    return tuple(float(f"{f * r:.4g}") for f in SHAPE_FLOPS)
+
+
+def calibrated(base: HardwareProfile, scale: float, attention: float) -> HardwareProfile:
+    """``base`` with the efficiency curve ``SHAPE × scale`` and the attention efficiency."""
+    curve = tuple(round(min(1.0, e * scale), 4) for e in SHAPE)
+    return dataclasses.replace(base, eff_flops=shape_flops(base), eff_values=curve,
+                               attention_efficiency=round(attention, 4))
+
+
+def loss(runs: list[OpenRun], prof: HardwareProfile, table_of) -> float:
+    """Σ log(predicted / published)² over ``runs``."""
+    return float(sum(math.log(predict(r, table_of, prof)["predicted_step_s"] / r.published_step_s) ** 2
+                     for r in runs))
+
+
+def fit_gpu(hardware: str, table_of: Callable, runs: list[OpenRun] | None = None,
+            scales=None, attentions=None) -> dict:
+    """Fit (scale, attention) for ``hardware`` on its calibration rows; returns the constants,
+    the curve and the loss."""
+    base = load_profile(hardware)
+    runs = [r for r in (runs or open_runs()) if r.hardware == hardware and r.role == "calibration"]
+    if not runs:
+        raise ValueError(f"no calibration rows for {hardware}")
+    scales = np.arange(0.60, 1.41, 0.05) if scales is None else scales
+    attentions = np.arange(0.20, 1.01, 0.05) if attentions is None else attentions
+    best = _grid(runs, base, table_of, scales, attentions)
+    s0, a0 = best[1], best[2]
+    fine_s = np.round(np.arange(s0 - 0.05, s0 + 0.0501, 0.005), 4)
+    fine_a = np.round(np.arange(max(0.05, a0 - 0.05), min(1.0, a0 + 0.05) + 1e-9, 0.005), 4)
+    best = _grid(runs, base, table_of, fine_s, fine_a)
+    prof = calibrated(base, best[1], best[2])
+    return {"hardware": hardware, "scale": float(best[1]), "attention": float(best[2]),
+            "curve": prof.eff_values, "loss": best[0], "rows": len(runs)}
+
+
+def _grid(runs, base, table_of, scales, attentions):
+    best = None
+    for s in scales:
+        for a in attentions:
+            if a <= 0 or a > 1:
+                continue
+            err = loss(runs, calibrated(base, float(s), float(a)), table_of)
+            if best is None or err < best[0]:
+                best = (err, float(s), float(a))
+    return best

@@ -1,0 +1,121 @@
+"""Runtime profiles (costmodels/runtime_profiles/*.toml, costmodels.runtime): every shipped one
+loads with its sources, options switch figures, bad input is one line naming the field, and a
+runtime changes the estimate the way its documented overlap says."""
+import copy
+
+import pytest
+from synthetic_tables import gpt3_175b, llama3_8b
+
+from costmodels.errors import PlanError, ProfileError
+from costmodels.estimate import estimate
+from costmodels.files import tomllib
+from costmodels.plan import Plan
+from costmodels.runtime import RUNTIMES_DIR, list_runtimes, load_runtime, parse_runtime
+
+
+def _doc(name):
+    with open(RUNTIMES_DIR / f"{name}.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def test_every_shipped_runtime_loads_with_its_sources():
+    assert list_runtimes() == ["autopar", "deepspeed", "fsdp", "megatron"]
+    for name in list_runtimes():
+        rt = load_runtime(name)
+        assert rt.name == rt.base == name and rt.description and rt.sources["capabilities"]
+        assert 0 in rt.zero_stages and "1f1b" in rt.schedules
+        for key, src in rt.sources.items():
+            assert src.strip(), (name, key)
+    assert load_runtime(None) is load_runtime("autopar") and load_runtime("autopar").is_default
+    # autopar leaves every overlap figure to the hardware profile
+    rt = load_runtime("autopar")
+    assert rt.dp_overlap is None and rt.zero_overlap is None and rt.compute_slowdown == 0.0
+
+
+def test_options_replace_the_figures_they_name():
+    base, opt = load_runtime("megatron"), load_runtime("megatron:overlap_grad_reduce")
+    assert base.dp_overlap == 0.0 and opt.dp_overlap == 1.0 and opt.dp_bucket_bytes == 1.6e8
+    assert opt.name == "megatron:overlap_grad_reduce" and opt.options == ("overlap_grad_reduce",)
+    assert opt.grad_reduce_bytes == base.grad_reduce_bytes == 4.0
+    assert load_runtime("fsdp:bf16_reduce").grad_reduce_bytes == 2.0
+    with pytest.raises(ProfileError, match="has no option 'nope'; its options: overlap_grad_reduce"):
+        load_runtime("megatron:nope")
+    with pytest.raises(ProfileError, match="unknown runtime 'megatorn'; did you mean megatron"):
+        load_runtime("megatorn")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["overlap"].__setitem__("dp_sync", {"value": 1.5, "source": "x"}), "overlap.dp_sync.value"),
+    (lambda d: d["overlap"].__setitem__("dp_sync", 0.5), "overlap.dp_sync"),
+    (lambda d: d["overlap"]["dp_sync"].pop("source"), "overlap.dp_sync.source"),
+    (lambda d: d["overlap"].__setitem__("dp_synk", {"value": 1, "source": "x"}), "overlap.dp_synk"),
+    (lambda d: d["capabilities"].__setitem__("zero", [1, 4]), "capabilities.zero"),
+    (lambda d: d["capabilities"].__setitem__("schedules", ["zigzag"]), "capabilities.schedules"),
+    (lambda d: d["capabilities"].__setitem__("uneven_interleaving", "yes"), "capabilities.uneven_interleaving"),
+    (lambda d: d["capabilities"].pop("source"), "capabilities.source"),
+    (lambda d: d.__setitem__("version", 2), "version"),
+    (lambda d: d.pop("name"), "name"),
+    (lambda d: d["options"]["overlap_grad_reduce"].pop("description"), "options.overlap_grad_reduce.description"),
+    (lambda d: d["kernels"].__setitem__("elementwise_bytes_per_saved_byte", {"value": "3", "source": "x"}),
+     "kernels.elementwise_bytes_per_saved_byte.value"),
+])
+def test_a_malformed_profile_is_one_line_naming_the_field(edit, field):
+    doc = copy.deepcopy(_doc("megatron"))
+    edit(doc)
+    with pytest.raises(ProfileError) as e:
+        parse_runtime(doc, "bad.toml")
+    msg = str(e.value)
+    assert "\n" not in msg and f"'{field}'" in msg and "bad.toml" in msg, msg
+
+
+def test_a_profile_on_disk_with_options(tmp_path):
+    doc = (RUNTIMES_DIR / "megatron.toml").read_text().replace('name = "megatron"', 'name = "mine"')
+    path = tmp_path / "mine.toml"
+    path.write_text(doc)
+    rt = load_runtime(f"{path}:overlap_grad_reduce")
+    assert rt.base == "mine" and rt.dp_overlap == 1.0
+    bad = tmp_path / "broken.toml"
+    bad.write_text("version = 1\nname = [")
+    with pytest.raises(ProfileError, match="is not valid TOML"):
+        load_runtime(str(bad))
+
+
+def test_estimate_refuses_what_the_runtime_cannot_run():
+    t = llama3_8b(seq=4096)
+    with pytest.raises(PlanError, match="runtime 'megatron' has no ZeRO-3"):
+        estimate(t, "h100-80g-sxm", Plan(dp=8, zero=3, runtime="megatron"), 8, 16)
+    with pytest.raises(PlanError, match="cannot combine ZeRO-3 with a pipeline"):
+        estimate(t, "h100-80g-sxm", Plan(dp=4, pp=2, zero=3, runtime="deepspeed"), 8, 16)
+    with pytest.raises(PlanError, match="no 'gpipe' schedule"):
+        estimate(t, "h100-80g-sxm", Plan(dp=4, pp=2, schedule="gpipe", runtime="megatron"), 8, 16)
+    with pytest.raises(PlanError, match="precision 'amp' is not a recipe of runtime 'fsdp'"):
+        estimate(t, "h100-80g-sxm", Plan(dp=8, runtime="fsdp"), 8, 16, precision="amp")
+
+
+def test_megatron_exposes_the_dp_sync_unless_it_overlaps_grad_reduce():
+    """Megatron-LM of 2021 all-reduces after the backward: the whole sync is exposed; with
+    --overlap-grad-reduce only the last bucket (and the slowdown of the hidden rest) remains."""
+    t = gpt3_175b()
+    plan = Plan(dp=16, tp=8, pp=8, micro_batch_size=1, zero=1, recompute="selective",
+                sequence_parallel=True, attention="math")
+    auto = estimate(t, "a100-80g-sxm", plan, 1024, 1536)
+    mega = estimate(t, "a100-80g-sxm", plan.with_(runtime="megatron"), 1024, 1536)
+    over = estimate(t, "a100-80g-sxm", plan.with_(runtime="megatron:overlap_grad_reduce"), 1024, 1536)
+    [dp] = [c for c in mega.comm if c["kind"] == "dp"]
+    assert mega.breakdown_s["dp_exposed"] >= dp["time_s"]   # nothing hidden (the max over ranks)
+    assert auto.breakdown_s["dp_exposed"] < over.breakdown_s["dp_exposed"] < mega.breakdown_s["dp_exposed"]
+    assert mega.comm_bytes["dp"] > auto.comm_bytes["dp"]         # fp32 gradient reduction
+    assert mega.plan.runtime == "megatron" and mega.to_dict()["runtime"] == "megatron"
+    assert "runtime:megatron" in mega.plan.label()
+
+
+def test_fsdp_zero3_pays_its_first_gather_and_reduces_every_micro_batch():
+    t = llama3_8b(seq=4096)
+    plan = Plan(dp=8, zero=3, micro_batch_size=1)
+    auto = estimate(t, "h100-80g-sxm", plan, 8, 32)
+    fsdp = estimate(t, "h100-80g-sxm", plan.with_(runtime="fsdp"), 8, 32)
+    assert auto.breakdown_s["zero_exposed"] == 0.0 < fsdp.breakdown_s["zero_exposed"]   # NVLink
+    [z] = [c for c in fsdp.comm if c["kind"] == "zero"]
+    assert z["collective"] == "all_gather+reduce_scatter"
+    assert [c["collective"] for c in fsdp.comm if c["kind"] == "dp"] == ["none"]
+    assert fsdp.comm_bytes["zero"] > auto.comm_bytes["zero"]
