@@ -75,8 +75,14 @@ def test_uneven_interleaving_only_where_the_runtime_runs_it():
     import dataclasses
 
     from costmodels.runtime import load_runtime
+    uneven = {(c.pp, c.vpp) for c in configurations(Shape(rows=128, layers=126, heads=128, kv_heads=8),
+                                                     256, 256, 8) if c.vpp > 1}
+    assert (16, 2) in uneven and (16, 8) in uneven        # 126 blocks divide no 16·vpp
+    assert (2, 3) in uneven and (2, 4) not in uneven      # pp=2 has even ones (126 = 2·3·21)
+    pinned = {c.vpp for c in configurations(SHAPE, 64, 96, 8, {"pp": 2, "vpp": 5})}
+    assert pinned == {5}                                  # pinned: searched even where uneven
     uneven = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8) if c.vpp > 1}
-    assert (2, 5) in uneven and (4, 3) in uneven          # 96 % 10 != 0 is allowed
+    assert all(96 % (p * v) == 0 for p, v in uneven)       # every pp here has an even vpp
     mega = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8, {"runtime": "megatron"}) if c.vpp > 1}
     assert mega == uneven
     assert not any(c.vpp > 1 for c in configurations(SHAPE, 64, 96, 8, {"runtime": "deepspeed"}))
@@ -85,6 +91,7 @@ def test_uneven_interleaving_only_where_the_runtime_runs_it():
     runtime._CACHE[("even",)] = even
     from autopar.search import space
     cs = [c for c in space.configurations(SHAPE, 64, 96, 8) if c.vpp > 1]
+    cs = [c for c in space.configurations(SHAPE, 64, 96, 8, {"pp": 2, "vpp": 5})] + cs
     kept = [c for c in cs if not space.interleaving_rule(even, c, SHAPE.layers)]
     assert kept and all(SHAPE.layers % (c.pp * c.vpp) == 0 for c in kept) and len(kept) < len(cs)
 

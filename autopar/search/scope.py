@@ -49,6 +49,10 @@ def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = 
         out.append(f"schedules {', '.join(missing)} (runtime '{rt.name}' has none)")
     if not rt.uneven_interleaving:
         out.append(f"interleaving when the blocks do not divide pp·vpp (runtime '{rt.name}')")
+    elif "vpp" not in fix:
+        out.append("uneven interleaving (blocks not dividing pp·vpp) for pipeline depths that have an "
+                   "even one, and, where they have none, every vpp but the smallest per largest chunk "
+                   "size (pin vpp with --fix to search one)")
     if not rt.sequence_parallel:
         out.append(f"sequence parallelism (runtime '{rt.name}')")
     out.append("interleaving whose micro-batch count is not a multiple of pp")

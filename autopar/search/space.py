@@ -12,7 +12,11 @@ every configuration that can exist for a model, a cluster and a global batch:
   (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2`` and ``num_micro_batches %
   pp == 0`` (the interleaved schedule runs micro-batches in groups of ``pp``); the split points
   may give the chunks uneven block counts wherever the runtime cuts uneven virtual stages
-  (``uneven_interleaving``; else ``layers % (pp·vpp) == 0``, Megatron's old rule);
+  (``uneven_interleaving``; else ``layers % (pp·vpp) == 0``, Megatron's old rule). A pipeline
+  depth whose blocks divide some ``pp·vpp`` is searched with those even vpp only (uneven ones add
+  CP-SAT work for near-ties there); the uneven ones are searched where ``pp`` has no even vpp
+  (llama3-405b's 126 blocks on 16 stages), the smallest vpp for each largest chunk size
+  ``⌈layers/(pp·vpp)⌉``, or any when ``vpp`` is pinned;
 * the runtime (``fix["runtime"]``, default ``autopar``; ``costmodels.runtime_rules``) can run it:
   its ZeRO stages (with a pipeline: those it combines with one), schedules, sequence parallel;
 * the runtime's own rules, ``costmodels.runnable.check_runnable`` (1F1B needs ``m ≥ pp``,
@@ -287,7 +291,15 @@ def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
     else:
         out = [("gpipe", 1), ("1f1b", 1)]
         if m % pp == 0:
-            for vpp in range(2, shape.rows // pp + 1):
+            vpps = range(2, shape.rows // pp + 1)
+            even = [v for v in vpps if shape.layers % (pp * v) == 0]
+            if "vpp" not in fix:   # module docstring: even ones where this pp has any, else the
+                # smallest uneven vpp per largest chunk ⌈layers / (pp·vpp)⌉ (more chunks of the
+                # same largest size add sends, not speed; they only hold fewer activations)
+                seen: set[int] = set()
+                vpps = even or [v for v in vpps if not (-(-shape.layers // (pp * v)) in seen
+                                                        or seen.add(-(-shape.layers // (pp * v))))]
+            for vpp in vpps:
                 probe = Config(1, 1, pp, vpp, 1, 0, "none", False, "interleaved-1f1b")
                 if not interleaving_rule(rt, probe, shape.layers):
                     out.append(("interleaved-1f1b", vpp))
