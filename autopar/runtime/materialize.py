@@ -1,0 +1,215 @@
+"""Give a model built on ``meta`` real weights, one row at a time.
+
+A model too large for one process is built under ``torch.device("meta")`` (or with
+``autopar.models.source.meta_parameters``: parameters on meta, the small computed buffers such
+as causal masks and RoPE tables real). ``autopar.apply`` then materialises only the rows this
+rank runs, each just before it is cut into this rank's shard (``RowFiller``), so a rank holds its
+share plus at most one full row in flight.
+
+Values. A row's values come from the weights file when one is given (``autopar.runtime.weights``),
+else from the model's own initialiser run on the row under a generator seeded by (seed, row
+name) (``row_seed``): ``init_fn(row)`` when the user gives one, else the model's
+``autopar_init_fn`` (set by autopar's built-in models), else transformers' ``_init_weights``,
+else each submodule's ``reset_parameters``. The global RNG is left as it was. A tensor shared
+by two rows (a tied embedding and LM head) takes the value of the first row that holds it, on
+every rank, whether or not that row runs there. ``init_serial(model, seed)`` runs exactly the
+same per-row initialisation in one process, so the serial model of ``autopar verify`` has the
+weights every parallel plan starts from.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+
+from costmodels.errors import PlanError
+
+
+def row_seed(seed: int, row_name: str) -> int:
+    """The generator seed of one row: the same on every rank and in ``init_serial``."""
+    digest = hashlib.sha256(f"{int(seed)}:{row_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def has_meta(module: nn.Module) -> bool:
+    return any(t.is_meta for t in module.parameters()) or any(t.is_meta for t in module.buffers())
+
+
+def materialize_params(module: nn.Module, device="cpu") -> list[str]:
+    """Replace every meta parameter (and buffer) of ``module`` by an uninitialised real tensor
+    (a parameter shared by two submodules stays one). Returns the names of the buffers that
+    were on meta: their values must come from an initialiser or a weights file."""
+    memo: dict[int, torch.Tensor] = {}
+    meta_buffers = []
+    for mod_name, m in module.named_modules(remove_duplicate=False):
+        for name, p in list(m._parameters.items()):
+            if p is not None and p.is_meta:
+                if id(p) not in memo:
+                    memo[id(p)] = nn.Parameter(torch.empty_like(p, device=device),
+                                               requires_grad=p.requires_grad)
+                m._parameters[name] = memo[id(p)]
+        for name, b in list(m._buffers.items()):
+            if b is not None and b.is_meta:
+                if id(b) not in memo:
+                    memo[id(b)] = torch.empty_like(b, device=device)
+                    meta_buffers.append(f"{mod_name}.{name}" if mod_name else name)
+                m._buffers[name] = memo[id(b)]
+    return meta_buffers
+
+
+def release(module: nn.Module) -> None:
+    """Put ``module``'s tensors back on meta (a full row whose shard has been cut from it)."""
+    module.to("meta")
+
+
+def default_init_fn(model: nn.Module) -> Callable[[nn.Module], None]:
+    """The model's own initialiser, applied to one row (see the module docstring)."""
+    fn = getattr(model, "autopar_init_fn", None)
+    if fn is not None:
+        return fn
+    for m in (model, getattr(model, "model", None)):
+        if m is not None and callable(getattr(m, "_init_weights", None)) and hasattr(m, "config"):
+            return lambda row, m=m: row.apply(m._init_weights)
+    return reset_parameters
+
+
+def reset_parameters(row: nn.Module) -> None:
+    """Each submodule's own ``reset_parameters``; a submodule with parameters and no
+    ``reset_parameters`` cannot be initialised here (one line naming it)."""
+    for name, m in row.named_modules():
+        if not any(True for _ in m.parameters(recurse=False)):
+            continue
+        if not callable(getattr(m, "reset_parameters", None)):
+            raise PlanError(f"cannot initialise {type(m).__name__} ('{name}') of a meta-built model: "
+                            "it has parameters and no reset_parameters(); pass init_fn=... to "
+                            "autopar.apply / init_serial, or weights=PATH")
+        m.reset_parameters()
+
+
+def init_row(row: nn.Module, seed: int, name: str, init_fn: Callable) -> None:
+    """Run ``init_fn(row)`` under a generator seeded by (seed, name); the global RNG is kept."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(row_seed(seed, name))
+        init_fn(row)
+
+
+class RowFiller:
+    """Materialises rows of a meta-built model on demand (``fill(i)``), with values from a
+    weights source (``weights.get(key)``) or from the seeded initialiser.
+
+    ``row_keys[i]``: local tensor name -> the serial state-dict keys of that tensor (all
+    aliases; the first is canonical), as ``autopar.runtime.stages.row_state_keys`` gives them.
+    """
+
+    def __init__(self, rows, row_keys, *, seed: int = 0, init_fn: Callable | None = None,
+                 model: nn.Module | None = None, weights=None, device="cpu"):
+        self.rows, self.row_keys, self.seed, self.weights = rows, row_keys, seed, weights
+        self.init_fn = init_fn or default_init_fn(model)
+        self.device = device
+        self.owner: dict[str, int] = {}
+        self.used_by: dict[str, set[int]] = {}
+        for i, names in enumerate(row_keys):
+            for keys in names.values():
+                self.owner.setdefault(keys[0], i)
+                self.used_by.setdefault(keys[0], set()).add(i)
+        self._shared: dict[str, torch.Tensor] = {}   # a tied tensor's value, for its later rows
+
+    def fill(self, i: int) -> nn.Module:
+        """Row ``i`` with real values (in place; returns the row module)."""
+        row = self.rows.modules[i]
+        meta_buffers = materialize_params(row, self.device)
+        if self.weights is not None:
+            self._load(i, row)
+        else:
+            if meta_buffers and self.init_fn is reset_parameters:
+                raise PlanError(f"buffer '{meta_buffers[0]}' of row {self.rows.names[i]} was built on "
+                                "meta and has no values; build the model under autopar.models."
+                                "meta_parameters() (parameters on meta, buffers real), or pass "
+                                "init_fn=... that fills it")
+            init_row(row, self.seed, self.rows.names[i], self.init_fn)
+            self._take_owned_values(i, row)
+        self._remember_shared(i, row)
+        return row
+
+    def _named(self, row: nn.Module) -> dict[str, torch.Tensor]:
+        from autopar.runtime.stages import tensors
+        return dict(tensors(row))
+
+    def _load(self, i: int, row: nn.Module) -> None:
+        with torch.no_grad():
+            for n, t in self._named(row).items():
+                keys = self.row_keys[i].get(n)
+                if not keys:
+                    continue
+                value = self.weights.get(keys)
+                if tuple(value.shape) != tuple(t.shape):
+                    raise PlanError(f"weights: '{keys[0]}' has shape {list(value.shape)} in "
+                                    f"{self.weights.where}, the model's is {list(t.shape)}; load "
+                                    "weights saved from this model")
+                t.copy_(value)
+
+    def _take_owned_values(self, i: int, row: nn.Module) -> None:
+        """A tensor this row shares with an earlier row gets that row's value."""
+        with torch.no_grad():
+            for n, t in self._named(row).items():
+                keys = self.row_keys[i].get(n)
+                if keys and self.owner[keys[0]] != i:
+                    t.copy_(self._value_of(keys[0]))
+
+    def _remember_shared(self, i: int, row: nn.Module) -> None:
+        for n, t in self._named(row).items():
+            keys = self.row_keys[i].get(n)
+            if keys and self.owner[keys[0]] == i and max(self.used_by[keys[0]]) > i:
+                self._shared[keys[0]] = t.detach().clone()
+
+    def _value_of(self, key: str) -> torch.Tensor:
+        """The value the owner row of ``key`` gives it: remembered when that row was filled
+        here, else initialised in flight from a meta copy of it (one row, freed at once)."""
+        if key not in self._shared:
+            j = self.owner[key]
+            tmp = copy.deepcopy(self.rows.modules[j])
+            materialize_params(tmp, self.device)
+            init_row(tmp, self.seed, self.rows.names[j], self.init_fn)
+            for n, t in self._named(tmp).items():
+                keys = self.row_keys[j].get(n)
+                if keys and keys[0] == key:
+                    self._shared[key] = t.detach().clone()
+            del tmp
+        return self._shared[key]
+
+
+def init_serial(model: nn.Module, seed: int = 0, init_fn: Callable | None = None,
+                weights=None) -> nn.Module:
+    """Materialise a meta-built ``model`` in this process with exactly the weights
+    ``autopar.apply(model, plan, seed=seed, init_fn=init_fn)`` gives every plan (or those of
+    ``weights``, a path ``autopar.runtime.weights.open_weights`` reads). In place; returns it."""
+    from autopar.runtime.rows import model_rows
+    from autopar.runtime.stages import row_state_keys
+    rows = model_rows(model)
+    _, row_keys = row_state_keys(model, rows)
+    source = None
+    if weights is not None:
+        from autopar.runtime.weights import open_weights
+        source = open_weights(weights, [k for names in row_keys for ks in names.values() for k in ks])
+    filler = RowFiller(rows, row_keys, seed=seed, init_fn=init_fn, model=model, weights=source)
+    for i in range(len(rows)):
+        filler.fill(i)
+    retie(model, row_keys)
+    return model
+
+
+def retie(model: nn.Module, row_keys) -> None:
+    """Rows materialised one by one hold one tensor per row; a tensor the meta-built model had
+    as one Parameter under several names (a tied embedding and LM head) becomes one again: the
+    first name's."""
+    for names in row_keys:
+        for keys in names.values():
+            for alias in keys[1:]:
+                owner, _, leaf = alias.rpartition(".")
+                mod = model.get_submodule(owner) if owner else model
+                first = model.get_parameter(keys[0]) if leaf in mod._parameters else None
+                if first is not None and mod._parameters[leaf] is not first:
+                    mod._parameters[leaf] = first

@@ -1,0 +1,136 @@
+"""Read a model's weights one tensor at a time, from whatever file they are in.
+
+``open_weights(path, groups)`` gives a ``WeightSource`` whose ``get(keys)`` returns one tensor
+of the serial model (``keys``: the model's names for it, a tied tensor has several). Nothing is
+read until asked for, so ``autopar.apply(..., weights=PATH)`` reads only the rows a rank runs:
+
+* a ``.safetensors`` file, or a Hugging Face checkpoint directory (``model.safetensors``, or
+  sharded with ``model.safetensors.index.json``): ``safetensors.safe_open``, one tensor per call;
+* a ``torch.save`` state dict: ``torch.load(mmap=True)``, so only the pages of the tensors read
+  are ever in memory;
+* an autopar checkpoint directory (``runner.save``): ``torch.distributed.checkpoint`` reading
+  only the requested key, without a process group.
+
+Names. A checkpoint's key is matched to the model's name as it is, or with the model's leading
+module names dropped (autopar's ``hf:`` wrapper adds ``model.`` before transformers' names), or
+(a checkpoint of the bare transformers base model) with ``model.`` dropped from the checkpoint's.
+A model tensor found under none of them is one PlanError line, checked before anything is read.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from costmodels.errors import PlanError
+
+
+class WeightSource:
+    def __init__(self, where: str, keys, read):
+        self.where = where
+        self._keys = set(keys)
+        self._read = read          # checkpoint key -> tensor
+        self._found: dict[str, str] = {}
+
+    def resolve(self, names: list[str]) -> str | None:
+        """The checkpoint key of a model tensor named ``names`` (aliases), or None."""
+        for name in names:
+            if name in self._found:
+                return self._found[name]
+            parts = name.split(".")
+            for i in range(len(parts)):
+                cand = ".".join(parts[i:])
+                for key in (cand, "model." + cand):
+                    if key in self._keys:
+                        self._found[name] = key
+                        return key
+        return None
+
+    def check(self, groups) -> WeightSource:
+        """PlanError (one line) when a model tensor is not in the checkpoint."""
+        missing = [g[0] for g in groups if self.resolve(list(g)) is None]
+        if missing:
+            sample = ", ".join(sorted(self._keys)[:3])
+            raise PlanError(f"weights {self.where} have no tensor for '{missing[0]}' "
+                            f"({len(missing)} model tensor(s) missing; the file has e.g. {sample}); "
+                            "load weights saved from this model")
+        return self
+
+    def get(self, names: list[str]) -> torch.Tensor:
+        key = self.resolve(list(names))
+        if key is None:
+            raise PlanError(f"weights {self.where} have no tensor for '{names[0]}'")
+        return self._read(key)
+
+
+def open_weights(path, groups) -> WeightSource:
+    """A WeightSource for ``path`` checked against the model's tensors ``groups`` (each a list
+    of a tensor's names; a plain name is a group of one)."""
+    groups = [[g] if isinstance(g, str) else list(g) for g in groups]
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise PlanError(f"weights '{path}' do not exist; give a torch.save state dict, a "
+                        ".safetensors file, a Hugging Face checkpoint directory or an autopar "
+                        "checkpoint")
+    if os.path.isdir(path):
+        source = _open_dir(path)
+    elif path.endswith(".safetensors"):
+        source = _safetensors([path], path)
+    else:
+        source = _torch_file(path)
+    return source.check(groups)
+
+
+def _open_dir(path: str) -> WeightSource:
+    from autopar.runtime.dcp import checkpoint_dir
+    ckpt = checkpoint_dir(path, missing_ok=True)
+    if ckpt is not None:
+        return _autopar_checkpoint(ckpt, path)
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError):
+            raise PlanError(f"weights: {index} is not a safetensors index (no 'weight_map')") from None
+        return _safetensors([os.path.join(path, f) for f in files], path)
+    single = os.path.join(path, "model.safetensors")
+    if os.path.isfile(single):
+        return _safetensors([single], path)
+    raise PlanError(f"weights directory '{path}' holds no model.safetensors, "
+                    "model.safetensors.index.json or autopar checkpoint")
+
+
+def _safetensors(files: list[str], where: str) -> WeightSource:
+    from safetensors import safe_open
+    handles, owner = [], {}
+    for f in files:
+        try:
+            h = safe_open(f, framework="pt")
+        except Exception as e:  # noqa: BLE001  (safetensors raises its own error types)
+            raise PlanError(f"weights '{f}' cannot be read as safetensors ({e})") from None
+        handles.append(h)
+        for k in h.keys():
+            owner[k] = h
+    return WeightSource(where, owner, lambda key: owner[key].get_tensor(key))
+
+
+def _torch_file(path: str) -> WeightSource:
+    try:
+        sd = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # noqa: BLE001  (pickle, zip and torch errors alike)
+        raise PlanError(f"weights '{path}' cannot be read by torch.load ({type(e).__name__}); "
+                        "give a state dict saved with torch.save") from None
+    if isinstance(sd, dict) and isinstance(sd.get("state_dict"), dict):
+        sd = sd["state_dict"]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise PlanError(f"weights '{path}' is not a state dict (a dict of tensors)")
+    return WeightSource(path, sd, lambda key: sd[key])
+
+
+def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
+    from autopar.runtime.dcp import MODEL_PREFIX, read_tensor, tensor_metadata
+    meta = tensor_metadata(ckpt)
+    keys = {k[len(MODEL_PREFIX):]: k for k in meta if k.startswith(MODEL_PREFIX)}
+    return WeightSource(where, keys, lambda key: read_tensor(ckpt, keys[key], meta[keys[key]]))
