@@ -152,6 +152,7 @@ class Runner:
         rows = ready.rows
         self._keys, row_keys = row_state_keys(model, rows)
         self._shapes = {k: tuple(t.shape) for k, t in model.state_dict(keep_vars=True).items()}
+        self._aliases = {k: ks[0] for names in row_keys for ks in names.values() for k in ks[1:]}
         filler = None
         if weights is not None or has_meta(model):
             source = open_weights(weights, [ks for names in row_keys for ks in names.values()]) \

@@ -11,7 +11,8 @@ What is saved, under the serial model's names so that any plan can read it:
 * ``rng.<rank>``: every rank's CPU (and CUDA) generator state, restored when the checkpoint is
   loaded under the same plan on the same world size;
 * ``autopar``: the plan (``Plan.to_dict()``), the model spec, the training step, the global
-  batch, the serial tensor shapes and the user's ``extra`` (e.g. the data position).
+  batch, the serial tensor shapes (and which names are aliases of a tied tensor) and the
+  user's ``extra`` (e.g. the data position).
 
 Layout on disk, so that a crash mid-save leaves the previous checkpoint whole::
 
@@ -195,7 +196,8 @@ def save(runner, path, optimizer=None, extra=None) -> str:
     sd = state_for(runner, optimizer)
     sd["autopar"] = dict(version=1, plan=runner.plan.to_dict(), spec=runner.spec,
                          step=runner.step, global_batch=runner.global_batch,
-                         world_size=len(lay.ranks), shapes=runner._shapes, extra=extra)
+                         world_size=len(lay.ranks), shapes=runner._shapes,
+                         aliases=runner._aliases, extra=extra)
     sd[f"rng.{lay.ranks.index(lay.rank)}"] = rng_state()
     saver, _ = planners()
     _barrier(pg, lay)

@@ -38,25 +38,36 @@ def has_meta(module: nn.Module) -> bool:
     return any(t.is_meta for t in module.parameters()) or any(t.is_meta for t in module.buffers())
 
 
-def materialize_params(module: nn.Module, device="cpu") -> list[str]:
+def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None = None) -> list[str]:
     """Replace every meta parameter (and buffer) of ``module`` by an uninitialised real tensor
-    (a parameter shared by two submodules stays one). Returns the names of the buffers that
-    were on meta: their values must come from an initialiser or a weights file."""
+    (a parameter shared by two submodules stays one), also where ``model`` holds the same
+    tensor (an fx-cut row holds its own references to the model's parameters). Returns the
+    names of the buffers that were on meta: their values must come from an initialiser or a
+    weights file."""
     memo: dict[int, torch.Tensor] = {}
+    old: list[torch.Tensor] = []   # kept alive, so that no new tensor takes a replaced one's id
     meta_buffers = []
     for mod_name, m in module.named_modules(remove_duplicate=False):
         for name, p in list(m._parameters.items()):
             if p is not None and p.is_meta:
                 if id(p) not in memo:
+                    old.append(p)
                     memo[id(p)] = nn.Parameter(torch.empty_like(p, device=device),
                                                requires_grad=p.requires_grad)
                 m._parameters[name] = memo[id(p)]
         for name, b in list(m._buffers.items()):
             if b is not None and b.is_meta:
                 if id(b) not in memo:
+                    old.append(b)
                     memo[id(b)] = torch.empty_like(b, device=device)
                     meta_buffers.append(f"{mod_name}.{name}" if mod_name else name)
                 m._buffers[name] = memo[id(b)]
+    if model is not None and memo:
+        for m in model.modules():
+            for store in (m._parameters, m._buffers):
+                for name, t in list(store.items()):
+                    if t is not None and id(t) in memo:
+                        store[name] = memo[id(t)]
     return meta_buffers
 
 
@@ -108,7 +119,7 @@ class RowFiller:
                  model: nn.Module | None = None, weights=None, device="cpu"):
         self.rows, self.row_keys, self.seed, self.weights = rows, row_keys, seed, weights
         self.init_fn = init_fn or default_init_fn(model)
-        self.device = device
+        self.device, self.model = device, model
         self.owner: dict[str, int] = {}
         self.used_by: dict[str, set[int]] = {}
         for i, names in enumerate(row_keys):
@@ -120,7 +131,7 @@ class RowFiller:
     def fill(self, i: int) -> nn.Module:
         """Row ``i`` with real values (in place; returns the row module)."""
         row = self.rows.modules[i]
-        meta_buffers = materialize_params(row, self.device)
+        meta_buffers = materialize_params(row, self.device, self.model)
         if self.weights is not None:
             self._load(i, row)
         else:
