@@ -15,7 +15,7 @@ import sys
 from costmodels.errors import AutoparError
 
 COMMANDS = ("models", "inspect", "hardware", "estimate", "search", "explain", "export", "apply",
-            "verify", "report", "profile", "validate")
+            "verify", "report", "profile", "validate", "checkpoint", "replan")
 
 
 class _Parser(argparse.ArgumentParser):
