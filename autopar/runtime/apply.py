@@ -157,8 +157,10 @@ class Runner:
         if weights is not None or has_meta(model):
             source = open_weights(weights, [ks for names in row_keys for ks in names.values()]) \
                 if weights is not None else None
+            local = {i for v in range(plan.virtual_stages) if v % plan.pp == lay.pp_rank
+                     for i in range(*ready.stages[v])}
             filler = RowFiller(rows, row_keys, seed=seed or 0, init_fn=init_fn, model=model,
-                               weights=source)
+                               weights=source, local_rows=local)
         self.stages_rows = ready.stages
         n_virtual = plan.virtual_stages
         self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]

@@ -18,6 +18,7 @@ weights every parallel plan starts from.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 from collections.abc import Callable
@@ -116,8 +117,10 @@ class RowFiller:
     """
 
     def __init__(self, rows, row_keys, *, seed: int = 0, init_fn: Callable | None = None,
-                 model: nn.Module | None = None, weights=None, device="cpu"):
+                 model: nn.Module | None = None, weights=None, device="cpu", local_rows=None):
         self.rows, self.row_keys, self.seed, self.weights = rows, row_keys, seed, weights
+        self.local_rows = set(range(len(rows)) if local_rows is None else local_rows)
+        self.inflight_bytes = 0   # the most bytes of another rank's row initialised here at once
         self.init_fn = init_fn or default_init_fn(model)
         self.device, self.model = device, model
         self.owner: dict[str, int] = {}
@@ -130,7 +133,9 @@ class RowFiller:
 
     def fill(self, i: int) -> nn.Module:
         """Row ``i`` with real values (in place; returns the row module)."""
+        self.inflight_bytes = 0
         row = self.rows.modules[i]
+        done = {id(t) for t in self._named(row).values() if not t.is_meta}
         meta_buffers = materialize_params(row, self.device, self.model)
         if self.weights is not None:
             self._load(i, row)
@@ -140,8 +145,9 @@ class RowFiller:
                                 "meta and has no values; build the model under autopar.models."
                                 "meta_parameters() (parameters on meta, buffers real), or pass "
                                 "init_fn=... that fills it")
-            init_row(row, self.seed, self.rows.names[i], self.init_fn)
-            self._take_owned_values(i, row)
+            with self._scratch_for_owned(i, row, done):
+                init_row(row, self.seed, self.rows.names[i], self.init_fn)
+            self._take_owned_values(i, row, done)
         self._remember_shared(i, row)
         return row
 
@@ -162,34 +168,76 @@ class RowFiller:
                                     "weights saved from this model")
                 t.copy_(value)
 
-    def _take_owned_values(self, i: int, row: nn.Module) -> None:
-        """A tensor this row shares with an earlier row gets that row's value."""
+    @contextlib.contextmanager
+    def _scratch_for_owned(self, i: int, row: nn.Module, done: set[int]):
+        """While row ``i`` initialises, a tensor an earlier row already gave a value (the same
+        Parameter, tied) is swapped for a scratch tensor, so the row's initialiser draws as it
+        always does without overwriting that value."""
+        swapped = []
+        for n, t in self._named(row).items():
+            keys = self.row_keys[i].get(n)
+            if keys and self.owner[keys[0]] != i and id(t) in done:
+                owner, _, leaf = n.rpartition(".")
+                mod = row.get_submodule(owner) if owner else row
+                store = mod._parameters if leaf in mod._parameters else mod._buffers
+                swapped.append((store, leaf, t))
+                store[leaf] = nn.Parameter(torch.empty_like(t)) if store is mod._parameters \
+                    else torch.empty_like(t)
+        try:
+            yield
+        finally:
+            for store, leaf, t in swapped:
+                store[leaf] = t
+
+    def _take_owned_values(self, i: int, row: nn.Module, done: set[int]) -> None:
+        """A tensor this row shares with an earlier row gets that row's value: remembered when
+        that row was filled here, else initialised in flight straight into this row's tensor
+        (one that already was that row's Parameter keeps its value)."""
         with torch.no_grad():
             for n, t in self._named(row).items():
                 keys = self.row_keys[i].get(n)
-                if keys and self.owner[keys[0]] != i:
-                    t.copy_(self._value_of(keys[0]))
+                if not keys or self.owner[keys[0]] == i or id(t) in done:
+                    continue
+                key = keys[0]
+                if key in self._shared:
+                    t.copy_(self._shared[key])
+                    if not any(r > i and r in self.local_rows for r in self.used_by[key]):
+                        del self._shared[key]
+                else:
+                    self._init_into(key, t)
 
     def _remember_shared(self, i: int, row: nn.Module) -> None:
+        """Keep (not copy) a tied tensor's storage for a later row of this rank."""
         for n, t in self._named(row).items():
             keys = self.row_keys[i].get(n)
-            if keys and self.owner[keys[0]] == i and max(self.used_by[keys[0]]) > i:
-                self._shared[keys[0]] = t.detach().clone()
+            if keys and self.owner[keys[0]] == i and any(
+                    r > i and r in self.local_rows for r in self.used_by[keys[0]]):
+                self._shared[keys[0]] = t.detach()
 
-    def _value_of(self, key: str) -> torch.Tensor:
-        """The value the owner row of ``key`` gives it: remembered when that row was filled
-        here, else initialised in flight from a meta copy of it (one row, freed at once)."""
-        if key not in self._shared:
-            j = self.owner[key]
-            tmp = copy.deepcopy(self.rows.modules[j])
-            materialize_params(tmp, self.device)
-            init_row(tmp, self.seed, self.rows.names[j], self.init_fn)
-            for n, t in self._named(tmp).items():
-                keys = self.row_keys[j].get(n)
-                if keys and keys[0] == key:
-                    self._shared[key] = t.detach().clone()
-            del tmp
-        return self._shared[key]
+    def held(self) -> list[torch.Tensor]:
+        """Tensors kept for later rows (counted in the rank's peak)."""
+        return list(self._shared.values())
+
+    def _init_into(self, key: str, target: torch.Tensor) -> None:
+        """Run the owner row's initialiser on a meta copy of it whose tensor ``key`` is
+        ``target``'s storage: ``target`` gets the owner's value, the copy's other tensors (one
+        row at most) are freed at once."""
+        j = self.owner[key]
+        tmp = copy.deepcopy(self.rows.modules[j])
+        for n, _ in self._named(tmp).items():
+            keys = self.row_keys[j].get(n)
+            if keys and keys[0] == key:
+                owner, _, leaf = n.rpartition(".")
+                mod = tmp.get_submodule(owner) if owner else tmp
+                if leaf in mod._parameters:
+                    mod._parameters[leaf] = nn.Parameter(target, requires_grad=target.requires_grad)
+                else:
+                    mod._buffers[leaf] = target
+        materialize_params(tmp, self.device)
+        from autopar.runtime.stages import live_param_bytes
+        self.inflight_bytes = max(self.inflight_bytes, live_param_bytes([tmp], exclude=[target]))
+        init_row(tmp, self.seed, self.rows.names[j], self.init_fn)
+        del tmp
 
 
 def init_serial(model: nn.Module, seed: int = 0, init_fn: Callable | None = None,

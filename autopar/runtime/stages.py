@@ -99,8 +99,11 @@ class LocalStages:
     shards: list[dict[str, object]] = field(default_factory=list)    # local name -> rewrite ShardSpec
     stats: dict[str, int] = field(default_factory=dict)   # peak_param_bytes, param_bytes (meta build)
 
-    def note_peak(self, modules) -> None:
-        live = live_param_bytes(modules)
+    def note_peak(self, modules, filler=None, inflight: bool = False) -> None:
+        """Record the parameter bytes live now: ``modules``, the tensors ``filler`` keeps for
+        later rows and (``inflight``, just after a fill) the other rank's row it initialised."""
+        live = live_param_bytes(modules, filler.held() if filler else ())
+        live += filler.inflight_bytes if filler and inflight else 0
         self.stats["peak_param_bytes"] = max(self.stats.get("peak_param_bytes", 0), live)
 
 
@@ -122,9 +125,10 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
             row = rows.modules[i]
             if filler is not None:
                 filler.fill(i)
+                out.note_peak([*out.modules, *mods, row], filler, inflight=True)
             r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
             if filler is not None:
-                out.note_peak([*out.modules, *mods, row, r])
+                out.note_peak([*out.modules, *mods, row, r], filler)
                 if r is not row:
                     row.to("meta")   # the full row: only this rank's shard is kept
             if fsdp and rows.kinds[i] == "block":
@@ -149,17 +153,17 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
     return out
 
 
-def live_param_bytes(modules) -> int:
-    """Bytes of the real (not meta) parameters of ``modules``, each storage once (a DTensor's
-    local shard)."""
-    seen, total = set(), 0
-    for m in modules:
-        for p in m.parameters():
-            t = p._local_tensor if hasattr(p, "_local_tensor") else p
-            if t.is_meta or t.untyped_storage().data_ptr() in seen:
-                continue
-            seen.add(t.untyped_storage().data_ptr())
-            total += t.untyped_storage().nbytes()
+def live_param_bytes(modules, extra=(), exclude=()) -> int:
+    """Bytes of the real (not meta) parameters of ``modules`` and the tensors ``extra``, each
+    storage once (a DTensor's local shard), leaving out the storages of ``exclude``."""
+    seen = {t.untyped_storage().data_ptr() for t in exclude}
+    total = 0
+    for p in [q for m in modules for q in m.parameters()] + list(extra):
+        t = p._local_tensor if hasattr(p, "_local_tensor") else p
+        if t.is_meta or t.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(t.untyped_storage().data_ptr())
+        total += t.untyped_storage().nbytes()
     return total
 
 
