@@ -133,6 +133,7 @@ def _world_rank(ckpt, hf_dir):
     runner, opt, _ = run(dict(dp=2, pp=2, zero=1), False)
     first = _train(runner, opt, source, 0, 3)
     runner.save(ckpt, optimizer=opt, extra={"next_batch": 3})
+    out["saved_state"] = runner.full_state_dict()
     out["uninterrupted"] = first + _train(runner, opt, source, 3, 3)
     for name, plan in (("same", dict(dp=2, pp=2, zero=1)), ("tp2pp2", dict(tp=2, pp=2)),
                        ("dp4zero3", dict(dp=4, zero=3))):
@@ -157,8 +158,9 @@ def world(tmp_path_factory):
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         hf_loss = float(token_loss(hf(input_ids=ids).logits, ids))
-    ranks = spawn(_world_rank, 4, str(tmp_path_factory.mktemp("ckpt")), hf_dir)
-    return ranks, hf_loss
+    ckpt = str(tmp_path_factory.mktemp("ckpt"))
+    ranks = spawn(_world_rank, 4, ckpt, hf_dir)
+    return ranks, hf_loss, ckpt
 
 
 def _rel(a, b):
@@ -166,13 +168,13 @@ def _rel(a, b):
 
 
 def test_meta_build_trains_like_init_serial(world):
-    ranks, _ = world
+    ranks, *_ = world
     serial, par = ranks[0]["serial"], ranks[0]["uninterrupted"]
     assert _rel(par[:3], serial[:3]) < 1e-5, (par, serial)
 
 
 def test_resume_same_plan_is_bit_identical(world):
-    ranks, _ = world
+    ranks, *_ = world
     extra, step, losses = ranks[0]["same"]
     assert extra == {"next_batch": 3} and step == 3
     assert losses == ranks[0]["uninterrupted"][3:]
@@ -180,7 +182,7 @@ def test_resume_same_plan_is_bit_identical(world):
 
 @pytest.mark.parametrize("plan", ["tp2pp2", "dp4zero3"])
 def test_resume_under_another_plan_matches_serial(world, plan):
-    ranks, _ = world
+    ranks, *_ = world
     _, step, losses = ranks[0][plan]
     assert step == 3
     assert _rel(losses, ranks[0]["serial"][3:]) < 1e-5, (losses, ranks[0]["serial"][3:])
@@ -188,7 +190,7 @@ def test_resume_under_another_plan_matches_serial(world, plan):
 
 @pytest.mark.parametrize("plan", ["pp2tp2", "dp2zero3pp2"])
 def test_each_rank_holds_its_share_plus_at_most_one_row(world, plan):
-    ranks, _ = world
+    ranks, *_ = world
     for r, out in enumerate(ranks):
         m = out["memory"][plan]
         assert m["param_bytes"] == m["share"], (r, m)
@@ -197,8 +199,46 @@ def test_each_rank_holds_its_share_plus_at_most_one_row(world, plan):
 
 
 def test_hf_llama_loads_into_tp2_pp2(world):
-    ranks, hf_loss = world
+    ranks, hf_loss, _ = world
     assert abs(ranks[0]["hf_loss"] - hf_loss) / hf_loss < 1e-5, (ranks[0]["hf_loss"], hf_loss)
+
+
+# ---- the checkpoint out of the world: export, weights=, show, replan, wrong model ---------------
+def test_export_streams_the_serial_state_dict(world, tmp_path):
+    from safetensors.torch import load_file
+
+    from autopar.runtime.export import export_checkpoint
+    ranks, _, ckpt = world
+    saved = ranks[0]["saved_state"]
+    st = load_file(export_checkpoint(ckpt, str(tmp_path / "model.safetensors")))
+    pt = torch.load(export_checkpoint(ckpt, str(tmp_path / "model.pt")))
+    for out in (st, pt):
+        assert out.keys() == saved.keys()
+        assert all(torch.equal(out[k], v) for k, v in saved.items())
+
+
+def test_checkpoint_as_weights_and_cli(world, tmp_path, capsys):
+    from autopar.cli.main import main
+    from autopar.models import load_model
+    from autopar.runtime.materialize import init_serial
+    from costmodels.errors import PlanError
+    from costmodels.plans_file import load_plan
+    ranks, _, ckpt = world
+    model = init_serial(load_model(SPEC).build_meta(), weights=ckpt)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in ranks[0]["saved_state"].items())
+    assert main(["checkpoint", "show", ckpt]) == 0
+    assert "dp2·tp1·pp2" in capsys.readouterr().out
+    plans = str(tmp_path / "replan.json")
+    assert main(["replan", ckpt, "--gpus", "2", "--hardware", "a100-80g-sxm", "-o", plans,
+                 "--time-limit", "20"]) == 0
+    assert load_plan(plans).world_size == 2
+    other = load_model("gpt:layers=4,hidden=64,heads=4,vocab=64,seq=16,dropout=0").build_meta()
+    with pytest.raises(PlanError, match="has shape"):
+        init_serial(other, weights=ckpt)
+    capsys.readouterr()
+    assert main(["checkpoint", "show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not an autopar checkpoint" in err and "Traceback" not in err
 
 
 # ---- a rank SIGKILLed while saving ---------------------------------------------------------------

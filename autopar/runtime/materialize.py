@@ -252,7 +252,7 @@ def init_serial(model: nn.Module, seed: int = 0, init_fn: Callable | None = None
     source = None
     if weights is not None:
         from autopar.runtime.weights import open_weights
-        source = open_weights(weights, [k for names in row_keys for ks in names.values() for k in ks])
+        source = open_weights(weights, [ks for names in row_keys for ks in names.values()])
     filler = RowFiller(rows, row_keys, seed=seed, init_fn=init_fn, model=model, weights=source)
     for i in range(len(rows)):
         filler.fill(i)

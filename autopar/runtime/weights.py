@@ -130,7 +130,11 @@ def _torch_file(path: str) -> WeightSource:
 
 
 def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
-    from autopar.runtime.dcp import MODEL_PREFIX, read_tensor, tensor_metadata
+    """Every serial key, tied aliases included (the checkpoint stores a tied tensor once)."""
+    from autopar.runtime.dcp import MODEL_PREFIX, read_object, read_tensor, tensor_metadata
     meta = tensor_metadata(ckpt)
     keys = {k[len(MODEL_PREFIX):]: k for k in meta if k.startswith(MODEL_PREFIX)}
+    for alias, canonical in (read_object(ckpt).get("aliases") or {}).items():
+        if canonical in keys:
+            keys[alias] = keys[canonical]
     return WeightSource(where, keys, lambda key: read_tensor(ckpt, keys[key], meta[keys[key]]))
