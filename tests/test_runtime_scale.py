@@ -139,6 +139,19 @@ def _world_rank(ckpt, hf_dir):
                        ("dp4zero3", dict(dp=4, zero=3))):
         runner, opt, extra = run(plan, True)
         out[name] = (extra, runner.step, _train(runner, opt, source, extra["next_batch"], 3))
+    # an async save of the last runner (dp4·ZeRO-3): training goes on while it is written
+    out["async_state"] = runner.full_state_dict()
+    runner.save(ckpt + "_async", optimizer=opt, async_save=True)
+    _train(runner, opt, source, 6, 1)
+    runner.wait_for_save()
+    # a checkpoint of another model: one line on every rank, before anything is read
+    other = load_model(SPEC.replace("hidden=32", "hidden=64"))
+    wrong = apply(other.build_meta(), Plan(dp=4), seed=SEED, spec=other.spec)
+    try:
+        wrong.load(ckpt)
+        out["wrong_model"] = None
+    except Exception as e:  # noqa: BLE001  (the test asserts what it is)
+        out["wrong_model"] = f"{type(e).__name__}: {e}"
     out["memory"] = {"pp2tp2": _memory(dict(pp=2, tp=2)),
                      "dp2zero3pp2": _memory(dict(dp=2, pp=2, zero=3))}
     out["hf_loss"] = _hf_loss(hf_dir)
@@ -215,6 +228,17 @@ def test_export_streams_the_serial_state_dict(world, tmp_path):
     for out in (st, pt):
         assert out.keys() == saved.keys()
         assert all(torch.equal(out[k], v) for k, v in saved.items())
+
+
+def test_async_save_and_wrong_model(world):
+    from autopar.runtime.export import serial_state_dict
+    ranks, _, ckpt = world
+    saved, _ = serial_state_dict(ckpt + "_async")
+    state = ranks[0]["async_state"]
+    assert saved.keys() == state.keys() and all(torch.equal(saved[k], v) for k, v in state.items())
+    for out in ranks:
+        assert out["wrong_model"].startswith("PlanError: checkpoint"), out["wrong_model"]
+        assert "was saved from model" in out["wrong_model"]
 
 
 def test_checkpoint_as_weights_and_cli(world, tmp_path, capsys):

@@ -273,19 +273,30 @@ class Runner:
         with peer_failures("full_state_dict", self.layout.ranks, self.rank, adist.timeout_s()):
             return full_state_dict(self._local, self._keys, self.layout, self.plan)
 
-    def save(self, path, optimizer=None, extra=None) -> str:
+    def save(self, path, optimizer=None, extra=None, async_save: bool = False):
         """Write a distributed checkpoint of the model, ``optimizer``'s state, the step, every
         rank's RNG state, the plan, the spec and ``extra`` (``autopar.runtime.dcp``); every rank
-        of the plan calls it. A crash mid-save leaves the previous checkpoint whole."""
+        of the plan calls it. A crash mid-save leaves the previous checkpoint whole.
+        ``async_save``: return once the state is copied, write in the background; the
+        returned ``PendingSave.wait()`` (also run by the next save or load) completes it."""
         from autopar.runtime import dcp
         with peer_failures("runner.save", self.layout.ranks, self.rank, adist.timeout_s()):
-            return dcp.save(self, path, optimizer=optimizer, extra=extra)
+            self.wait_for_save()
+            out = dcp.save(self, path, optimizer=optimizer, extra=extra, async_save=async_save)
+            self._pending_save = out if async_save else None
+            return out
+
+    def wait_for_save(self) -> str | None:
+        """Finish an ``async_save`` still being written (every rank calls it)."""
+        pending, self._pending_save = getattr(self, "_pending_save", None), None
+        return pending.wait() if pending is not None else None
 
     def load(self, path, optimizer=None):
         """Read a checkpoint saved under any plan of this model into this runner (and
         ``optimizer``, built over ``runner.parameters()``); returns the saved ``extra``."""
         from autopar.runtime import dcp
         with peer_failures("runner.load", self.layout.ranks, self.rank, adist.timeout_s()):
+            self.wait_for_save()
             return dcp.load(self, path, optimizer=optimizer)
 
     def parameter_bytes(self) -> int:

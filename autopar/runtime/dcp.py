@@ -178,20 +178,23 @@ def init_optimizer_state(optimizer) -> None:
 
 
 # ---- save and load --------------------------------------------------------------------------
-def save(runner, path, optimizer=None, extra=None) -> str:
-    """Write the checkpoint (see the module docstring); returns the DCP directory written."""
+def save(runner, path, optimizer=None, extra=None, async_save: bool = False):
+    """Write the checkpoint (see the module docstring); returns the DCP directory written, or
+    with ``async_save`` a ``PendingSave`` whose ``wait()`` (on every rank) completes it."""
     import torch.distributed.checkpoint as dcp
     path = os.fspath(path)
     lay = runner.layout
     pg = adist.group(lay.ranks)
-    first = lay.rank == lay.ranks[0]
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise PlanError(f"checkpoint path '{path}' is a file; give a directory")
+    if async_save and len(lay.ranks) != dist.get_world_size():
+        raise PlanError("runner.save(async_save=True) needs the plan to span the whole world (its "
+                        "writer gets a process group of its own); save synchronously")
     name = [f"step-{runner.step:08d}-{uuid.uuid4().hex[:6]}"]
     if len(lay.ranks) > 1:
         dist.broadcast_object_list(name, src=lay.ranks[0], group=pg)
-    tmp, final = os.path.join(path, f".{name[0]}.tmp"), os.path.join(path, name[0])
-    if first:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise PlanError(f"checkpoint path '{path}' is a file; give a directory")
+    tmp = os.path.join(path, f".{name[0]}.tmp")
+    if lay.rank == lay.ranks[0]:
         os.makedirs(tmp, exist_ok=True)
     sd = state_for(runner, optimizer)
     sd["autopar"] = dict(version=1, plan=runner.plan.to_dict(), spec=runner.spec,
@@ -201,17 +204,44 @@ def save(runner, path, optimizer=None, extra=None) -> str:
     sd[f"rng.{lay.ranks.index(lay.rank)}"] = rng_state()
     saver, _ = planners()
     _barrier(pg, lay)
-    dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp), planner=saver, process_group=pg)
-    _barrier(pg, lay)   # every rank's files are written (DCP's .metadata last, by the first)
-    if first:
-        os.rename(tmp, final)
-        _write_latest(path, name[0])
-        for old in os.listdir(path):
-            full = os.path.join(path, old)
-            if old not in (name[0], LATEST) and os.path.isdir(full) and old.startswith(("step-", ".step-")):
-                shutil.rmtree(full, ignore_errors=True)
-    _barrier(pg, lay)
-    return final
+    writer = dcp.FileSystemWriter(tmp)
+    if async_save:   # staged (copied) before it returns; written by a thread on its own group
+        global _ASYNC_GROUP
+        if _ASYNC_GROUP is None:
+            _ASYNC_GROUP = dist.new_group(backend="gloo")
+        future = dcp.async_save(sd, storage_writer=writer, planner=saver, process_group=_ASYNC_GROUP)
+        return PendingSave(path, name[0], pg, lay, future)
+    dcp.save(sd, storage_writer=writer, planner=saver, process_group=pg)
+    return PendingSave(path, name[0], pg, lay, None).wait()
+
+
+_ASYNC_GROUP = None
+
+
+class PendingSave:
+    """A save whose files are being written; ``wait()`` on every rank of the plan finishes it
+    (the temporary directory renamed, ``LATEST`` replaced, the older checkpoint removed) and
+    returns the DCP directory."""
+
+    def __init__(self, path, name, pg, layout, future):
+        self.path, self.name, self.pg, self.layout, self.future = path, name, pg, layout, future
+
+    def wait(self) -> str:
+        if self.future is not None:
+            self.future.result()
+            self.future = None
+        lay, path, name = self.layout, self.path, self.name
+        _barrier(self.pg, lay)   # every rank's files are written (DCP's .metadata last)
+        final = os.path.join(path, name)
+        if lay.rank == lay.ranks[0]:
+            os.rename(os.path.join(path, f".{name}.tmp"), final)
+            _write_latest(path, name)
+            for old in os.listdir(path):
+                full = os.path.join(path, old)
+                if old not in (name, LATEST) and os.path.isdir(full) and old.startswith(("step-", ".step-")):
+                    shutil.rmtree(full, ignore_errors=True)
+        _barrier(self.pg, lay)
+        return final
 
 
 def load(runner, path, optimizer=None):
@@ -223,10 +253,11 @@ def load(runner, path, optimizer=None):
     info = read_object(ckpt) if "autopar" in md else None
     if info is None:
         raise PlanError(f"'{ckpt}' is a DCP checkpoint autopar did not write (no 'autopar' entry)")
+    _check_same_model(md, info, ckpt, optimizer, runner._shapes)
     if optimizer is not None:
         init_optimizer_state(optimizer)
     sd = state_for(runner, optimizer, for_load=True)
-    _check_compatible(sd, md, info, ckpt, optimizer)
+    _check_entries(sd, md, info, ckpt)
     same_layout = (info["plan"] == runner.plan.to_dict() and info["world_size"] == len(runner.layout.ranks))
     rng_key = f"rng.{runner.layout.ranks.index(runner.rank)}"
     if same_layout and rng_key in md:
@@ -243,14 +274,30 @@ def load(runner, path, optimizer=None):
     return info.get("extra")
 
 
-def _check_compatible(sd, md, info, ckpt, optimizer) -> None:
-    """One line, before any rank reads, when the checkpoint cannot fill this runner."""
+def _check_same_model(md, info, ckpt, optimizer, shapes) -> None:
+    """One line, on every rank alike and before anything changes, when the checkpoint is of
+    another model (the serial model's names and shapes) or lacks the optimizer state asked for."""
+    saved = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
+    for key, shape in shapes.items():
+        if saved.get(key, shape) != tuple(shape) or key not in saved:
+            was = f"shape {list(saved[key])}" if key in saved else "no such tensor"
+            raise PlanError(f"checkpoint '{ckpt}' was saved from model '{info.get('spec')}': "
+                            f"'{key}' has {was} there, {list(shape)} in this model; load it into "
+                            "the model it was saved from")
+    if optimizer is not None and not any(k.startswith(OPTIM_PREFIX) for k in md):
+        raise PlanError(f"checkpoint '{ckpt}' holds no optimizer state (saved without "
+                        "optimizer=...); load it with optimizer=None")
+
+
+def _check_entries(sd, md, info, ckpt) -> None:
+    """This rank's entries (after ``_check_same_model`` only an optimizer of another kind,
+    e.g. AdamW state asked of a checkpoint saved with SGD, can be missing)."""
     for fqn, v in sd.items():
         if not fqn.startswith((MODEL_PREFIX, OPTIM_PREFIX)):
             continue
         if fqn not in md:
             what = "optimizer state" if fqn.startswith(OPTIM_PREFIX) else "tensor"
-            hint = ("it was saved without optimizer=...; load with optimizer=None" if
+            hint = ("it was saved with another optimizer; build the one it was saved with" if
                     fqn.startswith(OPTIM_PREFIX) else
                     f"it was saved from model '{info.get('spec')}', another model than this runner's")
             raise PlanError(f"checkpoint '{ckpt}' has no {what} '{fqn}': {hint}")
