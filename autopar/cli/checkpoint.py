@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 
 def run_show(args) -> int:
-    from autopar.runtime.dcp import checkpoint_dir, read_object, tensor_metadata
+    from autopar.runtime.dcp_files import checkpoint_dir, read_object, tensor_metadata
     from costmodels.plan import Plan
     ckpt = checkpoint_dir(args.ckpt)
     info = read_object(ckpt)

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 def replan_checkpoint(ckpt: str, gpus: int, hardware: str, *, global_batch: int | None = None,
                       model: str | None = None, top: int = 3, time_limit_s: float = 120.0):
     """(SearchResult, model spec, global batch searched, note or None)."""
-    from autopar.runtime.dcp import checkpoint_dir, read_object
+    from autopar.runtime.dcp_files import checkpoint_dir, read_object
     from autopar.search import search
     from costmodels.errors import NoFeasiblePlanError, PlanError
     info = read_object(checkpoint_dir(ckpt))

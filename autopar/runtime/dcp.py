@@ -34,72 +34,18 @@ import torch
 import torch.distributed as dist
 
 from autopar.runtime import dist as adist
+from autopar.runtime.dcp_files import (
+    LATEST,
+    MODEL_PREFIX,
+    OPTIM_PREFIX,
+    checkpoint_dir,
+    metadata,
+    read_object,
+    write_latest,
+)
 from autopar.runtime.pieces import keep_rows, pieces_of, planners, tp_rects
 from autopar.runtime.stages import tensors
 from costmodels.errors import PlanError
-
-MODEL_PREFIX = "model."
-OPTIM_PREFIX = "optim."
-LATEST = "LATEST"
-
-
-# ---- where a checkpoint is ------------------------------------------------------------------
-def checkpoint_dir(path, missing_ok: bool = False) -> str | None:
-    """The DCP directory of the checkpoint at ``path`` (``LATEST``'s, or ``path`` itself)."""
-    path = os.fspath(path)
-    latest = os.path.join(path, LATEST)
-    if os.path.isfile(latest):
-        with open(latest, encoding="utf-8") as f:
-            name = f.read().strip()
-        full = os.path.join(path, name)
-        if name and os.path.isfile(os.path.join(full, ".metadata")):
-            return full
-        raise PlanError(f"checkpoint '{path}': LATEST names '{name}', which is not a complete "
-                        "checkpoint; the directory was changed by hand")
-    if os.path.isfile(os.path.join(path, ".metadata")):
-        return path
-    if missing_ok:
-        return None
-    raise PlanError(f"'{path}' is not an autopar checkpoint (no LATEST, no DCP .metadata); give "
-                    "the directory runner.save wrote")
-
-
-def metadata(ckpt: str):
-    from torch.distributed.checkpoint import FileSystemReader
-    try:
-        return FileSystemReader(ckpt).read_metadata()
-    except Exception as e:  # noqa: BLE001  (unpickling a damaged file raises anything)
-        raise PlanError(f"checkpoint '{ckpt}' has an unreadable .metadata ({type(e).__name__}); "
-                        "it is damaged: load an earlier one") from None
-
-
-def tensor_metadata(ckpt: str) -> dict:
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-    return {k: v for k, v in metadata(ckpt).state_dict_metadata.items()
-            if isinstance(v, TensorStorageMetadata)}
-
-
-def read_tensor(ckpt: str, key: str, md) -> torch.Tensor:
-    """One whole tensor of the checkpoint, read in this process alone."""
-    import torch.distributed.checkpoint as dcp
-    t = torch.empty(tuple(md.size), dtype=md.properties.dtype)
-    _quiet(dcp.load, {key: t}, checkpoint_id=ckpt, no_dist=True)
-    return t
-
-
-def read_object(ckpt: str, key: str = "autopar"):
-    """One saved object (``autopar``: the plan, spec, step, shapes and extra)."""
-    import torch.distributed.checkpoint as dcp
-    sd = {key: None}
-    _quiet(dcp.load, sd, checkpoint_id=ckpt, no_dist=True)
-    return sd[key]
-
-
-def _quiet(fn, *args, **kwargs):
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # "assuming the intent is ... one process"
-        return fn(*args, **kwargs)
 
 
 # ---- this rank's state as rectangles of the serial tensors ----------------------------------
@@ -235,7 +181,7 @@ class PendingSave:
         final = os.path.join(path, name)
         if lay.rank == lay.ranks[0]:
             os.rename(os.path.join(path, f".{name}.tmp"), final)
-            _write_latest(path, name)
+            write_latest(path, name)
             for old in os.listdir(path):
                 full = os.path.join(path, old)
                 if old not in (name, LATEST) and os.path.isdir(full) and old.startswith(("step-", ".step-")):
@@ -305,15 +251,6 @@ def _check_entries(sd, md, info, ckpt) -> None:
         if size is not None and hasattr(v, "size") and tuple(size) != tuple(v.size()):
             raise PlanError(f"checkpoint '{ckpt}': '{fqn}' has shape {list(size)}, this model's is "
                             f"{list(v.size())}; it was saved from model '{info.get('spec')}'")
-
-
-def _write_latest(path: str, name: str) -> None:
-    tmp = os.path.join(path, f".{LATEST}.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(path, LATEST))
 
 
 def _barrier(pg, lay) -> None:

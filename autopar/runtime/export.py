@@ -22,7 +22,7 @@ import shutil
 
 import torch
 
-from autopar.runtime.dcp import MODEL_PREFIX, checkpoint_dir, read_object, read_tensor, tensor_metadata
+from autopar.runtime.dcp_files import MODEL_PREFIX, checkpoint_dir, read_object, read_tensor, tensor_metadata
 from costmodels.errors import PlanError
 
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",

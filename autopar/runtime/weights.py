@@ -83,7 +83,7 @@ def open_weights(path, groups) -> WeightSource:
 
 
 def _open_dir(path: str) -> WeightSource:
-    from autopar.runtime.dcp import checkpoint_dir
+    from autopar.runtime.dcp_files import checkpoint_dir
     ckpt = checkpoint_dir(path, missing_ok=True)
     if ckpt is not None:
         return _autopar_checkpoint(ckpt, path)
@@ -131,7 +131,7 @@ def _torch_file(path: str) -> WeightSource:
 
 def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
     """Every serial key, tied aliases included (the checkpoint stores a tied tensor once)."""
-    from autopar.runtime.dcp import MODEL_PREFIX, read_object, read_tensor, tensor_metadata
+    from autopar.runtime.dcp_files import MODEL_PREFIX, read_object, read_tensor, tensor_metadata
     meta = tensor_metadata(ckpt)
     keys = {k[len(MODEL_PREFIX):]: k for k in meta if k.startswith(MODEL_PREFIX)}
     for alias, canonical in (read_object(ckpt).get("aliases") or {}).items():
