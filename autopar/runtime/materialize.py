@@ -14,7 +14,9 @@ else each submodule's ``reset_parameters``. The global RNG is left as it was. A 
 by two rows (a tied embedding and LM head) takes the value of the first row that holds it, on
 every rank, whether or not that row runs there. ``init_serial(model, seed)`` runs exactly the
 same per-row initialisation in one process, so the serial model of ``autopar verify`` has the
-weights every parallel plan starts from.
+weights every parallel plan starts from. Rows are materialised on the CPU whatever the
+accelerator (the runner moves its stages there afterwards): CPU generators give the same values
+on every machine, so a plan on GPUs starts from the weights ``init_serial`` gives anywhere.
 """
 from __future__ import annotations
 
@@ -70,11 +72,6 @@ def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None 
                     if t is not None and id(t) in memo:
                         store[name] = memo[id(t)]
     return meta_buffers
-
-
-def release(module: nn.Module) -> None:
-    """Put ``module``'s tensors back on meta (a full row whose shard has been cut from it)."""
-    module.to("meta")
 
 
 def default_init_fn(model: nn.Module) -> Callable[[nn.Module], None]:
