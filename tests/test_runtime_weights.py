@@ -79,3 +79,14 @@ def test_a_module_without_an_initialiser_is_one_line():
         init_serial(model)
     init_serial(model, init_fn=lambda row: [nn.init.ones_(p) for p in row.parameters()])
     assert all(torch.equal(p, torch.ones_like(p)) for p in model.parameters())
+
+
+def test_a_buffer_built_on_meta_is_one_line(tmp_path):
+    source = load_model(SPEC)
+    torch.save(source.build("cpu", seed=1).state_dict(), tmp_path / "w.pt")
+    with torch.device("meta"):   # the causal mask too: nothing would give it values
+        model = source.build("meta", seed=None)
+    with pytest.raises(PlanError, match="buffer .*bias.* built on meta"):
+        init_serial(model, weights=str(tmp_path / "w.pt"))
+    with pytest.raises(PlanError, match="buffer .*built on meta"):
+        init_serial(source.build("meta", seed=None))

@@ -155,8 +155,8 @@ class Runner:
         self._aliases = {k: ks[0] for names in row_keys for ks in names.values() for k in ks[1:]}
         filler = None
         if weights is not None or has_meta(model):
-            source = open_weights(weights, [ks for names in row_keys for ks in names.values()]) \
-                if weights is not None else None
+            source = open_weights(weights, [ks for names in row_keys for ks in names.values()],
+                                  self._shapes) if weights is not None else None
             local = {i for v in range(plan.virtual_stages) if v % plan.pp == lay.pp_rank
                      for i in range(*ready.stages[v])}
             filler = RowFiller(rows, row_keys, seed=seed or 0, init_fn=init_fn, model=model,

@@ -127,21 +127,33 @@ class RowFiller:
                 self.owner.setdefault(keys[0], i)
                 self.used_by.setdefault(keys[0], set()).add(i)
         self._shared: dict[str, torch.Tensor] = {}   # a tied tensor's value, for its later rows
+        self._check_buffers()
+
+    def _check_buffers(self) -> None:
+        """A buffer built on meta that neither the weights nor an initialiser fill would hold
+        garbage: one line, decided alike on every rank before any row is filled."""
+        stored = {k for names in self.row_keys for keys in names.values() for k in keys}
+        for i, row in enumerate(self.rows.modules):
+            for n, b in row.named_buffers():
+                if not b.is_meta:
+                    continue
+                covered = self.weights is not None and self.row_keys[i].get(n) and stored
+                if covered or (self.weights is None and self.init_fn is not reset_parameters):
+                    continue
+                raise PlanError(f"buffer '{n}' of row {self.rows.names[i]} was built on meta and "
+                                "nothing gives it values; build the model under autopar.models."
+                                "source.meta_parameters() (parameters on meta, buffers real, what "
+                                "source.build_meta() does), or pass init_fn=... that fills it")
 
     def fill(self, i: int) -> nn.Module:
         """Row ``i`` with real values (in place; returns the row module)."""
         self.inflight_bytes = 0
         row = self.rows.modules[i]
         done = {id(t) for t in self._named(row).values() if not t.is_meta}
-        meta_buffers = materialize_params(row, self.device, self.model)
+        materialize_params(row, self.device, self.model)
         if self.weights is not None:
             self._load(i, row)
         else:
-            if meta_buffers and self.init_fn is reset_parameters:
-                raise PlanError(f"buffer '{meta_buffers[0]}' of row {self.rows.names[i]} was built on "
-                                "meta and has no values; build the model under autopar.models."
-                                "meta_parameters() (parameters on meta, buffers real), or pass "
-                                "init_fn=... that fills it")
             with self._scratch_for_owned(i, row, done):
                 init_row(row, self.seed, self.rows.names[i], self.init_fn)
             self._take_owned_values(i, row, done)
@@ -249,7 +261,8 @@ def init_serial(model: nn.Module, seed: int = 0, init_fn: Callable | None = None
     source = None
     if weights is not None:
         from autopar.runtime.weights import open_weights
-        source = open_weights(weights, [ks for names in row_keys for ks in names.values()])
+        shapes = {k: tuple(t.shape) for k, t in model.state_dict(keep_vars=True).items()}
+        source = open_weights(weights, [ks for names in row_keys for ks in names.values()], shapes)
     filler = RowFiller(rows, row_keys, seed=seed, init_fn=init_fn, model=model, weights=source)
     for i in range(len(rows)):
         filler.fill(i)

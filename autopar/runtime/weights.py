@@ -27,10 +27,11 @@ from costmodels.errors import PlanError
 
 
 class WeightSource:
-    def __init__(self, where: str, keys, read):
+    def __init__(self, where: str, keys, read, shape):
         self.where = where
         self._keys = set(keys)
         self._read = read          # checkpoint key -> tensor
+        self._shape = shape        # checkpoint key -> shape, without reading the tensor
         self._found: dict[str, str] = {}
 
     def resolve(self, names: list[str]) -> str | None:
@@ -47,14 +48,22 @@ class WeightSource:
                         return key
         return None
 
-    def check(self, groups) -> WeightSource:
-        """PlanError (one line) when a model tensor is not in the checkpoint."""
+    def check(self, groups, shapes=None) -> WeightSource:
+        """PlanError (one line) when a model tensor is not in the checkpoint, or (``shapes``:
+        serial key -> shape) has another shape there; read from headers only, alike on every
+        rank, before anything is loaded."""
         missing = [g[0] for g in groups if self.resolve(list(g)) is None]
         if missing:
             sample = ", ".join(sorted(self._keys)[:3])
             raise PlanError(f"weights {self.where} have no tensor for '{missing[0]}' "
                             f"({len(missing)} model tensor(s) missing; the file has e.g. {sample}); "
                             "load weights saved from this model")
+        for g in groups:
+            want = (shapes or {}).get(g[0])
+            have = tuple(self._shape(self.resolve(list(g))))
+            if want is not None and have != tuple(want):
+                raise PlanError(f"weights: '{g[0]}' has shape {list(have)} in {self.where}, the "
+                                f"model's is {list(want)}; load weights saved from this model")
         return self
 
     def get(self, names: list[str]) -> torch.Tensor:
@@ -64,9 +73,9 @@ class WeightSource:
         return self._read(key)
 
 
-def open_weights(path, groups) -> WeightSource:
+def open_weights(path, groups, shapes=None) -> WeightSource:
     """A WeightSource for ``path`` checked against the model's tensors ``groups`` (each a list
-    of a tensor's names; a plain name is a group of one)."""
+    of a tensor's names; a plain name is a group of one) and their ``shapes``."""
     groups = [[g] if isinstance(g, str) else list(g) for g in groups]
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -79,7 +88,7 @@ def open_weights(path, groups) -> WeightSource:
         source = _safetensors([path], path)
     else:
         source = _torch_file(path)
-    return source.check(groups)
+    return source.check(groups, shapes)
 
 
 def _open_dir(path: str) -> WeightSource:
@@ -113,7 +122,8 @@ def _safetensors(files: list[str], where: str) -> WeightSource:
         handles.append(h)
         for k in h.keys():
             owner[k] = h
-    return WeightSource(where, owner, lambda key: owner[key].get_tensor(key))
+    return WeightSource(where, owner, lambda key: owner[key].get_tensor(key),
+                        lambda key: owner[key].get_slice(key).get_shape())
 
 
 def _torch_file(path: str) -> WeightSource:
@@ -126,7 +136,7 @@ def _torch_file(path: str) -> WeightSource:
         sd = sd["state_dict"]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise PlanError(f"weights '{path}' is not a state dict (a dict of tensors)")
-    return WeightSource(path, sd, lambda key: sd[key])
+    return WeightSource(path, sd, lambda key: sd[key], lambda key: sd[key].shape)
 
 
 def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
@@ -137,4 +147,5 @@ def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
     for alias, canonical in (read_object(ckpt).get("aliases") or {}).items():
         if canonical in keys:
             keys[alias] = keys[canonical]
-    return WeightSource(where, keys, lambda key: read_tensor(ckpt, keys[key], meta[keys[key]]))
+    return WeightSource(where, keys, lambda key: read_tensor(ckpt, keys[key], meta[keys[key]]),
+                        lambda key: meta[keys[key]].size)
