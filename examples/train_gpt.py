@@ -56,7 +56,8 @@ def main() -> None:
                     help="sequences per step (default dp·micro_batch_size·max(8, 2·pp))")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--log-every", type=int, default=10)
-    ap.add_argument("--save", default=None, help="checkpoint directory to write")
+    ap.add_argument("--save", default=None,
+                    help="checkpoint directory to write ('{step}' in it: one per save)")
     ap.add_argument("--save-every", type=int, default=0, help="also save every N steps")
     ap.add_argument("--resume", default=None, help="checkpoint directory to resume from")
     args = ap.parse_args()
@@ -109,10 +110,10 @@ def main() -> None:
     t0 = time.perf_counter()
 
     def save():
-        runner.save(args.save, optimizer=opt, extra={"data_rng": g.get_state(),
-                                                     "global_batch": global_batch})
+        path = args.save.replace("{step}", str(runner.step))
+        runner.save(path, optimizer=opt, extra={"data_rng": g.get_state(), "global_batch": global_batch})
         if lead:
-            print(f"saved step {runner.step} to {args.save}", flush=True)
+            print(f"saved step {runner.step} to {path}", flush=True)
 
     for step in range(start, args.steps + 1):
         starts = torch.randint(0, data.numel() - seq - 1, (global_batch,), generator=g)
