@@ -7,7 +7,8 @@ multi-rank scenario in turn; each test then asserts one part of what the ranks r
 * a gpt built on ``meta`` and applied under dp2·pp2·ZeRO-1 (seed 7) trains 3 AdamW steps with
   the losses of ``autopar.init_serial(model, seed=7)`` trained serially, and is saved;
 * the checkpoint resumed under (a) the same plan gives steps 4–6 bit-identical to the
-  uninterrupted run, under (b) tp2·pp2 and (c) dp4·ZeRO-3 within 1e-5 of the serial run;
+  uninterrupted run, under (b) tp2·pp2, (c) dp4·ZeRO-3, dp2·pp2·vpp2 interleaved with uneven split
+  points and dp2·tp2·ZeRO-2 with sequence parallel within 1e-5 of the serial run;
 * an 8-block gpt under pp2·tp2 and dp2·ZeRO-3·pp2: each rank's materialised parameter bytes are
   exactly its share, and never more than its share plus one row while it was built;
 * a transformers Llama saved with ``save_pretrained`` (sharded safetensors) loads into a
@@ -136,6 +137,9 @@ def _world_rank(ckpt, hf_dir):
     out["saved_state"] = runner.full_state_dict()
     out["uninterrupted"] = first + _train(runner, opt, source, 3, 3)
     for name, plan in (("same", dict(dp=2, pp=2, zero=1)), ("tp2pp2", dict(tp=2, pp=2)),
+                       ("dp2pp2vpp2", dict(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b",
+                                        stages=[[0, 1], [1, 3], [3, 5], [5, 6]])),
+                       ("dp2tp2zero2sp", dict(dp=2, tp=2, zero=2, sequence_parallel=True)),
                        ("dp4zero3", dict(dp=4, zero=3))):
         runner, opt, extra = run(plan, True)
         out[name] = (extra, runner.step, _train(runner, opt, source, extra["next_batch"], 3))
@@ -193,7 +197,7 @@ def test_resume_same_plan_is_bit_identical(world):
     assert losses == ranks[0]["uninterrupted"][3:]
 
 
-@pytest.mark.parametrize("plan", ["tp2pp2", "dp4zero3"])
+@pytest.mark.parametrize("plan", ["tp2pp2", "dp2pp2vpp2", "dp2tp2zero2sp", "dp4zero3"])
 def test_resume_under_another_plan_matches_serial(world, plan):
     ranks, *_ = world
     _, step, losses = ranks[0][plan]
