@@ -45,12 +45,15 @@ def replan_checkpoint(ckpt: str, gpus: int, hardware: str, *, global_batch: int 
         raise PlanError(f"checkpoint '{ckpt}' does not record its global batch; pass --global-batch")
     if gpus < 1:
         raise PlanError(f"--gpus {gpus} must be at least 1")
+    seq = None if model else info.get("seq")
     try:
-        return search(spec, hardware, gpus, batch, top=top, time_limit_s=time_limit_s), spec, batch, None
+        return search(spec, hardware, gpus, batch, seq=seq, top=top,
+                      time_limit_s=time_limit_s), spec, batch, None
     except NoFeasiblePlanError as first:
         for other in _nearby_batches(batch, gpus):
             try:
-                result = search(spec, hardware, gpus, other, top=top, time_limit_s=time_limit_s)
+                result = search(spec, hardware, gpus, other, seq=seq, top=top,
+                                time_limit_s=time_limit_s)
             except NoFeasiblePlanError:
                 continue
             note = (f"no plan of {gpus} GPUs trains the checkpoint's global batch of {batch} "

@@ -129,7 +129,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     with peer_failures("apply (building process groups and stages)", list(ranks),
                        dist.get_rank(), adist.timeout_s()), alike_on_every_rank():
         return Runner(model, plan, loss_fn, ready, example_inputs=example_inputs, pg=group,
-                      spec=spec, seed=seed, init_fn=init_fn, weights=weights,
+                      spec=spec, seq=seq, seed=seed, init_fn=init_fn, weights=weights,
                       global_batch=global_batch)
 
 
@@ -137,10 +137,10 @@ class Runner:
     """This rank's part of ``model`` under ``plan``; ``train_step`` runs one step."""
 
     def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, ready: Launchable, *,
-                 example_inputs=None, pg=None, spec=None, seed=None, init_fn=None, weights=None,
-                 global_batch=None):
+                 example_inputs=None, pg=None, spec=None, seq=None, seed=None, init_fn=None,
+                 weights=None, global_batch=None):
         self.plan = plan
-        self.spec, self.step, self.global_batch = spec, 0, global_batch
+        self.spec, self.seq, self.step, self.global_batch = spec, seq, 0, global_batch
         self.loss_fn = loss_fn
         self.layout = lay = adist.make_layout(plan, pg)
         self.device = adist.device_for_backend()

@@ -10,9 +10,9 @@ What is saved, under the serial model's names so that any plan can read it:
   the same way, scalar states (``step``) whole, and ``optim.param_groups`` (hyper-parameters);
 * ``rng.<rank>``: every rank's CPU (and CUDA) generator state, restored when the checkpoint is
   loaded under the same plan on the same world size;
-* ``autopar``: the plan (``Plan.to_dict()``), the model spec, the training step, the global
-  batch, the serial tensor shapes (and which names are aliases of a tied tensor) and the
-  user's ``extra`` (e.g. the data position).
+* ``autopar``: the plan (``Plan.to_dict()``), the model spec (and ``seq`` override), the
+  step, the global batch, the serial tensor shapes (and which names are aliases of a tied
+  tensor) and the user's ``extra`` (e.g. the data position).
 
 Layout on disk, so that a crash mid-save leaves the previous checkpoint whole::
 
@@ -143,7 +143,7 @@ def save(runner, path, optimizer=None, extra=None, async_save: bool = False):
     if lay.rank == lay.ranks[0]:
         os.makedirs(tmp, exist_ok=True)
     sd = state_for(runner, optimizer)
-    sd["autopar"] = dict(version=1, plan=runner.plan.to_dict(), spec=runner.spec,
+    sd["autopar"] = dict(version=1, plan=runner.plan.to_dict(), spec=runner.spec, seq=runner.seq,
                          step=runner.step, global_batch=runner.global_batch,
                          world_size=len(lay.ranks), shapes=runner._shapes,
                          aliases=runner._aliases, extra=extra)
