@@ -148,6 +148,10 @@ def _world_rank(ckpt, hf_dir):
     runner.save(ckpt + "_async", optimizer=opt, async_save=True)
     _train(runner, opt, source, 6, 1)
     runner.wait_for_save()
+    # the checkpoint as weights= of a dp2·tp2 runner: only this rank's slices are read
+    sliced = apply(source.build_meta(), Plan(dp=2, tp=2), spec=SPEC, weights=ckpt)
+    out["weights_tp"] = (sliced.full_state_dict(), sliced.parameter_bytes(),
+                         sliced.materialized["peak_param_bytes"])
     # a checkpoint of another model: one line on every rank, before anything is read
     other = load_model(SPEC.replace("hidden=32", "hidden=64"))
     wrong = apply(other.build_meta(), Plan(dp=4), seed=SEED, spec=other.spec)
@@ -243,6 +247,18 @@ def test_async_save_and_wrong_model(world):
     for out in ranks:
         assert out["wrong_model"].startswith("PlanError: checkpoint"), out["wrong_model"]
         assert "was saved from model" in out["wrong_model"]
+
+
+def test_checkpoint_as_weights_of_a_tp_runner_reads_only_its_slices(world):
+    ranks, *_ = world
+    state, _, _ = ranks[0]["weights_tp"]
+    saved = ranks[0]["saved_state"]
+    assert state.keys() == saved.keys() and all(torch.equal(state[k], v) for k, v in saved.items())
+    from autopar.models import load_model
+    block = sum(p.numel() * 4 for p in load_model(SPEC).build_meta().blocks[0].parameters())
+    for out in ranks:   # never a full block in flight (the tied LM head's shard is held twice
+        _, kept, peak = out["weights_tp"]  # until it is re-tied: that is all above the share)
+        assert kept <= peak < kept + block // 2, (kept, peak, block)
 
 
 def test_checkpoint_as_weights_and_cli(world, tmp_path, capsys):

@@ -61,6 +61,18 @@ def read_tensor(ckpt: str, key: str, md) -> torch.Tensor:
     return t
 
 
+def read_rect(ckpt: str, key: str, md, offsets, sizes) -> torch.Tensor:
+    """One rectangle of a tensor, reading only the saved chunks that overlap it."""
+    import torch.distributed.checkpoint as dcp
+
+    from autopar.runtime.pieces import Piece, Pieces, planners
+    t = torch.empty(tuple(sizes), dtype=md.properties.dtype)
+    _, loader = planners()
+    _quiet(dcp.load, {key: Pieces(md.size, [Piece(tuple(offsets), t)])}, checkpoint_id=ckpt,
+           no_dist=True, planner=loader)
+    return t
+
+
 def read_object(ckpt: str, key: str = "autopar"):
     """One saved object (``autopar``: the plan, spec, step, shapes and extra)."""
     import torch.distributed.checkpoint as dcp

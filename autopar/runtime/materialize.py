@@ -160,6 +160,28 @@ class RowFiller:
         self._remember_shared(i, row)
         return row
 
+    def fill_shard(self, i: int, shard: nn.Module, specs: dict, tp_rank: int, tp: int) -> None:
+        """Row ``i`` already cut for this tp rank on meta (``shard``, the rewrite's result with
+        its ``autopar_shards`` ``specs``): read only this rank's rectangles of each tensor from
+        the weights (a fused qkv shard: its q, k and v slices)."""
+        from autopar.runtime.pieces import tp_rects
+        serial = self._named(self.rows.modules[i])
+        materialize_params(shard, self.device)
+        with torch.no_grad():
+            for n, t in self._named(shard).items():
+                spec = specs.get(n)
+                name = spec.name if spec is not None else n
+                keys = self.row_keys[i].get(name)
+                if not keys:
+                    continue
+                dim = getattr(spec, "dim", None)
+                for offsets, local, sizes in tp_rects(tuple(t.shape), tuple(serial[name].shape), dim,
+                                                      getattr(spec, "segments", None), tp_rank, tp):
+                    view = t
+                    for d, (o, k) in enumerate(zip(local, sizes)):
+                        view = view.narrow(d, o, k)
+                    view.copy_(self.weights.get_rect(keys, offsets, sizes))
+
     def _named(self, row: nn.Module) -> dict[str, torch.Tensor]:
         from autopar.runtime.stages import tensors
         return dict(tensors(row))

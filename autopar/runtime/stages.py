@@ -73,10 +73,15 @@ def pipeline_users(row_keys: list[dict[str, list[str]]], stages_rows, pp: int) -
     return users
 
 
+def rewrites(plan: Plan) -> bool:
+    """Whether the plan's rows go through the rewrite (tp, sequence parallel or recompute)."""
+    return plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
+
+
 def rewrite(module: nn.Module, kind: str, example, plan: Plan, tp_rank: int,
             layout: adist.Layout) -> nn.Module:
     """The row for this tp rank under the plan's tp / sp / recompute (the row itself when none)."""
-    if plan.tp == 1 and not plan.sequence_parallel and plan.recompute == "none":
+    if not rewrites(plan):
         return module
     try:
         from autopar.rewrite import rewrite_row
@@ -114,7 +119,9 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
     With ``filler`` (a meta-built model, or weights to load: ``autopar.runtime.materialize``)
     each row is materialised just before it is cut, its full copy put back on meta once this
     rank's shard is cut from it, and under ZeRO-2/3 each block sharded by FSDP2 at once, so the
-    rank never holds more than its share plus one row (``LocalStages.stats`` says how much)."""
+    rank never holds more than its share plus one row (``LocalStages.stats`` says how much).
+    Weights into a row the rewrite cuts skip the full row altogether: the meta row is cut and
+    only this rank's rectangles of each tensor are read (``RowFiller.fill_shard``)."""
     examples = row_inputs(rows, example_inputs, stages_rows, virtual)
     out = LocalStages()
     fsdp = filler is not None and plan.zero >= 2 and plan.dp > 1
@@ -123,14 +130,21 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
         mods, names, shards = [], {}, {}
         for j, i in enumerate(range(a, b)):
             row = rows.modules[i]
-            if filler is not None:
-                filler.fill(i)
-                out.note_peak([*out.modules, *mods, row], filler, inflight=True)
-            r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
-            if filler is not None:
-                out.note_peak([*out.modules, *mods, row, r], filler)
-                if r is not row:
-                    row.to("meta")   # the full row: only this rank's shard is kept
+            if filler is not None and filler.weights is not None and rewrites(plan) and \
+                    any(t.is_meta for _, t in tensors(row)):
+                # weights into a cut row: cut it on meta, then read only this rank's slices
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                filler.fill_shard(i, r, getattr(r, "autopar_shards", None) or {}, tp_rank, plan.tp)
+                out.note_peak([*out.modules, *mods, r], filler)
+            else:
+                if filler is not None:
+                    filler.fill(i)
+                    out.note_peak([*out.modules, *mods, row], filler, inflight=True)
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                if filler is not None:
+                    out.note_peak([*out.modules, *mods, row, r], filler)
+                    if r is not row:
+                        row.to("meta")   # the full row: only this rank's shard is kept
             if fsdp and rows.kinds[i] == "block":
                 from torch.distributed.fsdp import fully_shard
                 fully_shard(r, mesh=layout.dim_mesh("dp", (device or torch.device("cpu")).type),

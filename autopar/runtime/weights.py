@@ -1,8 +1,10 @@
 """Read a model's weights one tensor at a time, from whatever file they are in.
 
 ``open_weights(path, groups)`` gives a ``WeightSource`` whose ``get(keys)`` returns one tensor
-of the serial model (``keys``: the model's names for it, a tied tensor has several). Nothing is
-read until asked for, so ``autopar.apply(..., weights=PATH)`` reads only the rows a rank runs:
+of the serial model (``keys``: the model's names for it, a tied tensor has several) and
+``get_rect(keys, offsets, sizes)`` one rectangle of it. Nothing is read until asked for, so
+``autopar.apply(..., weights=PATH)`` reads only the rows a rank runs, and of a row the
+tensor-parallel rewrite cuts only this rank's rectangles (``RowFiller.fill_shard``):
 
 * a ``.safetensors`` file, or a Hugging Face checkpoint directory (``model.safetensors``, or
   sharded with ``model.safetensors.index.json``): ``safetensors.safe_open``, one tensor per call;
@@ -27,11 +29,12 @@ from costmodels.errors import PlanError
 
 
 class WeightSource:
-    def __init__(self, where: str, keys, read, shape):
+    def __init__(self, where: str, keys, read, shape, read_rect=None):
         self.where = where
         self._keys = set(keys)
         self._read = read          # checkpoint key -> tensor
         self._shape = shape        # checkpoint key -> shape, without reading the tensor
+        self._read_rect = read_rect or (lambda key, offsets, sizes: _narrow(read(key), offsets, sizes))
         self._found: dict[str, str] = {}
 
     def resolve(self, names: list[str]) -> str | None:
@@ -65,6 +68,14 @@ class WeightSource:
                 raise PlanError(f"weights: '{g[0]}' has shape {list(have)} in {self.where}, the "
                                 f"model's is {list(want)}; load weights saved from this model")
         return self
+
+    def get_rect(self, names: list[str], offsets, sizes) -> torch.Tensor:
+        """The rectangle ``offsets`` + ``sizes`` of one tensor, reading only that (where the
+        format allows: safetensors slices, mmap'd pages, DCP chunks)."""
+        key = self.resolve(list(names))
+        if key is None:
+            raise PlanError(f"weights {self.where} have no tensor for '{names[0]}'")
+        return self._read_rect(key, tuple(offsets), tuple(sizes))
 
     def get(self, names: list[str]) -> torch.Tensor:
         key = self.resolve(list(names))
@@ -122,8 +133,13 @@ def _safetensors(files: list[str], where: str) -> WeightSource:
         handles.append(h)
         for k in h.keys():
             owner[k] = h
+    def rect(key, offsets, sizes):
+        if not sizes:
+            return owner[key].get_tensor(key)
+        return owner[key].get_slice(key)[tuple(slice(o, o + n) for o, n in zip(offsets, sizes))]
+
     return WeightSource(where, owner, lambda key: owner[key].get_tensor(key),
-                        lambda key: owner[key].get_slice(key).get_shape())
+                        lambda key: owner[key].get_slice(key).get_shape(), rect)
 
 
 def _torch_file(path: str) -> WeightSource:
@@ -141,11 +157,20 @@ def _torch_file(path: str) -> WeightSource:
 
 def _autopar_checkpoint(ckpt: str, where: str) -> WeightSource:
     """Every serial key, tied aliases included (the checkpoint stores a tied tensor once)."""
-    from autopar.runtime.dcp_files import MODEL_PREFIX, read_object, read_tensor, tensor_metadata
+    from autopar.runtime.dcp_files import MODEL_PREFIX, read_object, read_rect, read_tensor, tensor_metadata
     meta = tensor_metadata(ckpt)
     keys = {k[len(MODEL_PREFIX):]: k for k in meta if k.startswith(MODEL_PREFIX)}
     for alias, canonical in (read_object(ckpt).get("aliases") or {}).items():
         if canonical in keys:
             keys[alias] = keys[canonical]
+    def rect(key, offsets, sizes):
+        return read_rect(ckpt, keys[key], meta[keys[key]], offsets, sizes)
+
     return WeightSource(where, keys, lambda key: read_tensor(ckpt, keys[key], meta[keys[key]]),
-                        lambda key: meta[keys[key]].size)
+                        lambda key: meta[keys[key]].size, rect)
+
+
+def _narrow(t: torch.Tensor, offsets, sizes) -> torch.Tensor:
+    for d, (o, n) in enumerate(zip(offsets, sizes)):
+        t = t.narrow(d, o, n)
+    return t
