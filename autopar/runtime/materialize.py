@@ -38,19 +38,17 @@ def row_seed(seed: int, row_name: str) -> int:
 
 
 def has_meta(module: nn.Module) -> bool:
+    """Whether ``module`` was built (partly) on meta: apply then materialises it row by row."""
     return any(t.is_meta for t in module.parameters()) or any(t.is_meta for t in module.buffers())
 
 
-def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None = None) -> list[str]:
+def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None = None) -> None:
     """Replace every meta parameter (and buffer) of ``module`` by an uninitialised real tensor
     (a parameter shared by two submodules stays one), also where ``model`` holds the same
-    tensor (an fx-cut row holds its own references to the model's parameters). Returns the
-    names of the buffers that were on meta: their values must come from an initialiser or a
-    weights file."""
+    tensor (an fx-cut row holds its own references to the model's parameters)."""
     memo: dict[int, torch.Tensor] = {}
     old: list[torch.Tensor] = []   # kept alive, so that no new tensor takes a replaced one's id
-    meta_buffers = []
-    for mod_name, m in module.named_modules(remove_duplicate=False):
+    for m in module.modules(remove_duplicate=False):
         for name, p in list(m._parameters.items()):
             if p is not None and p.is_meta:
                 if id(p) not in memo:
@@ -63,7 +61,6 @@ def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None 
                 if id(b) not in memo:
                     old.append(b)
                     memo[id(b)] = torch.empty_like(b, device=device)
-                    meta_buffers.append(f"{mod_name}.{name}" if mod_name else name)
                 m._buffers[name] = memo[id(b)]
     if model is not None and memo:
         for m in model.modules():
@@ -71,7 +68,6 @@ def materialize_params(module: nn.Module, device="cpu", model: nn.Module | None 
                 for name, t in list(store.items()):
                     if t is not None and id(t) in memo:
                         store[name] = memo[id(t)]
-    return meta_buffers
 
 
 def default_init_fn(model: nn.Module) -> Callable[[nn.Module], None]:
