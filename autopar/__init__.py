@@ -10,6 +10,7 @@ from costmodels.plans_file import PlansFile, load_plan, load_plans
 
 __version__ = "0.1.0"
 __all__ = ["AutoparError", "Plan", "PlansFile", "load_plan", "load_plans", "load_model", "apply",
+           "init_serial",
            "estimate_plans", "__version__"]
 
 
@@ -23,4 +24,7 @@ def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed
     if name == "apply":
         from autopar.runtime import apply
         return apply
+    if name == "init_serial":
+        from autopar.runtime.materialize import init_serial
+        return init_serial
     raise AttributeError(f"module 'autopar' has no attribute {name!r}")

@@ -5,10 +5,21 @@
     autopar search 'gpt:layers=4,hidden=128,heads=4,vocab=256,seq=64' --gpus 4 ... -o plans.json
     torchrun --nproc-per-node 4 examples/train_gpt.py --plan plans.json      # its model, rank-1 plan
 
+Save, lose two GPUs, resume on the others under a new plan (the checkpoint reshards):
+
+    torchrun --nproc-per-node 4 examples/train_gpt.py --plan '{"dp": 2, "pp": 2}' --steps 20 --save ckpt
+    autopar replan ckpt --gpus 2 --hardware a100-80gb-nvlink -o replan.json
+    torchrun --nproc-per-node 2 examples/train_gpt.py --plan replan.json --steps 40 --resume ckpt
+
 Tokens are bytes (vocabulary 256). The default text is the source of Python's own `argparse`
 module (no download); pass --text FILE for yours. Every rank builds the same model from the same
 seed and draws the same global batch of random windows; each takes its data-parallel slice
 (`runner.dp_rank`, `runner.dp_size`). Rank 0 prints the loss, which falls.
+
+The model is built on `meta` and each rank materialises only its rows (`source.build_meta()`,
+`apply(..., seed=0)`). `--save DIR` writes a distributed checkpoint at the end (and every
+`--save-every` steps) with the data position as `extra`; `--resume DIR` loads it under whatever
+plan this run has and continues from the saved step with the saved global batch and data order.
 """
 from __future__ import annotations
 
@@ -45,6 +56,10 @@ def main() -> None:
                     help="sequences per step (default dp·micro_batch_size·max(8, 2·pp))")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--save", default=None,
+                    help="checkpoint directory to write ('{step}' in it: one per save)")
+    ap.add_argument("--save-every", type=int, default=0, help="also save every N steps")
+    ap.add_argument("--resume", default=None, help="checkpoint directory to resume from")
     args = ap.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -73,21 +88,34 @@ def main() -> None:
     if data.numel() <= seq + 1:
         raise SystemExit(f"train_gpt.py: {path} is shorter than one sequence of {seq} bytes")
 
-    model = source.build("cpu", seed=0, attention=plan.attention)
-    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec, seq=seq)
+    model = source.build_meta(attention=plan.attention)   # each rank materialises its rows only
+    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec, seq=seq, seed=0)
     opt = torch.optim.AdamW(runner.parameters(), lr=args.lr)
+    g = torch.Generator().manual_seed(0)
+    start, saved_batch = 1, None
+    if args.resume:
+        extra = runner.load(args.resume, optimizer=opt)   # resharded from the plan that saved it
+        g.set_state(extra["data_rng"])
+        start, saved_batch = runner.step + 1, extra["global_batch"]
     per_dp = plan.micro_batch_size * max(8, 2 * plan.pp)
-    global_batch = args.global_batch or plan.dp * per_dp
+    global_batch = args.global_batch or saved_batch or plan.dp * per_dp
     local = global_batch // runner.dp_size
     lead = runner.rank == runner.layout.ranks[0]
     if lead:
         print(f"text {path} ({data.numel()} bytes), model {spec}, plan {plan.to_json()}, "
-              f"global batch {global_batch}, {args.steps} steps", flush=True)
+              f"global batch {global_batch}, steps {start}..{args.steps}"
+              f"{f' (resumed from {args.resume})' if args.resume else ''}", flush=True)
 
-    g = torch.Generator().manual_seed(0)
     first = last = None
     t0 = time.perf_counter()
-    for step in range(1, args.steps + 1):
+
+    def save():
+        path = args.save.replace("{step}", str(runner.step))
+        runner.save(path, optimizer=opt, extra={"data_rng": g.get_state(), "global_batch": global_batch})
+        if lead:
+            print(f"saved step {runner.step} to {path}", flush=True)
+
+    for step in range(start, args.steps + 1):
         starts = torch.randint(0, data.numel() - seq - 1, (global_batch,), generator=g)
         mine = starts[runner.dp_rank * local:(runner.dp_rank + 1) * local]
         x = torch.stack([data[s:s + seq] for s in mine.tolist()])
@@ -97,10 +125,14 @@ def main() -> None:
         opt.zero_grad()
         first = loss if first is None else first
         last = loss
-        if lead and (step == 1 or step % args.log_every == 0 or step == args.steps):
-            print(f"step {step:4d}  loss {loss:.4f}  ({(time.perf_counter() - t0) / step:.3f} s/step)",
-                  flush=True)
-    if lead:
+        if lead and (step == start or step % args.log_every == 0 or step == args.steps):
+            print(f"step {step:4d}  loss {loss:.4f}  "
+                  f"({(time.perf_counter() - t0) / (step - start + 1):.3f} s/step)", flush=True)
+        if args.save and args.save_every and step % args.save_every == 0 and step != args.steps:
+            save()
+    if args.save:
+        save()
+    if lead and first is not None:
         print(f"loss {first:.4f} -> {last:.4f} ({'falling' if last < first else 'NOT falling'})")
     state = runner.full_state_dict()
     if lead:

@@ -41,6 +41,16 @@ class ModelSource:
             model = model.to(dtype)
         return model
 
+    def build_meta(self, attention: str = "math") -> nn.Module:
+        """The module for ``autopar.apply`` / ``autopar.init_serial`` at any size: parameters on
+        ``meta`` (no memory), computed buffers (causal masks, RoPE tables) real; built-in
+        models carry their initialiser as ``autopar_init_fn`` for the row-by-row init."""
+        with meta_parameters():
+            model = self._build(attention)
+        if self.config is not None:
+            model.autopar_init_fn = builtin_init
+        return model
+
     def example_inputs(self, batch: int = 1, device: str | torch.device = "meta") -> tuple:
         """Inputs for one micro-batch of ``batch`` samples (random values on real devices)."""
         return self._inputs(batch, None, str(device))
@@ -71,6 +81,43 @@ def _skip_init():
     finally:
         for name, fn in saved.items():
             setattr(nn.init, name, fn)
+
+
+@contextlib.contextmanager
+def meta_parameters():
+    """Build modules with their parameters on ``meta`` and their buffers real (what
+    ``ModelSource.build_meta`` uses; accelerate's ``init_empty_weights(include_buffers=False)``):
+    a buffer computed in a constructor (a causal mask, a RoPE table) keeps its values, which a
+    model built wholly under ``torch.device("meta")`` loses."""
+    register = nn.Module.register_parameter
+
+    def on_meta(self, name, param):
+        if param is not None and not param.is_meta:
+            param = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+        register(self, name, param)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        with _skip_init():
+            yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def builtin_init(row: nn.Module) -> None:
+    """The built-in models' initialiser for one row: norms to ones / zeros, then GPT-2 style
+    normal(0, 0.02) linears and embeddings (``layers.init_weights``)."""
+    from autopar.models.layers import init_weights
+    for m in row.modules():
+        own = dict(m.named_parameters(recurse=False))
+        if not own or isinstance(m, (nn.Linear, nn.Embedding)):
+            continue
+        if callable(getattr(m, "reset_parameters", None)):
+            m.reset_parameters()
+        else:   # a norm of this package (RMSNorm): weight ones, bias zeros
+            for name, p in own.items():
+                nn.init.ones_(p) if name == "weight" else nn.init.zeros_(p)
+    init_weights(row)
 
 
 def token_loss(output: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor:

@@ -62,9 +62,11 @@ from autopar.runtime import liveness
 from autopar.runtime.checkpoint import full_state_dict
 from autopar.runtime.data_parallel import Zero1, wrap_dp
 from autopar.runtime.failures import alike_on_every_rank, install_error_hook, peer_failures
+from autopar.runtime.materialize import RowFiller, has_meta
 from autopar.runtime.prelaunch import Launchable, check_before_launch
 from autopar.runtime.stages import build_local_stages, pipeline_users, row_state_keys, stage_ranges, tie_parameters
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
+from autopar.runtime.weights import open_weights
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
 from costmodels.plans_file import load_plan
@@ -77,7 +79,8 @@ __all__ = ["Runner", "apply"]
 
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
           seq: int | None = None, table=None, example_inputs=None, group=None,
-          timeout_s: float | None = None, global_batch: int | None = None) -> Runner:
+          timeout_s: float | None = None, global_batch: int | None = None,
+          seed: int | None = None, init_fn: Callable | None = None, weights=None) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
@@ -90,6 +93,14 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     process group instead of the whole world. ``global_batch``: samples per optimizer step over
     all dp ranks; when given, its micro-batch count is checked against the schedule before
     launch too (else at the first ``train_step``).
+
+    Models too large for one process: build ``model`` on ``meta`` (``source.build_meta()`` or
+    ``torch.device("meta")``); each rank then materialises only the rows it runs, one at a time
+    (``autopar.runtime.materialize``), initialised by the model's own initialiser (or
+    ``init_fn(row)``) from a generator seeded by (``seed``, row name) — the weights
+    ``autopar.init_serial(model, seed)`` gives in one process — or read from ``weights``: a
+    ``torch.save`` state dict, a ``.safetensors`` file, a Hugging Face checkpoint directory or an
+    autopar checkpoint (``autopar.runtime.weights``), only this rank's rows.
 
     Every check of the plan against the model runs before the process group is started
     (``autopar.runtime.prelaunch``); under a launcher an uncaught error then prints one line on
@@ -117,15 +128,19 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     ranks = dist.get_process_group_ranks(group) if group is not None else range(dist.get_world_size())
     with peer_failures("apply (building process groups and stages)", list(ranks),
                        dist.get_rank(), adist.timeout_s()), alike_on_every_rank():
-        return Runner(model, plan, loss_fn, ready, example_inputs=example_inputs, pg=group)
+        return Runner(model, plan, loss_fn, ready, example_inputs=example_inputs, pg=group,
+                      spec=spec, seq=seq, seed=seed, init_fn=init_fn, weights=weights,
+                      global_batch=global_batch)
 
 
 class Runner:
     """This rank's part of ``model`` under ``plan``; ``train_step`` runs one step."""
 
     def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, ready: Launchable, *,
-                 example_inputs=None, pg=None):
+                 example_inputs=None, pg=None, spec=None, seq=None, seed=None, init_fn=None,
+                 weights=None, global_batch=None):
         self.plan = plan
+        self.spec, self.seq, self.step, self.global_batch = spec, seq, 0, global_batch
         self.loss_fn = loss_fn
         self.layout = lay = adist.make_layout(plan, pg)
         self.device = adist.device_for_backend()
@@ -136,6 +151,16 @@ class Runner:
 
         rows = ready.rows
         self._keys, row_keys = row_state_keys(model, rows)
+        self._shapes = {k: tuple(t.shape) for k, t in model.state_dict(keep_vars=True).items()}
+        self._aliases = {k: ks[0] for names in row_keys for ks in names.values() for k in ks[1:]}
+        filler = None
+        if weights is not None or has_meta(model):
+            source = open_weights(weights, [ks for names in row_keys for ks in names.values()],
+                                  self._shapes) if weights is not None else None
+            local = {i for v in range(plan.virtual_stages) if v % plan.pp == lay.pp_rank
+                     for i in range(*ready.stages[v])}
+            filler = RowFiller(rows, row_keys, seed=seed or 0, init_fn=init_fn, model=model,
+                               weights=source, local_rows=local)
         self.stages_rows = ready.stages
         n_virtual = plan.virtual_stages
         self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]
@@ -151,9 +176,13 @@ class Runner:
         # this rank's stage modules (rows rewritten for tp / sp / recompute), one Parameter per
         # tied tensor; tied across pipeline ranks: grads all-reduced between them after backward
         self._local = build_local_stages(rows, row_keys, self.stages_rows, self.virtual,
-                                         example_inputs, plan, self.tp_rank, lay)
+                                         example_inputs, plan, self.tp_rank, lay, filler=filler,
+                                         device=self.device)
+        self.materialized = self._local.stats
         self._tied = tie_parameters(self._local, users, lay)
         self._raw = self._local.modules
+        if self.materialized:
+            self.materialized["param_bytes"] = self.parameter_bytes()
         for stage in self._raw:
             stage.to(self.device)
         del model, rows  # rows this rank does not run are freed with the model
@@ -201,7 +230,9 @@ class Runner:
         the plan's schedule; returns the global mean loss on every rank. A peer that dies or
         stops answering meanwhile raises ``PeerLostError`` (one line naming it)."""
         with peer_failures("train_step", self.layout.ranks, self.rank, adist.timeout_s()):
-            return self._train_step(inputs, targets)
+            loss = self._train_step(inputs, targets)
+        self.step += 1
+        return loss
 
     def _train_step(self, inputs, targets) -> float:
         plan = self.plan
@@ -215,6 +246,7 @@ class Runner:
                             f"field 'micro_batch_size'={plan.micro_batch_size}; pass global_batch/dp "
                             "samples per rank with global_batch divisible by dp·micro_batch_size")
         n_micro = batch // plan.micro_batch_size
+        self.global_batch = batch * plan.dp
         with alike_on_every_rank():
             check_schedule(plan, n_micro)
         if plan.pp == 1:
@@ -240,6 +272,42 @@ class Runner:
         None on the others. Every rank of the plan must call it."""
         with peer_failures("full_state_dict", self.layout.ranks, self.rank, adist.timeout_s()):
             return full_state_dict(self._local, self._keys, self.layout, self.plan)
+
+    def save(self, path, optimizer=None, extra=None, async_save: bool = False):
+        """Write a distributed checkpoint of the model, ``optimizer``'s state, the step, every
+        rank's RNG state, the plan, the spec and ``extra`` (``autopar.runtime.dcp``); every rank
+        of the plan calls it. A crash mid-save leaves the previous checkpoint whole.
+        ``async_save``: return once the state is copied, write in the background; the
+        returned ``PendingSave.wait()`` (also run by the next save or load) completes it."""
+        from autopar.runtime import dcp
+        with peer_failures("runner.save", self.layout.ranks, self.rank, adist.timeout_s()):
+            self.wait_for_save()
+            out = dcp.save(self, path, optimizer=optimizer, extra=extra, async_save=async_save)
+            self._pending_save = out if async_save else None
+            return out
+
+    def wait_for_save(self) -> str | None:
+        """Finish an ``async_save`` still being written (every rank calls it)."""
+        pending, self._pending_save = getattr(self, "_pending_save", None), None
+        return pending.wait() if pending is not None else None
+
+    def load(self, path, optimizer=None):
+        """Read a checkpoint saved under any plan of this model into this runner (and
+        ``optimizer``, built over ``runner.parameters()``); returns the saved ``extra``."""
+        from autopar.runtime import dcp
+        with peer_failures("runner.load", self.layout.ranks, self.rank, adist.timeout_s()):
+            self.wait_for_save()
+            return dcp.load(self, path, optimizer=optimizer)
+
+    def parameter_bytes(self) -> int:
+        """Bytes of this rank's materialised parameters (local shards; tied ones once)."""
+        seen, total = set(), 0
+        for p in self._all_params():
+            t = p._local_tensor if hasattr(p, "_local_tensor") else p
+            if id(p) not in seen and not t.is_meta:
+                seen.add(id(p))
+                total += t.numel() * t.element_size()
+        return total
 
     def __repr__(self) -> str:
         return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, "

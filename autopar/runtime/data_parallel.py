@@ -44,11 +44,11 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     if plan.dp == 1:
         return stage
     if plan.zero >= 2:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import FSDPModule, fully_shard
         mesh = layout.dim_mesh("dp", device.type)
         reshard = plan.zero == 3
         for row, kind in zip(stage.rows, stage.kinds):
-            if kind == "block":
+            if kind == "block" and not isinstance(row, FSDPModule):  # a meta build shards early
                 fully_shard(row, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(stage, mesh=mesh, reshard_after_forward=reshard)
         return stage

@@ -73,10 +73,15 @@ def pipeline_users(row_keys: list[dict[str, list[str]]], stages_rows, pp: int) -
     return users
 
 
+def rewrites(plan: Plan) -> bool:
+    """Whether the plan's rows go through the rewrite (tp, sequence parallel or recompute)."""
+    return plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
+
+
 def rewrite(module: nn.Module, kind: str, example, plan: Plan, tp_rank: int,
             layout: adist.Layout) -> nn.Module:
     """The row for this tp rank under the plan's tp / sp / recompute (the row itself when none)."""
-    if plan.tp == 1 and not plan.sequence_parallel and plan.recompute == "none":
+    if not rewrites(plan):
         return module
     try:
         from autopar.rewrite import rewrite_row
@@ -97,18 +102,53 @@ class LocalStages:
     modules: list[StageModule] = field(default_factory=list)
     names: list[dict[str, list[str]]] = field(default_factory=list)  # local name -> state-dict keys
     shards: list[dict[str, object]] = field(default_factory=list)    # local name -> rewrite ShardSpec
+    stats: dict[str, int] = field(default_factory=dict)   # peak_param_bytes, param_bytes (meta build)
+
+    def note_peak(self, modules, filler=None, inflight: bool = False) -> None:
+        """Record the parameter bytes live now: ``modules``, the tensors ``filler`` keeps for
+        later rows and (``inflight``, just after a fill) the other rank's row it initialised."""
+        live = live_param_bytes(modules, filler.held() if filler else ())
+        live += filler.inflight_bytes if filler and inflight else 0
+        self.stats["peak_param_bytes"] = max(self.stats.get("peak_param_bytes", 0), live)
 
 
 def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_inputs, plan: Plan,
-                       tp_rank: int, layout: adist.Layout) -> LocalStages:
-    """Each local virtual stage as a StageModule of its rows, rewritten for tp / sp / recompute."""
+                       tp_rank: int, layout: adist.Layout, filler=None, device=None) -> LocalStages:
+    """Each local virtual stage as a StageModule of its rows, rewritten for tp / sp / recompute.
+
+    With ``filler`` (a meta-built model, or weights to load: ``autopar.runtime.materialize``)
+    each row is materialised just before it is cut, its full copy put back on meta once this
+    rank's shard is cut from it, and under ZeRO-2/3 each block sharded by FSDP2 at once, so the
+    rank never holds more than its share plus one row (``LocalStages.stats`` says how much).
+    Weights into a row the rewrite cuts skip the full row altogether: the meta row is cut and
+    only this rank's rectangles of each tensor are read (``RowFiller.fill_shard``)."""
     examples = row_inputs(rows, example_inputs, stages_rows, virtual)
     out = LocalStages()
+    fsdp = filler is not None and plan.zero >= 2 and plan.dp > 1
     for v in virtual:
         a, b = stages_rows[v]
         mods, names, shards = [], {}, {}
         for j, i in enumerate(range(a, b)):
-            r = rewrite(rows.modules[i], rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+            row = rows.modules[i]
+            if filler is not None and filler.weights is not None and rewrites(plan) and \
+                    any(t.is_meta for _, t in tensors(row)):
+                # weights into a cut row: cut it on meta, then read only this rank's slices
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                filler.fill_shard(i, r, getattr(r, "autopar_shards", None) or {}, tp_rank, plan.tp)
+                out.note_peak([*out.modules, *mods, r], filler)
+            else:
+                if filler is not None:
+                    filler.fill(i)
+                    out.note_peak([*out.modules, *mods, row], filler, inflight=True)
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                if filler is not None:
+                    out.note_peak([*out.modules, *mods, row, r], filler)
+                    if r is not row:
+                        row.to("meta")   # the full row: only this rank's shard is kept
+            if fsdp and rows.kinds[i] == "block":
+                from torch.distributed.fsdp import fully_shard
+                fully_shard(r, mesh=layout.dim_mesh("dp", (device or torch.device("cpu")).type),
+                            reshard_after_forward=plan.zero == 3)
             spec_of = getattr(r, "autopar_shards", None) or {}
             for n, _ in tensors(r):
                 sh = spec_of.get(n)
@@ -121,7 +161,24 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
         out.modules.append(StageModule(mods, rows.kinds[a:b]))
         out.names.append(names)
         out.shards.append(shards)
+    if filler is not None:
+        out.note_peak(out.modules)
+        out.stats["param_bytes"] = live_param_bytes(out.modules)
     return out
+
+
+def live_param_bytes(modules, extra=(), exclude=()) -> int:
+    """Bytes of the real (not meta) parameters of ``modules`` and the tensors ``extra``, each
+    storage once (a DTensor's local shard), leaving out the storages of ``exclude``."""
+    seen = {t.untyped_storage().data_ptr() for t in exclude}
+    total = 0
+    for p in [q for m in modules for q in m.parameters()] + list(extra):
+        t = p._local_tensor if hasattr(p, "_local_tensor") else p
+        if t.is_meta or t.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(t.untyped_storage().data_ptr())
+        total += t.untyped_storage().nbytes()
+    return total
 
 
 def tie_parameters(local: LocalStages, users: dict[str, set[int]],
