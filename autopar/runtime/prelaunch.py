@@ -54,7 +54,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time)."""
     try:
-        rows = model_rows(model)
+        rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"):
