@@ -38,6 +38,7 @@ class Case:
     spec: str | None = None
     example_inputs: tuple | None = None
     seq: int | None = None
+    clip: float | None = None           # max gradient norm (serial: torch's; parallel: the runner's)
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -59,14 +60,19 @@ def no_dropout(model: nn.Module) -> nn.Module:
 
 
 def serial_losses(case: Case, return_state: bool = False):
-    """The single-process model: one optimizer step per global batch."""
+    """The single-process model: one optimizer step per global batch, its output read as the
+    runtime's rows read it (``autopar.models.outputs``: the logits, targets passed to a model
+    that takes them)."""
+    from autopar.models.outputs import serial_forward
     model = case.build()
     opt = make_optimizer(case.optimizer, model.parameters(), case.lr)
     out = []
     for step in range(case.steps):
         inputs, targets = case.batches(step)
-        loss = case.loss_fn(model(*inputs), targets)
+        loss = case.loss_fn(serial_forward(model, inputs, targets), targets)
         loss.backward()
+        if case.clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), case.clip)
         opt.step()
         opt.zero_grad()
         out.append(float(loss.detach()))
@@ -89,6 +95,8 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
         sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
         loss = runner.train_step(tuple(t[sl] for t in inputs),
                                  targets[sl] if targets is not None else None)
+        if case.clip is not None:
+            runner.clip_grad_norm_(case.clip)
         opt.step()
         opt.zero_grad()
         out.append(loss)

@@ -25,6 +25,7 @@ The model's output is reduced to its logits (``autopar.models.outputs``), and a 
 """
 from __future__ import annotations
 
+import copy
 import operator
 from dataclasses import dataclass
 
@@ -44,6 +45,16 @@ class CutRows:
     modules: list[nn.Module]
     kinds: list[str]            # "embedding" | "block" | "head"
     names: list[str]            # "embedding", the block's module path, "head"
+
+
+def meta_copy(module: nn.Module) -> nn.Module:
+    """A deep copy whose parameters and buffers are on ``meta`` (no data copied; ties kept)."""
+    memo: dict[int, object] = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        if id(t) not in memo:
+            m = torch.empty_like(t, device="meta")
+            memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
+    return copy.deepcopy(module, memo)
 
 
 def _on(t, device: torch.device):
