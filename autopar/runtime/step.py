@@ -53,6 +53,9 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
     if first_stage:
         args = inputs
     if last_stage:
+        schedule.autopar_loss.targets_given = targets is not None
+        if targets is None:   # torch's schedules need a target per micro-batch; the loss gets None
+            targets = torch.zeros(inputs[0].size(0), device=inputs[0].device)
         kwargs = dict(target=targets, losses=losses)
     schedule.step(*args, **kwargs)
     if not losses:
@@ -64,15 +67,32 @@ def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable
     """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
     from torch.distributed import pipelining as pl
     check_schedule(plan, n_micro)   # the rule's owner: costmodels.runnable
+    loss = PipelineLoss(loss_fn)
     try:
         if plan.schedule == "interleaved-1f1b":
-            return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)
-        cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
-        return cls(pipe_stages[0], n_micro, loss_fn=loss_fn)
+            schedule = pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss)
+        else:
+            cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
+            schedule = cls(pipe_stages[0], n_micro, loss_fn=loss)
+        schedule.autopar_loss = loss
+        return schedule
     except ValueError as e:
         raise PlanError(f"schedule '{plan.schedule}' with pp={plan.pp} cannot run "
                         f"{n_micro} micro-batch(es) per step ({e}); raise the global "
                         "batch or lower 'micro_batch_size'") from None
+
+
+class PipelineLoss:
+    """The user's ``loss_fn(output, targets)`` as torch's schedules call it: they require a
+    target on the last stage, so a step without targets hands them placeholder zeros and the
+    user's function gets ``targets=None``, as it does with pp=1."""
+
+    def __init__(self, loss_fn: Callable):
+        self.loss_fn = loss_fn
+        self.targets_given = True
+
+    def __call__(self, output, target):
+        return self.loss_fn(output, target if self.targets_given else None)
 
 
 def all_reduce_tied(stages: list, tied: list[tuple[int, str, object]]) -> None:

@@ -1,0 +1,85 @@
+"""Models as people write them (tests/fixtures/zoo.py) run under autopar's runtime and equal serial
+training: transformers GPT-2 / Llama / Qwen2 / BERT-MLM / ViT / Mixtral built from configs,
+nanoGPT- and minGPT-shaped models returning ``(logits, loss)``, a torchtitan-style Llama with
+``ModuleDict`` blocks and a fused-qkv state-dict hook, a timm-layout ViT.
+
+Also the training loop's API: ``Runner.clip_grad_norm_`` equals torch's clipping of the serial
+model under ZeRO-1, tp2 and pp2; a custom ``loss_fn`` under pipeline schedules (with and
+without targets); ``full_state_dict`` of the torchtitan-style model loads strictly into the
+serial model. One world of 4 processes for every case (``autopar.runtime.sweep.run``): losses
+of 3 SGD steps within 1e-5 and every parameter (``full_state_dict``, the serial keys) within 1e-4.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from autopar.runtime import sweep
+from costmodels.plan import Plan
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+import zoo  # noqa: E402
+from zoo_cases import CLIP, zoo_case  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+PP2 = dict(pp=2, schedule="1f1b")
+CASES = [
+    # the training-loop API (Must show)
+    ("preset/clip", dict(dp=2, zero=1), 2), ("preset/clip", dict(tp=2), 2), ("preset/clip", PP2, 4),
+    ("nanogpt/clip", dict(dp=2, pp=2, zero=3), 2),
+    ("nanogpt/smooth", PP2, 4), ("llama/smooth", dict(pp=2, vpp=2, schedule="interleaved-1f1b"), 4),
+    ("mingpt/notargets", dict(pp=2, schedule="gpipe"), 2),
+    ("titan_llama", dict(dp=2, pp=2, zero=0), 2),
+    # the model matrix's small rows
+    ("gpt2", PP2, 2), ("llama", dict(dp=2, pp=2, zero=1), 2),
+    ("qwen2", dict(pp=2, vpp=2, schedule="interleaved-1f1b"), 2),
+    ("bert", dict(dp=2, pp=2, zero=2), 2), ("vit", dict(pp=2, schedule="gpipe"), 2), ("timm_vit", dict(dp=2), 2),
+    ("mingpt", dict(dp=2, pp=2, zero=3), 2), ("mixtral", PP2, 4), ("nanogpt", dict(dp=2), 2),
+]
+
+
+@pytest.fixture(scope="module")
+def zoo_results():
+    cases = [sweep.SweepCase(name, tuple(sorted(plan.items())), m) for name, plan, m in CASES]
+    os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")
+    return cases, sweep.run(cases, world=4, steps=3, make_case=zoo_case)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{n}-{Plan(**p).label()}-m{m}" for n, p, m in CASES])
+def test_zoo_case_equals_serial(zoo_results, index):
+    cases, result = zoo_results
+    res = result.results[cases[index].name]
+    assert res["status"] == "pass", res
+
+
+def test_clipping_is_active_in_the_clip_cases():
+    """The clip cases clip: the serial gradient norm of the first batch is above CLIP (else a
+    wrong global norm could go unnoticed)."""
+    for name in ("preset/clip", "nanogpt/clip"):
+        case = zoo_case(name, Plan(), 2, 1)
+        model = case.build()
+        inputs, targets = case.batches(0)
+        from autopar.models.outputs import serial_forward
+        case.loss_fn(serial_forward(model, inputs, targets), targets).backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        assert norm > 4 * CLIP, (name, float(norm))
+
+
+def test_titan_full_state_dict_loads_strictly_into_the_serial_model():
+    """The fused ``wqkv`` shows as ``wq``/``wk``/``wv`` through the model's state-dict hook; the
+    runner's state dict has exactly the serial keys and loads with strict=True."""
+    from autopar.runtime.apply import apply
+    model = zoo.build("titan_llama")
+    serial_keys = list(model.state_dict())
+    assert any(k.endswith("attention.wq.weight") for k in serial_keys)
+    runner = apply(model, Plan(), example_inputs=zoo.zoo_batch("titan_llama", 1, 0)[0])
+    state = runner.full_state_dict()
+    assert sorted(state) == sorted(serial_keys)
+    fresh = zoo.build("titan_llama", seed=1)
+    fresh.load_state_dict(state, strict=True)
+    for k, v in zoo.build("titan_llama").state_dict().items():
+        torch.testing.assert_close(fresh.state_dict()[k], v)
