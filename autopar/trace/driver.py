@@ -130,8 +130,8 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
         out_cache[key] = out
         return out
 
-    kwargs = forward_kwargs(model, inputs)   # nanoGPT's targets: full-sequence logits, as trained
-    top, _ = trace_call(model, inputs, kwargs, leaf_classes=leaf_classes,
+    top_kwargs = forward_kwargs(model, inputs)   # nanoGPT's targets: full-sequence logits, as trained
+    top, _ = trace_call(model, inputs, top_kwargs, leaf_classes=leaf_classes,
                         leaf_modules=blocks, output_cache=output_cache, what=spec)
     rows, node_row = assign_rows(top, blocks, group_of)
 
@@ -162,7 +162,7 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
     top_interp = TagInterpreter(top, rec, lambda n: (row_of_node[n], n.name), call_block)
     try:
         with Counter(rec), CudaDropout(), torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
-            out = top_interp.run(*CallWrapper.tensors_of(inputs, kwargs))
+            out = top_interp.run(*CallWrapper.tensors_of(inputs, top_kwargs))
         outs = [x for x in pytree.tree_leaves(out)
                 if isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point()]
         rec.phase = "bwd"
