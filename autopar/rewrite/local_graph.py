@@ -27,9 +27,9 @@ class LocalGraph:
     def __init__(self, module, kind, tp_rank, tp_size, group, sp, example):
         self.module, self.kind, self.rank, self.tp, self.group, self.sp = (
             module, kind, tp_rank, tp_size, group, sp)
-        self.traced = trace_row(module)
-        self.old = self.traced.graph
         self.example = example if isinstance(example, tuple) else (example,)
+        self.traced = trace_row(module, self.example)
+        self.old = self.traced.graph
         self.full: dict[fx.Node, Any] = {}
         self.layout = ParallelLayout()
         self.g = fx.Graph()

@@ -17,7 +17,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_like
+from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_like, where
 from autopar.trace.fx_graph import ABORT, EXPAND, INPUTS, PRUNE, is_linear_module, is_softmax, reaches, walk
 from autopar.trace.tp import find_tp_pairs
 from costmodels.errors import PlanError
@@ -131,7 +131,7 @@ class _PairFinder:
                     what = (type(self._mod(n)).__name__ if n.op == "call_module" and
                             is_linear_module(self._mod(n)) else _FUNC_NAMES.get(n.target, str(n.target)))
                     raise PlanError(f"plan field 'tp'={self.tp}: {self.row_name} applies a weight with "
-                                    f"{what} (node {n.name}), which the tensor-parallel rewrite cannot shard "
+                                    f"{what}{where(n)}, which the tensor-parallel rewrite cannot shard "
                                     "(only nn.Linear modules); use tp=1 or make it an nn.Linear")
 
     def _columns_before(self, r):

@@ -108,7 +108,9 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
             continue
         ins = [n for n in nodes if n.op == "placeholder" and n.users] if r == 0 else carries[r]
         outs = out_node.args[0] if r == len(rows) - 1 else tuple(carries[r + 1])
-        modules.append(fx.GraphModule(root, _row_graph(ins, mine, outs, where, device), class_name=f"Row{r}"))
+        label = type(info.module).__name__ if info.module is not None else info.kind.capitalize()
+        modules.append(fx.GraphModule(root, _row_graph(ins, mine, outs, where, device),
+                                      class_name=f"{label}Row"))
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
 
@@ -166,8 +168,6 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
             env[n].meta = dict(n.meta)
         else:
             env[n] = tuple(g.placeholder(f"{n.name}_{i}") for i in range(k))
-    first = next(iter(g.nodes), None)
-    device = None
     for n in mine:
         for a in n.all_input_nodes:
             if a not in env and a.op == "get_attr":
@@ -175,12 +175,6 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
         if a_missing := [a for a in n.all_input_nodes if a not in env]:
             raise TraceError(f"{where}: '{n.name}' uses '{a_missing[0].name}' from another row")
         copied = g.node_copy(n, lambda a: env[a])
-        if _uses_device(copied, traced) and first is not None:
-            if device is None:
-                with g.inserting_before(copied):
-                    device = g.call_function(getattr, (first, "device"))
-            swap = _swap_device(traced, device)
-            copied.args, copied.kwargs = map_aggregate(copied.args, swap), map_aggregate(copied.kwargs, swap)
         env[n] = copied
 
     def out(n):
@@ -190,11 +184,33 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
         return v if isinstance(v, tuple) else (v,)
 
     if isinstance(outs, tuple):
-        g.output(tuple(x for n in outs for x in out(n)))
+        flat = tuple(x for n in outs for x in out(n))
+        g.output(flat[0] if len(flat) == 1 else flat)   # one tensor crosses as itself
     else:
         g.output(env[outs])
+    retarget_device(g, traced)
     g.lint()
     return g
+
+
+def retarget_device(g: fx.Graph, traced: torch.device) -> None:
+    """Arguments equal to the device the graph was traced on (``x.device`` read as a constant)
+    become the device of the graph's first input, so the code runs wherever its input is."""
+    first = next((n for n in g.nodes if n.op == "placeholder"), None)
+    device = None
+    for n in list(g.nodes):
+        if first is None or n.op == "placeholder" or not _uses_device(n, traced):
+            continue
+        if device is None:
+            with g.inserting_after(max((p for p in g.nodes if p.op == "placeholder"), key=_position(g))):
+                device = g.call_function(getattr, (first, "device"))
+        swap = _swap_device(traced, device)
+        n.args, n.kwargs = map_aggregate(n.args, swap), map_aggregate(n.kwargs, swap)
+
+
+def _position(g: fx.Graph):
+    order = {n: i for i, n in enumerate(g.nodes)}
+    return lambda n: order[n]
 
 
 def _swap_device(traced: torch.device, node: fx.Node):

@@ -201,9 +201,12 @@ class CallWrapper(nn.Module):
 
 
 def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(), leaf_modules=(),
-               output_cache=None, what: str = "model") -> tuple[fx.GraphModule, CallWrapper]:
+               output_cache=None, what: str = "model",
+               for_rewrite: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
     """Trace ``module(*args, **kwargs)`` (meta args) into a GraphModule whose placeholders are
-    the tensors of (args, kwargs) in pytree order. Raises TraceError on failure."""
+    the tensors of (args, kwargs) in pytree order. Raises TraceError on failure.
+    ``for_rewrite``: buffers read in the forward stay ``get_attr`` nodes (else constants) and
+    nodes keep their source line, for the rewrite's error messages."""
     n_inputs = len(CallWrapper.tensors_of(args, kwargs))
     names = [f"in{i}" for i in range(n_inputs)]
     src = f"def forward(self, {', '.join(names)}):\n    return self.invoke({', '.join(names)})\n"
@@ -212,6 +215,7 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     cls = type("CallWrapper", (CallWrapper,), {"forward": ns["forward"]})
     wrapper = cls(module, args, kwargs)
     tracer = MetaTracer(leaf_classes, leaf_modules, output_cache)
+    tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
         graph = tracer.trace(wrapper)
