@@ -25,6 +25,8 @@ def register(sub) -> None:
     add_current_args(p, "--from", "score your own configuration instead of --plan: megatron \"ARGS\" (a "
                                   "command line or launch script), torchtitan job.toml, deepspeed ds.json "
                                   "(with --megatron-args), torchrun LINES")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run)
 
@@ -42,8 +44,9 @@ def run(args) -> int:
         if getattr(args, name) is None:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
+    from autopar.cli.search import _leaf_table
     results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
-                             seq=args.seq)
+                             seq=args.seq, table=_leaf_table(args))
     if args.json:   # one object in, one object out
         print_json(results[0] if given.form == "object" else results)
         return 0

@@ -25,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
     p.add_argument("--max-micro-batch", type=int, default=None, help="cap the micro-batch size")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds before giving up proving")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
@@ -33,6 +35,14 @@ def register(sub) -> None:
     add_current_args(p, "--compare-with-current", "score the configuration you run today (megatron \"ARGS\", "
                      "torchtitan job.toml, deepspeed ds.json, torchrun LINES) and show it next to the best plan")
     p.set_defaults(run=run)
+
+
+def _leaf_table(args):
+    """The layer table traced with --leaf classes (None: the search traces it itself)."""
+    if not args.leaf:
+        return None
+    from autopar.trace import table_for
+    return table_for(args.model, 1, args.seq, tuple(args.leaf))
 
 
 def run(args) -> int:
@@ -45,7 +55,8 @@ def run(args) -> int:
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
-                    time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json)
+                    time_limit_s=args.time_limit, progress=sys.stderr.isatty() or not args.json,
+                    table=_leaf_table(args))
     data = result.plans_file()
     if args.current:
         add_comparison(data, args)

@@ -31,6 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 
@@ -54,7 +56,7 @@ def run(args) -> int:
         global_batch = given.global_batch
     par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
                           global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
-                          seed=args.seed)
+                          seed=args.seed, leaf_modules=tuple(args.leaf))
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
     worst = max(diffs)
     ok = worst <= args.rtol

@@ -82,7 +82,8 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
             config.use_cache = False   # training: no key/value cache crosses the rows
         with tracing_libraries(), torch.random.fork_rng(devices=[]):
             top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
-                                leaf_modules=blocks, what=where)
+                                leaf_modules=blocks, what=where,
+                                output_cache=_hidden_like if device.type == "meta" else None)
     finally:
         if use_cache is not None:
             config.use_cache = use_cache
@@ -113,6 +114,18 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
                                       class_name=f"{label}Row"))
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
+
+
+def _hidden_like(module, args, kwargs):
+    """A block of a ``meta`` model whose code cannot run on meta (MoE experts' grouped matmul
+    checks dtypes, routing needs values) is taken to return a tensor shaped like its hidden-state
+    input: all the cut needs from it is what crosses the next cut."""
+    try:
+        with torch.no_grad():
+            return module(*args, **kwargs)
+    except Exception:  # noqa: BLE001 — only shapes are needed here
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        return None if first is None else torch.empty_like(first)
 
 
 def _keep_logits_only(top: fx.GraphModule) -> None:
