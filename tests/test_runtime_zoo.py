@@ -39,7 +39,14 @@ CASES = [
     ("qwen2", dict(pp=2, vpp=2, schedule="interleaved-1f1b"), 2),
     ("bert", dict(dp=2, pp=2, zero=2), 2), ("vit", dict(pp=2, schedule="gpipe"), 2), ("timm_vit", dict(dp=2), 2),
     ("mingpt", dict(dp=2, pp=2, zero=3), 2), ("mixtral", PP2, 4), ("nanogpt", dict(dp=2), 2),
+    # tp / sp / recompute rewrites of transformers blocks (rotary, GQA) and fused-SDPA blocks
+    ("llama", dict(tp=2, sequence_parallel=True), 2), ("bert", dict(tp=2), 2),
+    ("vit", dict(recompute="selective"), 2), ("qwen2", dict(tp=2, pp=2, recompute="full"), 4),
+    ("titan_llama", dict(tp=2, sequence_parallel=True), 2), ("timm_vit", dict(tp=2), 2),
 ]
+# what the rewrite cannot shard: refused before launch, one line naming the file and line
+REFUSED = [("gpt2", dict(tp=2), ["GPT2BlockRow", "torch.addmm", "pytorch_utils.py", "line"]),
+           ("mixtral", dict(tp=2), ["MixtralDecoderLayerRow", "moe.py", "use tp=1"])]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +61,13 @@ def test_zoo_case_equals_serial(zoo_results, index):
     cases, result = zoo_results
     res = result.results[cases[index].name]
     assert res["status"] == "pass", res
+
+
+@pytest.mark.parametrize("name, plan, words", REFUSED, ids=[r[0] for r in REFUSED])
+def test_what_the_rewrite_cannot_shard_is_refused_in_one_line(name, plan, words):
+    line = sweep.refusal(sweep.SweepCase(name, tuple(sorted(plan.items())), 2), zoo_case)
+    assert line is not None and "\n" not in line, line
+    assert all(w in line for w in words), line
 
 
 def test_clipping_is_active_in_the_clip_cases():

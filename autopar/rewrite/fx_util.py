@@ -62,9 +62,15 @@ def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
     from autopar.trace.driver import tracing_libraries
     from autopar.trace.tracer import trace_call
     ghost = meta_copy(module)
-    with tracing_libraries():
-        gm, _ = trace_call(ghost, tuple(meta_like(t) for t in example), {}, for_rewrite=True,
-                           what=f"{type(module).__name__} for the rewrite")
+    try:
+        with tracing_libraries():
+            gm, _ = trace_call(ghost, tuple(meta_like(t) for t in example), {}, for_rewrite=True,
+                               what=f"{type(module).__name__} for the rewrite")
+    except TraceError as e:   # a leaf would not help here: the rewrite must see inside the block
+        head = str(e).split("; mark that submodule as a leaf")[0]
+        raise TraceError(f"{head}; tensor / sequence parallel and recompute rewrite the block's code, "
+                         "which cannot run here: use tp=1, sequence_parallel=false, recompute='none' "
+                         "(dp, pp and ZeRO run it as it is)") from None
     graph = gm.graph
     for n in graph.nodes:
         if n.op in ("call_module", "get_attr"):

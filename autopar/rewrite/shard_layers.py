@@ -39,16 +39,19 @@ class RowParallelLinear(nn.Linear):
 
 class VocabParallelEmbedding(nn.Embedding):
     """Rows ``[vocab_start, vocab_end)`` of the embedding table; ids outside give zeros (the
-    graph all-reduces the result over tp)."""
+    graph all-reduces the result over tp). The serial table's ``padding_idx`` row (BERT's pad
+    token) gets no gradient here either, when this rank holds it."""
 
-    def __init__(self, num_embeddings, embedding_dim, vocab_start, vocab_end, **kw):
+    def __init__(self, num_embeddings, embedding_dim, vocab_start, vocab_end, serial_padding_idx=None, **kw):
         super().__init__(num_embeddings, embedding_dim, **kw)
         self.vocab_start, self.vocab_end = vocab_start, vocab_end
+        pad = serial_padding_idx
+        self.local_padding_idx = pad - vocab_start if pad is not None and vocab_start <= pad < vocab_end else None
 
     def forward(self, ids):
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local = (ids - self.vocab_start).masked_fill(outside, 0)
-        out = F.embedding(local, self.weight)
+        out = F.embedding(local, self.weight, padding_idx=self.local_padding_idx)
         return out.masked_fill(outside.unsqueeze(-1), 0.0)
 
     def extra_repr(self):
@@ -126,6 +129,6 @@ def vocab_parallel(mod: nn.Embedding, name: str, rank: int, tp: int):
     per = mod.num_embeddings // tp
     start = rank * per
     emb = VocabParallelEmbedding(per, mod.embedding_dim, start, start + per, device="meta",
-                                 dtype=mod.weight.dtype)
+                                 dtype=mod.weight.dtype, serial_padding_idx=mod.padding_idx)
     emb.weight = as_param(mod.weight[start:start + per], mod.weight)
     return emb, {"weight": ShardSpec(f"{name}.weight", 0)}

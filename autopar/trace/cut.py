@@ -47,6 +47,16 @@ class CutRows:
     names: list[str]            # "embedding", the block's module path, "head"
 
 
+class RowModule(fx.GraphModule):
+    """A cut row: a GraphModule named after its block (``LlamaDecoderLayerRow``) in every copy
+    (fx's deepcopy would rename it ``GraphModule``), so the rewrite's messages name the block."""
+
+    def __deepcopy__(self, memo):
+        res = super().__deepcopy__(memo)
+        type(res).__name__ = type(self).__name__
+        return res
+
+
 def meta_copy(module: nn.Module) -> nn.Module:
     """A deep copy whose parameters and buffers are on ``meta`` (no data copied; ties kept)."""
     memo: dict[int, object] = {}
@@ -66,7 +76,7 @@ def _on(t, device: torch.device):
 
 def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRows:
     """``model`` cut into embedding, one row per block, head (see the module docstring)."""
-    from autopar.trace.driver import tracing_libraries
+    from autopar.trace.driver import cache_off, tracing_libraries
     where = type(model).__name__
     found = find_block_list(model)
     if found is None:
@@ -75,18 +85,10 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     blocks = block_modules(found[1])
     device = next(iter(model.parameters()), torch.empty(0)).device
     inputs = tuple(_on(t, device) for t in example_inputs)
-    config = getattr(model, "config", None)
-    use_cache = getattr(config, "use_cache", None)
-    try:
-        if use_cache is not None:
-            config.use_cache = False   # training: no key/value cache crosses the rows
-        with tracing_libraries(), torch.random.fork_rng(devices=[]):
-            top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
-                                leaf_modules=blocks, what=where,
-                                output_cache=_hidden_like if device.type == "meta" else None)
-    finally:
-        if use_cache is not None:
-            config.use_cache = use_cache
+    with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]):
+        top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
+                            leaf_modules=blocks, what=where,
+                            output_cache=_hidden_like if device.type == "meta" else None)
     _keep_logits_only(top)
     rows, node_row = assign_rows(top, blocks, structure_groups(blocks))
     if len(rows) != len(blocks) + 2 or any("#" in r.name for r in rows):
@@ -110,8 +112,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         ins = [n for n in nodes if n.op == "placeholder" and n.users] if r == 0 else carries[r]
         outs = out_node.args[0] if r == len(rows) - 1 else tuple(carries[r + 1])
         label = type(info.module).__name__ if info.module is not None else info.kind.capitalize()
-        modules.append(fx.GraphModule(root, _row_graph(ins, mine, outs, where, device),
-                                      class_name=f"{label}Row"))
+        modules.append(RowModule(root, _row_graph(ins, mine, outs, where, device), class_name=f"{label}Row"))
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
 

@@ -97,6 +97,21 @@ def tracing_libraries():
             mod.is_tracing = orig
 
 
+@contextlib.contextmanager
+def cache_off(model: nn.Module):
+    """A transformers model's key/value cache switched off for the duration (training keeps
+    none, and a cache object cannot cross the rows)."""
+    config = getattr(model, "config", None)
+    use_cache = getattr(config, "use_cache", None)
+    if use_cache is not None:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if use_cache is not None:
+            config.use_cache = use_cache
+
+
 def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
     if micro_batch < 1:
         raise TraceError(f"micro-batch must be at least 1 (got {micro_batch})")
@@ -131,8 +146,9 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
         return out
 
     top_kwargs = forward_kwargs(model, inputs)   # nanoGPT's targets: full-sequence logits, as trained
-    top, _ = trace_call(model, inputs, top_kwargs, leaf_classes=leaf_classes,
-                        leaf_modules=blocks, output_cache=output_cache, what=spec)
+    with cache_off(model):
+        top, _ = trace_call(model, inputs, top_kwargs, leaf_classes=leaf_classes,
+                            leaf_modules=blocks, output_cache=output_cache, what=spec)
     rows, node_row = assign_rows(top, blocks, group_of)
 
     # trace each group's measured block
