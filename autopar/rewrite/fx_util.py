@@ -65,6 +65,7 @@ def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
     try:
         with tracing_libraries():
             gm, _ = trace_call(ghost, tuple(meta_like(t) for t in example), {}, for_rewrite=True,
+                               leaf_classes=("Conv1D",),   # GPT-2's linears: sharded as modules
                                what=f"{type(module).__name__} for the rewrite")
     except TraceError as e:   # a leaf would not help here: the rewrite must see inside the block
         head = str(e).split("; mark that submodule as a leaf")[0]

@@ -37,6 +37,40 @@ class RowParallelLinear(nn.Linear):
         return F.linear(x, self.weight)
 
 
+class ColumnParallelConv1D(nn.Module):
+    """transformers' ``Conv1D`` (GPT-2: ``y = x @ W + b`` with ``W`` of shape (in, out)) holding
+    this rank's output features: ``W``'s columns and ``b``'s entries."""
+
+    def __init__(self, weight: nn.Parameter, bias: nn.Parameter | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x):
+        y = x @ self.weight
+        return y if self.bias is None else y + self.bias
+
+
+class RowParallelConv1D(nn.Module):
+    """``Conv1D`` holding this rank's input features (``W``'s rows); the bias is left out and
+    added once after the reduction, as ``RowParallelLinear`` does."""
+
+    def __init__(self, weight: nn.Parameter, bias: nn.Parameter | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+def is_conv1d(mod: nn.Module) -> bool:
+    """transformers' ``Conv1D``: a linear whose weight is stored (in, out)."""
+    return type(mod).__name__ == "Conv1D" and hasattr(mod, "nf")
+
+
+def out_features(mod: nn.Module) -> int:
+    return mod.nf if is_conv1d(mod) else mod.out_features
+
+
 class VocabParallelEmbedding(nn.Embedding):
     """Rows ``[vocab_start, vocab_end)`` of the embedding table; ids outside give zeros (the
     graph all-reduces the result over tp). The serial table's ``padding_idx`` row (BERT's pad
@@ -104,18 +138,27 @@ def shard_rows(t: torch.Tensor, segments, rank, tp) -> torch.Tensor:
 def column_parallel(mod: nn.Linear, name: str, segments, rank: int, tp: int):
     """(ColumnParallelLinear, {param: ShardSpec}) holding this rank's output features of ``mod``
     (a fused output is cut per segment)."""
+    seg = tuple(segments) if len(segments) > 1 else None
+    if is_conv1d(mod):   # (in, out): the output features are the weight's columns
+        w = shard_rows(mod.weight.t(), segments, rank, tp).t().contiguous()
+        b = as_param(shard_rows(mod.bias, segments, rank, tp), mod.bias) if mod.bias is not None else None
+        return (ColumnParallelConv1D(as_param(w, mod.weight), b),
+                {"weight": ShardSpec(f"{name}.weight", 1, seg), "bias": ShardSpec(f"{name}.bias", 0, seg)})
     lin = ColumnParallelLinear(mod.in_features, mod.out_features // tp, bias=mod.bias is not None,
                                device="meta", dtype=mod.weight.dtype)
     lin.weight = as_param(shard_rows(mod.weight, segments, rank, tp), mod.weight)
     if mod.bias is not None:
         lin.bias = as_param(shard_rows(mod.bias, segments, rank, tp), mod.bias)
-    seg = tuple(segments) if len(segments) > 1 else None
     return lin, {"weight": ShardSpec(f"{name}.weight", 0, seg), "bias": ShardSpec(f"{name}.bias", 0, seg)}
 
 
 def row_parallel(mod: nn.Linear, name: str, rank: int, tp: int):
     """(RowParallelLinear, {param: ShardSpec}) holding this rank's input features of ``mod``; the
     bias stays whole (added once after the reduction)."""
+    if is_conv1d(mod):   # (in, out): the input features are the weight's rows
+        b = as_param(mod.bias) if mod.bias is not None else None
+        return (RowParallelConv1D(as_param(mod.weight.chunk(tp, dim=0)[rank], mod.weight), b),
+                {"weight": ShardSpec(f"{name}.weight", 0)})
     lin = RowParallelLinear(mod.in_features // tp, mod.out_features, bias=mod.bias is not None,
                             device="meta", dtype=mod.weight.dtype)
     lin.weight = as_param(mod.weight.chunk(tp, dim=1)[rank], mod.weight)
