@@ -71,6 +71,15 @@ def test_what_the_rewrite_cannot_shard_is_refused_in_one_line(name, plan, words)
     assert all(w in line for w in words), line
 
 
+def test_a_tied_tensor_split_differently_in_two_rows_is_refused(monkeypatch):
+    """If the rewrite made the embedding whole but the tied LM head vocab-parallel, the runtime
+    would tie a shard to a whole tensor: the pre-launch probe refuses that in one line."""
+    import autopar.rewrite.pairs as pairs
+    monkeypatch.setattr(pairs, "_is_row_input", lambda x: False)   # the embedding stays whole
+    line = sweep.refusal(sweep.SweepCase("gpt2", (("tp", 2),), 2), zoo_case)
+    assert line is not None and "transformer.wte.weight of row embedding is tied to lm_head.weight" in line, line
+
+
 def test_clipping_is_active_in_the_clip_cases():
     """The clip cases clip: the serial gradient norm of the first batch is above CLIP (else a
     wrong global norm could go unnoticed)."""
