@@ -50,9 +50,14 @@ REFUSED = [("mixtral", dict(tp=2), ["MixtralDecoderLayerRow", "moe.py:", "use tp
            ("vit", dict(tp=2, sequence_parallel=True), ["sequence_parallel", "(5)"])]
 
 
+# a user's loss that raises under pp2: one line on the last stage's rank naming the function,
+# file and line (last: the world it ends has no case left to run)
+BAD_LOSS = ("mingpt/badloss", PP2, 2)
+
+
 @pytest.fixture(scope="module")
 def zoo_results():
-    cases = [sweep.SweepCase(name, tuple(sorted(plan.items())), m) for name, plan, m in CASES]
+    cases = [sweep.SweepCase(name, tuple(sorted(plan.items())), m) for name, plan, m in CASES + [BAD_LOSS]]
     os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")
     return cases, sweep.run(cases, world=4, steps=3, make_case=zoo_case)
 
@@ -62,6 +67,13 @@ def test_zoo_case_equals_serial(zoo_results, index):
     cases, result = zoo_results
     res = result.results[cases[index].name]
     assert res["status"] == "pass", res
+
+
+def test_a_failing_loss_under_pp_is_one_line_naming_it(zoo_results):
+    cases, result = zoo_results
+    res = result.results[cases[-1].name]
+    assert res["status"] == "error", res
+    assert "loss_fn failing_loss raised RuntimeError" in res["line"] and "zoo_cases.py:" in res["line"], res
 
 
 @pytest.mark.parametrize("name, plan, words", REFUSED, ids=[r[0] for r in REFUSED])
