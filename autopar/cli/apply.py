@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--emit", required=True, metavar="DIR",
                    help="directory to write stage{v}_tp{r}.py and SUMMARY.md into")
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
-                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.set_defaults(run=run)
 
 

@@ -26,7 +26,8 @@ def register(sub) -> None:
                                   "command line or launch script), torchtitan job.toml, deepspeed ds.json "
                                   "(with --megatron-args), torchrun LINES")
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
-                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=run)
 

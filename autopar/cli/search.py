@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--max-micro-batch", type=int, default=None, help="cap the micro-batch size")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds before giving up proving")
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
-                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
-                   help="trace submodules of this class whole, FLOPs measured (repeatable; e.g. MoE experts)")
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 
