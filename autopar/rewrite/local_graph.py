@@ -28,6 +28,9 @@ class LocalGraph:
         self.module, self.kind, self.rank, self.tp, self.group, self.sp = (
             module, kind, tp_rank, tp_size, group, sp)
         self.example = example if isinstance(example, tuple) else (example,)
+        extra = getattr(module, "autopar_inputs", ())   # a cut row's other inputs (masks, ...)
+        if len(self.example) < len(extra):
+            self.example = self.example + tuple(extra[len(self.example):])
         self.traced = trace_row(module, self.example)
         self.old = self.traced.graph
         self.full: dict[fx.Node, Any] = {}

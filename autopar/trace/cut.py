@@ -49,11 +49,15 @@ class CutRows:
 
 class RowModule(fx.GraphModule):
     """A cut row: a GraphModule named after its block (``LlamaDecoderLayerRow``) in every copy
-    (fx's deepcopy would rename it ``GraphModule``), so the rewrite's messages name the block."""
+    (fx's deepcopy would rename it ``GraphModule``), so the rewrite's messages name the block;
+    ``autopar_inputs`` (meta values of all its inputs, for the rewrite) survives copies too."""
+
+    autopar_inputs: tuple = ()
 
     def __deepcopy__(self, memo):
         res = super().__deepcopy__(memo)
         type(res).__name__ = type(self).__name__
+        res.autopar_inputs = self.autopar_inputs
         return res
 
 
@@ -102,7 +106,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     nodes = [n for n in top.graph.nodes if n.op != "output"]
     row_of = {n: node_row[n.name] for n in nodes}
     out_node = next(n for n in top.graph.nodes if n.op == "output")
-    carries = [_carry(nodes, row_of, c) for c in range(len(rows) + 1)]
+    carries = [_hidden_first(_carry(nodes, row_of, c), rows, c) for c in range(len(rows) + 1)]
     modules = []
     for r, info in enumerate(rows):
         mine = [n for n in nodes if row_of[n] == r and n.op not in ("placeholder", "get_attr")]
@@ -112,7 +116,9 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         ins = [n for n in nodes if n.op == "placeholder" and n.users] if r == 0 else carries[r]
         outs = out_node.args[0] if r == len(rows) - 1 else tuple(carries[r + 1])
         label = type(info.module).__name__ if info.module is not None else info.kind.capitalize()
-        modules.append(RowModule(root, _row_graph(ins, mine, outs, where, device), class_name=f"{label}Row"))
+        row = RowModule(root, _row_graph(ins, mine, outs, where, device), class_name=f"{label}Row")
+        row.autopar_inputs = tuple(torch.empty_like(v, device="meta") for v in _slot_values(ins))
+        modules.append(row)
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
 
@@ -152,6 +158,27 @@ def _carry(nodes, row_of, cut: int) -> list[fx.Node]:
     """Values computed before row ``cut`` and used from it on (get_attr is re-read instead)."""
     return [n for n in nodes if row_of[n] < cut and n.op != "get_attr"
             and any(u.op == "output" or row_of.get(u, 0) >= cut for u in n.users)]
+
+
+def _hidden_first(carry: list, rows, cut: int) -> list:
+    """The hidden state first among what crosses a cut (the next block's first argument, or the
+    last block's output before the head): the rewrite shards input 0 on the sequence under
+    sequence parallel and keeps the others whole."""
+    if 0 < cut < len(rows):
+        nxt = rows[cut]
+        primary = nxt.call_node.args[0] if nxt.kind == "block" and nxt.call_node.args else rows[cut - 1].call_node
+        if primary in carry:
+            return [primary] + [n for n in carry if n is not primary]
+    return carry
+
+
+def _slot_values(ins) -> list:
+    """The traced values of a row's inputs, one per placeholder (a tuple's tensors each)."""
+    out = []
+    for n in ins:
+        val = n.meta.get("val")
+        out.extend(val if isinstance(val, (tuple, list)) else [val])
+    return [v for v in out if isinstance(v, torch.Tensor)]
 
 
 def _plain_call(call: fx.Node, mine, carry_in, carry_out) -> bool:
