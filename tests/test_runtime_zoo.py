@@ -46,11 +46,12 @@ CASES = [
     ("gpt2", dict(tp=2, sequence_parallel=True), 2),   # Conv1D linears, tied vocab-parallel embedding
     # a padding mask computed from the ids crosses every pipeline cut beside the hidden state
     ("padded_gpt", dict(pp=2, vpp=2, schedule="interleaved-1f1b"), 4), ("padded_gpt", dict(dp=2, pp=2, zero=3), 2),
+    ("padded_gpt", dict(tp=2, pp=2), 4),   # ... and into the rewritten blocks; a causal mask built in forward
 ]
 # what the rewrite cannot shard: refused before launch, one line naming the file and line
 REFUSED = [("mixtral", dict(tp=2), ["MixtralDecoderLayerRow", "moe.py:", "use tp=1"]),
            ("vit", dict(tp=2, sequence_parallel=True), ["sequence_parallel", "(5)"]),
-           ("padded_gpt", dict(tp=2), ["_PaddedBlockRow", "creates a tensor from constants"])]
+           ("padded_gpt", dict(tp=2, sequence_parallel=True), ["_PaddedBlockRow", "zoo.py", "line"])]
 
 
 # a user's loss that raises under pp2: one line on the last stage's rank naming the function,

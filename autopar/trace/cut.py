@@ -183,7 +183,7 @@ def _slot_values(ins) -> list:
 
 def _plain_call(call: fx.Node, mine, carry_in, carry_out) -> bool:
     """``x = block(x)``: the row is the block module itself."""
-    return (mine == [call] and not call.kwargs and list(call.args) == carry_in
+    return (mine == [call] and not call.kwargs and len(carry_in) == 1 and list(call.args) == carry_in
             and carry_out == [call] and isinstance(call.meta.get("val"), torch.Tensor))
 
 

@@ -14,6 +14,7 @@ blocks (each block is traced on its own, once per structurally identical group).
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import traceback
@@ -218,7 +219,8 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        graph = tracer.trace(wrapper)
+        with recorded_factories(tracer) if for_rewrite else contextlib.nullcontext():
+            graph = tracer.trace(wrapper)
     except TraceError:
         raise
     except Exception as e:  # noqa: BLE001 — translated into one line for the user
@@ -229,6 +231,30 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
 
 
 _OWN_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+_FACTORIES = ("ones", "zeros", "full", "empty", "arange", "eye")
+
+
+@contextlib.contextmanager
+def recorded_factories(tracer: MetaTracer):
+    """``torch.ones(T, T, device=x.device)`` and the other tensor factories recorded as graph
+    nodes instead of run into constants: a mask built in a block's forward stays code the
+    rewrite can run on the shard (a constant traced on ``meta`` would have no values)."""
+    saved = {name: getattr(torch, name) for name in _FACTORIES}
+
+    def recording(fn):
+        def factory(*args, **kwargs):
+            if tracer._concrete:
+                return fn(*args, **kwargs)
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+        return factory
+
+    for name, fn in saved.items():
+        setattr(torch, name, recording(fn))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
 
 
 def _is_library_file(filename: str) -> bool:
