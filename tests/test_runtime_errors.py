@@ -50,15 +50,15 @@ def test_more_stages_than_rows_names_pp_and_vpp():
 
 def test_user_model_rows_cut_at_the_block_list():
     from test_runtime_parallel import NanoGPT
-    rows = model_rows(NanoGPT(n_layer=3))
+    idx = torch.randint(0, 64, (2, 8))
+    rows = model_rows(NanoGPT(n_layer=3), (idx,))
     assert rows.kinds == ["embedding", "block", "block", "block", "head"]
     assert rows.names[1:4] == ["transformer.h.0", "transformer.h.1", "transformer.h.2"]
-    idx = torch.randint(0, 64, (2, 8))
     model = NanoGPT(n_layer=3)
-    rows = model_rows(model)
+    rows = model_rows(model, (idx,))
     x = rows.modules[0](idx)
     for m in rows.modules[1:]:
-        x = m(x)
+        x = m(*x) if isinstance(x, tuple) else m(x)
     torch.testing.assert_close(x, model(idx))
 
 

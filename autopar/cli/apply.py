@@ -16,6 +16,9 @@ def register(sub) -> None:
                    help="plan: a plans file from 'autopar search -o' (first plan), a plan JSON file, or JSON text")
     p.add_argument("--emit", required=True, metavar="DIR",
                    help="directory to write stage{v}_tp{r}.py and SUMMARY.md into")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.set_defaults(run=run)
 
 
@@ -23,7 +26,7 @@ def run(args) -> int:
     from costmodels.plans_file import load_plan
     plan = load_plan(args.plan)
     from autopar.runtime.emit import emit
-    res = emit(args.model, plan, args.emit, seq=args.seq)
+    res = emit(args.model, plan, args.emit, seq=args.seq, leaf_modules=tuple(args.leaf))
     print(f"wrote {len(res.files)} file(s) for {len(res.stages)} pipeline stage(s) × tp={plan.tp} "
           f"and {res.summary_path}")
     return 0

@@ -31,6 +31,9 @@ def register(sub) -> None:
     add_current_args(p, "--from", "score your own configuration instead of --plan: megatron \"ARGS\" (a "
                                   "command line or launch script), torchtitan job.toml, deepspeed ds.json "
                                   "(with --megatron-args), torchrun LINES")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-o", "--output", default=None, metavar="FILE.json",
                    help="also write the --json output to this file (for autopar report / explain)")
@@ -57,9 +60,10 @@ def run(args) -> int:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
     load_profile(args.hardware)
+    from autopar.cli.search import _leaf_table
     with progress(args, f"tracing {args.model} and estimating"):
         results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
-                                 seq=args.seq, runtime=args.runtime)
+                                 seq=args.seq, runtime=args.runtime, table=_leaf_table(args))
     out = results[0] if given.form == "object" else results    # one object in, one object out
     if args.output:
         write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")

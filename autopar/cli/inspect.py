@@ -13,8 +13,9 @@ def register(sub) -> None:
                    help="sequences per micro-batch (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
-                   help="treat submodules of this class as one opaque step (repeatable); "
-                        "the fix for code torch.fx cannot trace")
+                   help="treat submodules of this class as one opaque step, FLOPs measured (repeatable); "
+                        "the fix for code torch.fx cannot trace. MoE experts: priced as run, k of E per "
+                        "token, and planned as dense layers (no expert parallelism)")
     add_progress_arg(p)
     p.set_defaults(run=run)
 

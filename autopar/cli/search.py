@@ -33,6 +33,9 @@ def register(sub) -> None:
                    help="cap the micro-batch size")
     p.add_argument("--time-limit", type=float_arg(high=7 * 24 * 3600.0), default=600.0,
                    help="seconds before giving up proving")
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
@@ -42,6 +45,14 @@ def register(sub) -> None:
                      "torchtitan job.toml, deepspeed ds.json, torchrun LINES) and show it next to the best plan")
     add_progress_arg(p)
     p.set_defaults(run=run)
+
+
+def _leaf_table(args):
+    """The layer table traced with --leaf classes (None: the search traces it itself)."""
+    if not args.leaf:
+        return None
+    from autopar.trace import table_for
+    return table_for(args.model, 1, args.seq, tuple(args.leaf))
 
 
 def run(args) -> int:
@@ -54,7 +65,7 @@ def run(args) -> int:
     fix = parse_fix(args.fix)
     load_profile(args.hardware)        # a bad profile fails before the trace
     with progress(args, f"tracing {args.model}"):
-        table = table_for(args.model, micro_batch=1, seq=args.seq)
+        table = table_for(args.model, 1, args.seq, tuple(args.leaf))
     imported, runtime = None, args.runtime
     if args.current:   # your configuration first: the search then plans for the runtime you use
         from autopar.cli.export import import_current

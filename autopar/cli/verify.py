@@ -33,6 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--rtol", type=float_arg(open_low=False), default=1e-5,
                    help="relative tolerance (default 1e-5)")
     p.add_argument("--seed", type=int_arg(low=0, high=2 ** 63 - 1), default=0)
+    p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
+                   help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
+                        " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_progress_arg(p)
     p.set_defaults(run=run)
@@ -60,7 +63,7 @@ def run(args) -> int:
         check_serial_memory(args.model, seq, plan, global_batch)
         par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
                               global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
-                              seed=args.seed)
+                              seed=args.seed, leaf_modules=tuple(args.leaf))
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
     worst = compare(par, ser)          # inf when a loss is NaN or inf: never OK
     ok = worst <= args.rtol

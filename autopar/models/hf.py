@@ -1,9 +1,14 @@
-"""``hf:path/to/config.json``: a transformers model built from its config alone.
+"""``hf:path/to/config.json``: a transformers model built from its config alone, with the
+training head people train it with.
 
-No weights and no network: the config file is read locally, the model is built with
-``AutoModelForCausalLM.from_config`` (falling back to ``AutoModel``). Inputs are token ids of
-``seq`` tokens (default: the config's ``max_position_embeddings``, capped at 2048). Needs the
-``hf`` extra (``pip install -e .[hf]``).
+No weights and no network: the config file is read locally. The head: the config's own
+``architectures[0]`` when transformers has that class; else ``…ForImageClassification`` for a
+vision config (``image_size``), ``…ForMaskedLM`` for an encoder (BERT, RoBERTa: what users
+train, not ``BertLMHeadModel``), ``…ForCausalLM`` for a decoder, ``AutoModel`` otherwise.
+Inputs: token ids of ``seq`` tokens (default: the config's ``max_position_embeddings``, capped
+at 2048), or pixels ``(B, channels, image, image)`` with class labels for an image model, whose
+``seq`` is its token count (patches, plus one class token). Needs the ``hf`` extra
+(``pip install -e .[hf]``).
 """
 from __future__ import annotations
 
@@ -32,30 +37,75 @@ def hf_source(spec: str, path: str, seq: int | None) -> ModelSource:
     if config is None:
         raise SpecError(f"hf config '{path}' has no 'model_type'; add one (e.g. \"model_type\": \"llama\")")
     config._attn_implementation = "eager"
+    head = training_head(transformers, config)
+    image = int(getattr(config, "image_size", 0) or 0) if head.__name__.endswith("ImageClassification") else 0
     vocab = int(getattr(config, "vocab_size", 0) or 0)
-    if vocab < 1:
-        raise SpecError(f"hf config '{path}' has no vocab_size; autopar feeds token ids to hf models")
-    seq_len = seq or min(int(getattr(config, "max_position_embeddings", 2048) or 2048), 2048)
+    if not image and vocab < 1:
+        raise SpecError(f"hf config '{path}' has no vocab_size (nor image_size); autopar feeds token ids "
+                        "(or pixels) to hf models")
+    if image:
+        patch = int(getattr(config, "patch_size", 16) or 16)
+        seq_len = (image // patch) ** 2 + 1
+        channels, classes = int(getattr(config, "num_channels", 3)), int(getattr(config, "num_labels", 2))
+    else:
+        seq_len = seq or min(int(getattr(config, "max_position_embeddings", 2048) or 2048), 2048)
 
     def build(attention):
         config._attn_implementation = "sdpa" if attention == "flash" else "eager"
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(config)
-        except ValueError:
-            model = transformers.AutoModel.from_config(config)
+        model = head(config)
         model.config.use_cache = False
         return HFLogits(model)
 
-    def inputs(batch, g, device):
+    def draw(high, shape, g, device):
         if g is None or device == "meta":
-            return (torch.randint(0, vocab, (batch, seq_len), device=device),)
-        return (torch.randint(0, vocab, (batch, seq_len), generator=g).to(device),)
+            return torch.randint(0, high, shape, device=device)
+        return torch.randint(0, high, shape, generator=g).to(device)
+
+    def inputs(batch, g, device):
+        if image:
+            shape = (batch, channels, image, image)
+            if g is None or device == "meta":
+                return (torch.randn(shape, device=device),)
+            return (torch.randn(shape, generator=g).to(device),)
+        return (draw(vocab, (batch, seq_len), g, device),)
 
     def targets(inp, batch, g, device):
-        return inputs(batch, g, device)[0]
+        return draw(classes, (batch,), g, device) if image else draw(vocab, (batch, seq_len), g, device)
 
     return ModelSource(spec=spec, config=None, seq=seq_len, _build=build, _inputs=inputs,
                        _targets=targets, loss_fn=token_loss)
+
+
+def training_head(transformers, config):
+    """The model class users train for ``config`` (see the module docstring)."""
+    for arch in getattr(config, "architectures", None) or ():
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    auto = transformers.models.auto.modeling_auto
+    kind = config.model_type
+    if getattr(config, "image_size", None) and kind in auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        return _AutoHead(transformers.AutoModelForImageClassification, "ImageClassification")
+    if kind in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False) \
+            and kind not in _DECODERS:
+        return _AutoHead(transformers.AutoModelForMaskedLM, "MaskedLM")
+    if kind in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return _AutoHead(transformers.AutoModelForCausalLM, "CausalLM")
+    return _AutoHead(transformers.AutoModel, "Model")
+
+
+# decoders that transformers also maps to a masked-LM head (for infilling); users train them causal
+_DECODERS = {"mistral", "llama", "qwen2", "gpt2", "mixtral"}
+
+
+class _AutoHead:
+    """``AutoModelFor….from_config`` as a class-like callable with the head in its name."""
+
+    def __init__(self, auto, head: str):
+        self.auto, self.__name__ = auto, f"AutoModelFor{head}"
+
+    def __call__(self, config):
+        return self.auto.from_config(config)
 
 
 class HFLogits(torch.nn.Module):
@@ -66,6 +116,7 @@ class HFLogits(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids):
-        out = self.model(input_ids=input_ids)
+    def forward(self, inputs):
+        key = "pixel_values" if inputs.is_floating_point() else "input_ids"
+        out = self.model(**{key: inputs})
         return out.logits if hasattr(out, "logits") else out.last_hidden_state

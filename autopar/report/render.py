@@ -88,6 +88,8 @@ def to_markdown(report) -> str:
         b = w["best"]
         L.append(f"**{b.gpus} GPUs — best #{b.id} {b.label()}**: "
                  f"{w['bottleneck_text']}. Memory: {w['memory_text']}.")
+        if b.file_meta.get("comparison"):
+            L += ["", f"Your configuration: {b.file_meta['comparison']}."]
         L.append("")
         for r, text in w["runners_up"]:
             L.append(f"- #{r.id} {r.label()}: {text}")
@@ -185,6 +187,7 @@ figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
+table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
 """
 
 
@@ -192,14 +195,17 @@ def _e(x) -> str:
     return html.escape(str(x))
 
 
-def _table(header, rows, left=(), row_class=None) -> str:
+def _table(header, rows, left=(), row_class=None, wrap=False) -> str:
+    """An HTML table; ``wrap``: long cell values (a plan's 64 split points) wrap inside their
+    column instead of pushing the table off the screen."""
     h = "".join(f"<th class='l'>{_e(c)}</th>" if i in left else f"<th>{_e(c)}</th>" for i, c in enumerate(header))
     body = []
     for j, row in enumerate(rows):
         cls = f" class='{row_class[j]}'" if row_class and row_class[j] else ""
         body.append(f"<tr{cls}>" + "".join(f"<td class='l'>{_e(c)}</td>" if i in left else f"<td>{_e(c)}</td>"
                                            for i, c in enumerate(row)) + "</tr>")
-    return f"<div class='scroll'><table><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    table = "<table class='wrap'>" if wrap else "<table>"
+    return f"<div class='scroll'>{table}<thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 def _figure(kind: str, svg: str, caption: str = "", key: str = "") -> str:
@@ -219,8 +225,8 @@ def to_html(report) -> str:
     S = []
     S.append(("ranked", "Ranked plans",
               "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
-              "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than the "
-              "estimate (see Why this plan). ±: the cost model's error on published runs of the plan's "
+              "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than "
+              "the estimate (see Why this plan). ±: the cost model's error on published runs of the plan's "
               "regime (~: borrowed from another regime; docs/validation.md).</p>"
               + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
     why = []
@@ -230,6 +236,8 @@ def to_html(report) -> str:
         why.append(f"<h3>{b.gpus} GPUs · {_e(b.get('hardware'))}: best is #{b.id} {_e(b.label())}</h3>"
                    f"<ul class='why'><li>Bottleneck: {_e(w['bottleneck_text'])}.</li>"
                    f"<li>Memory: {_e(w['memory_text'])}.</li>"
+                   + (f"<li>Your configuration: {_e(b.file_meta['comparison'])}.</li>"
+                      if b.file_meta.get("comparison") else "")
                    + (f"<li>Runners-up lose on:<ul>{items}</ul></li>" if items else "")
                    + "".join(f"<li class='warn'>⚠ <b>#{r.id} {_e(r.label())}</b>: {_e(report.check_text(r))}.</li>"
                              for r in report.groups[report.why.index(w)] if report.check_text(r))
@@ -301,7 +309,7 @@ def to_html(report) -> str:
                   f"<p class='note'>Plan fields that differ, then every prediction (difference = "
                   f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
                   + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
-                            "difference"], rows, left=(0,))))
+                            "difference"], rows, left=(0,), wrap=True)))
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
     body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

@@ -6,6 +6,8 @@ bookkeeping; nothing here knows about tensor parallelism.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.fx as fx
 import torch.nn as nn
@@ -30,8 +32,14 @@ def drop_stale_fx_wraps() -> None:
         pass
 
 
-def trace_row(module: nn.Module) -> fx.GraphModule:
-    """``module`` as a GraphModule (buffers proxied, stack traces kept for error messages)."""
+def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule:
+    """``module`` as a GraphModule (buffers proxied, stack traces kept for error messages).
+
+    Plain ``torch.fx`` first (sizes stay symbolic); code it cannot trace — transformers layers
+    that iterate over shapes, unpack ``*input_shape``, look attention functions up in a table —
+    is traced again with the trace's shape-aware tracer on a ``meta`` copy for ``example``
+    (:func:`trace_row_with_shapes`; sizes become literals, which the rewrite rewrites as well).
+    A failure of both is one line naming the operation, the file and the line."""
     drop_stale_fx_wraps()
     tracer = fx.Tracer()
     tracer.proxy_buffer_attributes = True
@@ -39,8 +47,40 @@ def trace_row(module: nn.Module) -> fx.GraphModule:
     try:
         graph = tracer.trace(module)
     except Exception as e:  # noqa: BLE001 - report the user's line
-        raise TraceError(f"cannot trace {type(module).__name__} with torch.fx for the rewrite: "
-                         f"{type(e).__name__}: {e}") from None
+        from autopar.trace.tracer import trace_error
+        if example is None:
+            raise trace_error(e, f"{type(module).__name__} with torch.fx for the rewrite") from None
+        return trace_row_with_shapes(module, example)
+    return fx.GraphModule(module, graph)
+
+
+def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
+    """``module`` traced by ``autopar.trace``'s MetaTracer on a ``meta`` copy of itself for the
+    serial input ``example``, re-rooted on ``module``; the device the trace saw becomes the
+    input's device."""
+    from autopar.trace.cut import meta_copy, retarget_device
+    from autopar.trace.driver import tracing_libraries
+    from autopar.trace.tracer import trace_call
+    ghost = meta_copy(module)
+    try:
+        with tracing_libraries():
+            gm, _ = trace_call(ghost, tuple(meta_like(t) for t in example), {}, for_rewrite=True,
+                               leaf_classes=("Conv1D",),   # GPT-2's linears: sharded as modules
+                               what=f"{type(module).__name__} for the rewrite")
+    except TraceError as e:   # a leaf would not help here: the rewrite must see inside the block
+        head = str(e).split("; mark that submodule as a leaf")[0]
+        raise TraceError(f"{head}; tensor / sequence parallel and recompute rewrite the block's code, "
+                         "which cannot run here: use tp=1, sequence_parallel=false, recompute='none' "
+                         "(dp, pp and ZeRO run it as it is)") from None
+    graph = gm.graph
+    for n in graph.nodes:
+        if n.op in ("call_module", "get_attr"):
+            if not n.target.startswith("inner."):
+                raise TraceError(f"cannot rewrite {type(module).__name__}: its forward creates a tensor "
+                                 f"from constants ('{n.name}'), which autopar cannot shard; register it "
+                                 "as a buffer in __init__")
+            n.target = n.target[len("inner."):]
+    retarget_device(graph, torch.device("meta"))
     return fx.GraphModule(module, graph)
 
 
@@ -107,6 +147,11 @@ def where(node: fx.Node) -> str:
     """' at FILE:LINE: code' of the user's line that made ``node`` (or its name)."""
     st = node.meta.get("stack_trace") or ""
     lines = [ln.strip() for ln in st.strip().splitlines() if ln.strip()]
+    frames = [(a, b) for a, b in zip(lines, lines[1:]) if a.startswith("File ")]
+    own = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    user = [f for f in frames if not any(d in f[0] for d in own)]
+    if user:
+        return f" at {user[-1][0]}: {user[-1][1]}"
     if len(lines) >= 2:
         return f" at {lines[-2]}: {lines[-1]}"
     return f" (node {node.name})"

@@ -27,9 +27,12 @@ class LocalGraph:
     def __init__(self, module, kind, tp_rank, tp_size, group, sp, example):
         self.module, self.kind, self.rank, self.tp, self.group, self.sp = (
             module, kind, tp_rank, tp_size, group, sp)
-        self.traced = trace_row(module)
-        self.old = self.traced.graph
         self.example = example if isinstance(example, tuple) else (example,)
+        extra = getattr(module, "autopar_inputs", ())   # a cut row's other inputs (masks, ...)
+        if len(self.example) < len(extra):
+            self.example = self.example + tuple(extra[len(self.example):])
+        self.traced = trace_row(module, self.example)
+        self.old = self.traced.graph
         self.full: dict[fx.Node, Any] = {}
         self.layout = ParallelLayout()
         self.g = fx.Graph()

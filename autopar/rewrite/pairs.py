@@ -17,7 +17,8 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_like
+from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_like, where
+from autopar.rewrite.shard_layers import is_conv1d, out_features
 from autopar.trace.fx_graph import ABORT, EXPAND, INPUTS, PRUNE, is_linear_module, is_softmax, reaches, walk
 from autopar.trace.tp import find_tp_pairs
 from costmodels.errors import PlanError
@@ -69,6 +70,16 @@ def _is_attention_op(gm: fx.GraphModule, n: fx.Node) -> bool:
     return is_softmax(gm, n)
 
 
+_RESHAPES = {"view", "reshape", "flatten", "contiguous", "long", "int", "to"}
+
+
+def _is_row_input(x) -> bool:
+    """The row's input, possibly reshaped first (GPT-2's ``input_ids.view(-1, T)``)."""
+    while isinstance(x, fx.Node) and x.op == "call_method" and x.target in _RESHAPES and x.args:
+        x = x.args[0]
+    return isinstance(x, fx.Node) and x.op == "placeholder"
+
+
 class _PairFinder:
     def __init__(self, traced: fx.GraphModule, full: dict, kind: str, tp: int, row_name: str):
         self.traced, self.graph, self.full, self.kind, self.tp = traced, traced.graph, full, kind, tp
@@ -79,7 +90,7 @@ class _PairFinder:
         return self.traced.get_submodule(n.target) if n.op == "call_module" else None
 
     def _is_linear(self, n):
-        return n.op == "call_module" and isinstance(self._mod(n), nn.Linear)
+        return n.op == "call_module" and (isinstance(self._mod(n), nn.Linear) or is_conv1d(self._mod(n)))
 
     def find_pairs(self):
         lay = self.layout
@@ -131,7 +142,7 @@ class _PairFinder:
                     what = (type(self._mod(n)).__name__ if n.op == "call_module" and
                             is_linear_module(self._mod(n)) else _FUNC_NAMES.get(n.target, str(n.target)))
                     raise PlanError(f"plan field 'tp'={self.tp}: {self.row_name} applies a weight with "
-                                    f"{what} (node {n.name}), which the tensor-parallel rewrite cannot shard "
+                                    f"{what}{where(n)}, which the tensor-parallel rewrite cannot shard "
                                     "(only nn.Linear modules); use tp=1 or make it an nn.Linear")
 
     def _columns_before(self, r):
@@ -214,12 +225,12 @@ class _PairFinder:
         if self.kind == "embedding":
             for n in self.graph.nodes:
                 if (n.op == "call_module" and isinstance(self._mod(n), nn.Embedding)
-                        and n.args and isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"):
+                        and n.args and _is_row_input(n.args[0])):
                     if self._mod(n).num_embeddings % self.tp == 0:
                         lay.vocab_embedding = n
                     break
         elif self.kind == "head":
             out = next(n for n in self.graph.nodes if n.op == "output")
             lin = [n for n in self.graph.nodes if self._is_linear(n) and reaches(n, out)]
-            if lin and self._mod(lin[-1]).out_features % self.tp == 0:
+            if lin and out_features(self._mod(lin[-1])) % self.tp == 0:
                 lay.vocab_head = lin[-1]

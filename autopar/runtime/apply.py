@@ -58,8 +58,9 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autopar.runtime import dist as adist
-from autopar.runtime import liveness
+from autopar.runtime import liveness, state_hooks
 from autopar.runtime.checkpoint import full_state_dict
+from autopar.runtime.clipping import clip_grad_norm_
 from autopar.runtime.data_parallel import Zero1, wrap_dp
 from autopar.runtime.failures import alike_on_every_rank, install_error_hook, peer_failures
 from autopar.runtime.materialize import RowFiller, has_meta
@@ -180,6 +181,7 @@ class Runner:
                                          device=self.device)
         self.materialized = self._local.stats
         self._tied = tie_parameters(self._local, users, lay)
+        self._state_hooks = state_hooks.capture(model)   # re-applied by full_state_dict
         self._raw = self._local.modules
         if self.materialized:
             self.materialized["param_bytes"] = self.parameter_bytes()
@@ -271,7 +273,14 @@ class Runner:
         """The serial model's state dict (same keys), gathered on the first rank of the plan;
         None on the others. Every rank of the plan must call it."""
         with peer_failures("full_state_dict", self.layout.ranks, self.rank, adist.timeout_s()):
-            return full_state_dict(self._local, self._keys, self.layout, self.plan)
+            state = full_state_dict(self._local, self._keys, self.layout, self.plan)
+        return None if state is None else state_hooks.apply_hooks(self._state_hooks, state)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip every gradient by the serial model's global norm (``autopar.runtime.clipping``);
+        call on every rank after ``train_step``, before the optimizer's ``step``."""
+        return clip_grad_norm_(self._raw, self._local.names, self._local.shards, self._tied,
+                               self.layout, max_norm, norm_type)
 
     def save(self, path, optimizer=None, extra=None, async_save: bool = False):
         """Write a distributed checkpoint of the model, ``optimizer``'s state, the step, every

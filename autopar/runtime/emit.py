@@ -91,7 +91,7 @@ def _submodule_graphs(gm: nn.Module, prefix=""):
             yield from _submodule_graphs(sub, prefix + name + ".")
 
 
-def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
+def emit(spec: str, plan, out_dir: str, seq: int | None = None, leaf_modules=()) -> EmitResult:
     from autopar.models import load_model
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
@@ -99,7 +99,11 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None) -> EmitResult:
     # the runtime's own pre-launch checks, row cut, stage split and row inputs, so --emit
     # refuses what the runtime refuses, with the same line, and shows what it runs
     example = source.example_inputs(plan.micro_batch_size, "cpu")
-    ready = check_before_launch(model, plan, spec=spec, seq=seq, example_inputs=example)
+    table = None
+    if leaf_modules:   # the balanced split of the table traced with those leaves
+        from autopar.trace import table_for
+        table = table_for(spec, plan.micro_batch_size, seq, tuple(leaf_modules))
+    ready = check_before_launch(model, plan, spec=spec, seq=seq, table=table, example_inputs=example)
     rows, stages = ready.rows, ready.stages
     inputs = row_inputs(rows, example, stages, range(len(stages)))
     os.makedirs(out_dir, exist_ok=True)

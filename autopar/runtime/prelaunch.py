@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from autopar.runtime.rows import Rows, model_rows
 from autopar.runtime.stages import row_inputs, stage_ranges
-from costmodels.errors import AutoparError
+from costmodels.errors import AutoparError, PlanError
 from costmodels.runnable import ModelDims, check_runnable
 
 _FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit")
@@ -54,7 +54,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time)."""
     try:
-        rows = model_rows(model)
+        rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"):
@@ -112,15 +112,30 @@ def _probe(rows: Rows, stages, plan, example_inputs) -> None:
     from autopar.rewrite.collectives import FakeGroup
     inputs = row_inputs(rows, example_inputs, stages, range(len(stages))) if example_inputs is not None else {}
     seen = set()
+    split_of: dict[int, tuple] = {}   # id(tensor) -> (row name, local name, sharded dim)
     for i, (module, kind) in enumerate(zip(rows.modules, rows.kinds)):
         x = inputs.get(i)
         key = (kind, repr(module), None if x is None else (tuple(x.shape), str(x.dtype)))
         if key in seen:
             continue
         seen.add(key)
-        rewrite_row(meta_copy(module), kind=kind, tp_rank=0, tp_size=plan.tp,
-                    tp_group=FakeGroup(0, plan.tp), sequence_parallel=plan.sequence_parallel,
-                    recompute=plan.recompute, example_input=x)
+        gm = rewrite_row(meta_copy(module), kind=kind, tp_rank=0, tp_size=plan.tp,
+                         tp_group=FakeGroup(0, plan.tp), sequence_parallel=plan.sequence_parallel,
+                         recompute=plan.recompute, example_input=x)
+        _check_ties(module, rows.names[i], getattr(gm, "autopar_shards", {}) or {}, split_of, plan.tp)
+
+
+def _check_ties(module, row: str, shards: dict, split_of: dict, tp: int) -> None:
+    """A tensor shared by two rows (an embedding tied to the LM head) must be split the same way
+    in both, or the runtime would tie a shard to a whole tensor and train the wrong model."""
+    dims = {spec.name: spec.dim for spec in shards.values()}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        mine = (row, name.removeprefix("inner."), dims.get(name))
+        other = split_of.setdefault(id(p), mine)
+        if other[2] != mine[2]:
+            raise PlanError(f"plan field 'tp'={tp}: the tensor {other[1]} of row {other[0]} is tied to "
+                            f"{mine[1]} of row {row}, but the tensor-parallel rewrite splits them differently "
+                            f"(dim {other[2]} vs {mine[2]}); use tp=1 or untie them")
 
 
 def meta_copy(module: nn.Module) -> nn.Module:

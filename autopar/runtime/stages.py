@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from autopar.runtime import dist as adist
 from autopar.runtime.rows import Rows, StageModule, row_weights
+from autopar.runtime.state_hooks import raw_state_dict
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
 from costmodels.split import check_stage_rows, partition
@@ -55,7 +56,7 @@ def tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
 def row_state_keys(model: nn.Module, rows: Rows) -> tuple[list[str], list[dict[str, list[str]]]]:
     """The serial model's state-dict keys, and per row: its local tensor names -> the keys of
     that tensor (all aliases of a tied tensor; the first is canonical)."""
-    sd = model.state_dict(keep_vars=True)
+    sd = raw_state_dict(model)   # parameter names, before any state-dict hook renames them
     key_of: dict[int, list[str]] = {}
     for k, t in sd.items():
         key_of.setdefault(id(t), []).append(k)

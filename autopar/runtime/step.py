@@ -7,12 +7,14 @@ runs it, and what a schedule refuses is turned into a PlanError naming the fix h
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
-from costmodels.errors import PlanError
+from costmodels.errors import AutoparError, PlanError
 from costmodels.plan import Plan
 from costmodels.runnable import check_schedule
 
@@ -40,7 +42,7 @@ def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: in
             ctx = contextlib.nullcontext()
         with ctx:
             out = module(*(t[sl] for t in inputs))
-            loss = loss_fn(out, targets[sl] if targets is not None else None)
+            loss = call_loss(loss_fn, out, targets[sl] if targets is not None else None)
             (loss / n_micro).backward()
         total += float(loss.detach())
     return total / n_micro
@@ -53,6 +55,9 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
     if first_stage:
         args = inputs
     if last_stage:
+        schedule.autopar_loss.targets_given = targets is not None
+        if targets is None:   # torch's schedules need a target per micro-batch; the loss gets None
+            targets = torch.zeros(inputs[0].size(0), device=inputs[0].device)
         kwargs = dict(target=targets, losses=losses)
     schedule.step(*args, **kwargs)
     if not losses:
@@ -64,15 +69,62 @@ def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable
     """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
     from torch.distributed import pipelining as pl
     check_schedule(plan, n_micro)   # the rule's owner: costmodels.runnable
+    loss = PipelineLoss(loss_fn)
     try:
         if plan.schedule == "interleaved-1f1b":
-            return pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss_fn)
-        cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
-        return cls(pipe_stages[0], n_micro, loss_fn=loss_fn)
+            schedule = pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss)
+        else:
+            cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
+            schedule = cls(pipe_stages[0], n_micro, loss_fn=loss)
+        schedule.autopar_loss = loss
+        return schedule
     except ValueError as e:
         raise PlanError(f"schedule '{plan.schedule}' with pp={plan.pp} cannot run "
                         f"{n_micro} micro-batch(es) per step ({e}); raise the global "
                         "batch or lower 'micro_batch_size'") from None
+
+
+class PipelineLoss:
+    """The user's ``loss_fn(output, targets)`` as torch's schedules call it: they require a
+    target on the last stage, so a step without targets hands them placeholder zeros and the
+    user's function gets ``targets=None``, as it does with pp=1."""
+
+    def __init__(self, loss_fn: Callable):
+        self.loss_fn = loss_fn
+        self.targets_given = True
+
+    def __call__(self, output, target):
+        return call_loss(self.loss_fn, output, target if self.targets_given else None)
+
+
+def call_loss(loss_fn: Callable, output, targets):
+    """``loss_fn(output, targets)``, checked: an exception inside it, or a result that is not a
+    scalar tensor, is one PlanError line naming the function, its file and line — on the rank
+    that computes the loss; the others then report that rank as lost."""
+    name = getattr(loss_fn, "__qualname__", type(loss_fn).__name__)
+    try:
+        loss = loss_fn(output, targets)
+    except AutoparError:
+        raise
+    except Exception as e:  # noqa: BLE001 — the user's loss: one line naming where
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not any(d in f.filename for d in _LIBRARY_DIRS)]
+        at = ""
+        if frames:
+            code = (frames[-1].line or "").strip()
+            at = f" at {frames[-1].filename}:{frames[-1].lineno}" + (f" `{code}`" if code else "")
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise PlanError(f"loss_fn {name} raised {type(e).__name__}: {msg}{at}; it is called as "
+                        "loss_fn(model output, targets of the micro-batch) (targets None when "
+                        "train_step got none)") from None
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        what = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise PlanError(f"loss_fn {name} returned {what}; it must return a scalar tensor (the mean "
+                        "loss of its micro-batch)")
+    return loss
+
+
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def all_reduce_tied(stages: list, tied: list[tuple[int, str, object]]) -> None:

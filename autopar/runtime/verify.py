@@ -39,6 +39,8 @@ class Case:
     spec: str | None = None
     example_inputs: tuple | None = None
     seq: int | None = None
+    clip: float | None = None           # max gradient norm (serial: torch's; parallel: the runner's)
+    table: object | None = None         # the layer table for the balanced split (traced with leaves)
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -60,14 +62,19 @@ def no_dropout(model: nn.Module) -> nn.Module:
 
 
 def serial_losses(case: Case, return_state: bool = False):
-    """The single-process model: one optimizer step per global batch."""
+    """The single-process model: one optimizer step per global batch, its output read as the
+    runtime's rows read it (``autopar.models.outputs``: the logits, targets passed to a model
+    that takes them)."""
+    from autopar.models.outputs import serial_forward
     model = case.build()
     opt = make_optimizer(case.optimizer, model.parameters(), case.lr)
     out = []
     for step in range(case.steps):
         inputs, targets = case.batches(step)
-        loss = case.loss_fn(model(*inputs), targets)
+        loss = case.loss_fn(serial_forward(model, inputs, targets), targets)
         loss.backward()
+        if case.clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), case.clip)
         opt.step()
         opt.zero_grad()
         out.append(float(loss.detach()))
@@ -81,7 +88,7 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
     With ``return_state``: also ``runner.full_state_dict()`` (None except on the first rank)."""
     from autopar.runtime.apply import apply
     runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, seq=case.seq,
-                   group=group, example_inputs=case.example_inputs)
+                   group=group, example_inputs=case.example_inputs, table=case.table)
     opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
     out = []
     for step in range(case.steps):
@@ -90,6 +97,8 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
         sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
         loss = runner.train_step(tuple(t[sl] for t in inputs),
                                  targets[sl] if targets is not None else None)
+        if case.clip is not None:
+            runner.clip_grad_norm_(case.clip)
         opt.step()
         opt.zero_grad()
         out.append(loss)
@@ -162,7 +171,7 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
 
 # ---- autopar verify -------------------------------------------------------------------------
 def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, optimizer: str,
-               seed: int) -> Case:
+               seed: int, table=None) -> Case:
     from autopar.models import load_model
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
@@ -174,10 +183,10 @@ def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, o
         return source.make_batch(global_batch, seed=seed * 1000 + step)
 
     return Case(name=spec, plan=plan, build=build, batches=batches, loss_fn=source.loss,
-                steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq)
+                steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq, table=table)
 
 
-def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed):
+def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed, table=None):
     import torch.distributed as dist
 
     from autopar.runtime import dist as adist
@@ -185,7 +194,7 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed)
     from costmodels.plan import Plan
     plan = Plan.from_dict(plan_dict)
     try:
-        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed)
+        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed, table)
         adist.ensure_initialized(plan.world_size)
         ser = serial_losses(case) if dist.get_rank() == 0 else None
         par = parallel_losses(case)
@@ -196,8 +205,9 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed)
 
 def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: int | None = None,
            global_batch: int | None = None, lr: float = 0.1, optimizer: str = "sgd",
-           seed: int = 0) -> tuple[list[float], list[float], int]:
-    """Run the comparison; returns (parallel losses, serial losses, global batch)."""
+           seed: int = 0, leaf_modules=()) -> tuple[list[float], list[float], int]:
+    """Run the comparison; returns (parallel losses, serial losses, global batch).
+    ``leaf_modules``: classes the layer table (the balanced split) is traced with as leaves."""
     from costmodels.errors import PlanError
     if nproc is not None and nproc < 1:
         raise PlanError(f"--nproc {nproc} must be at least 1; pass --nproc {plan.world_size} "
@@ -216,11 +226,15 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
     from autopar.models import load_model
     from autopar.runtime.prelaunch import check_before_launch
     source = load_model(spec, seq=seq)
+    table = None
+    if leaf_modules:
+        from autopar.trace import table_for
+        table = table_for(spec, plan.micro_batch_size, seq, tuple(leaf_modules))
     check_before_launch(source.build("meta", seed=None, attention=plan.attention), plan,
-                        num_micro_batches=m, spec=spec, seq=seq,
+                        num_micro_batches=m, spec=spec, seq=seq, table=table,
                         example_inputs=source.example_inputs(plan.micro_batch_size, "cpu"))
     *results, failure = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps,
-                              global_batch, lr, optimizer, seed, partial=True)
+                              global_batch, lr, optimizer, seed, table, partial=True)
     for r in results:  # a user error on any rank explains the others' failures
         if r is not None and "error" in r:
             import costmodels.errors as errors

@@ -35,14 +35,14 @@ class RowInfo:
     call_node: fx.Node | None = None     # the top-level call_module node of a block
 
 
-def find_block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
-    """The largest ModuleList or Sequential (by parameters, then length) whose children share
-    one class."""
+def find_block_list(model: nn.Module) -> tuple[str, nn.Module] | None:
+    """The largest ModuleList, Sequential or ModuleDict (by parameters, then length) whose
+    children share one class (torchtitan keeps its blocks in a ModuleDict keyed "0", "1", …)."""
     best, best_key = None, None
     for name, m in model.named_modules():
-        if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0 or m is model:
+        if not isinstance(m, (nn.ModuleList, nn.Sequential, nn.ModuleDict)) or len(m) == 0 or m is model:
             continue
-        classes = Counter(type(c) for c in m)
+        classes = Counter(type(c) for c in block_modules(m))
         if len(classes) != 1:
             continue
         params = sum(p.numel() for p in m.parameters())
@@ -50,6 +50,11 @@ def find_block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
         if best_key is None or key > best_key:
             best, best_key = (name, m), key
     return best
+
+
+def block_modules(container: nn.Module) -> list[nn.Module]:
+    """The blocks of a block list in order (a ModuleDict's values, in insertion order)."""
+    return list(container.values()) if isinstance(container, nn.ModuleDict) else list(container)
 
 
 def _simple_attrs(m: nn.Module) -> tuple:

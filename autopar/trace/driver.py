@@ -29,7 +29,16 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from autopar.trace.blocks import RowInfo, assign_rows, call_values, find_block_list, structure_groups, value_sig
+from autopar.models.outputs import forward_kwargs
+from autopar.trace.blocks import (
+    RowInfo,
+    assign_rows,
+    block_modules,
+    call_values,
+    find_block_list,
+    structure_groups,
+    value_sig,
+)
 from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter, empty_like_tree, replay, storage_key
 from autopar.trace.result import TraceResult
 from autopar.trace.table import build_table
@@ -66,12 +75,12 @@ def _check_leaf_names(model: nn.Module, leaf_classes) -> None:
 
 def trace_graph(source, micro_batch: int = 1, leaf_modules=()) -> TraceResult:
     """Trace ``source`` (a ModelSource) for one micro-batch; see the module docstring."""
-    with _tracing_libraries():
+    with tracing_libraries():
         return _trace_graph(source, micro_batch, leaf_modules)
 
 
 @contextlib.contextmanager
-def _tracing_libraries():
+def tracing_libraries():
     """Tell transformers it is being traced, so that it skips data-dependent checks (e.g.
     packed-sequence detection) that cannot run on meta tensors."""
     patched = []
@@ -89,6 +98,21 @@ def _tracing_libraries():
             mod.is_tracing = orig
 
 
+@contextlib.contextmanager
+def cache_off(model: nn.Module):
+    """A transformers model's key/value cache switched off for the duration (training keeps
+    none, and a cache object cannot cross the rows)."""
+    config = getattr(model, "config", None)
+    use_cache = getattr(config, "use_cache", None)
+    if use_cache is not None:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if use_cache is not None:
+            config.use_cache = use_cache
+
+
 def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise TraceError(f"micro-batch must be an integer >= 1 (got {quote(micro_batch)})")
@@ -104,7 +128,7 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
                    for x in inputs)
 
     found = find_block_list(model)
-    blocks = list(found[1]) if found else []
+    blocks = block_modules(found[1]) if found else []
     limit("layers", len(blocks), TraceError, what=f"{spec}: repeated blocks")
     block_ids = {id(b): i for i, b in enumerate(blocks)}
     group_of = structure_groups(blocks)
@@ -125,8 +149,10 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
         out_cache[key] = out
         return out
 
-    top, _ = trace_call(model, inputs, {}, leaf_classes=leaf_classes,
-                        leaf_modules=blocks, output_cache=output_cache, what=spec)
+    top_kwargs = forward_kwargs(model, inputs)   # nanoGPT's targets: full-sequence logits, as trained
+    with cache_off(model):
+        top, _ = trace_call(model, inputs, top_kwargs, leaf_classes=leaf_classes,
+                            leaf_modules=blocks, output_cache=output_cache, what=spec)
     rows, node_row = assign_rows(top, blocks, group_of)
 
     # trace each group's measured block
@@ -156,7 +182,7 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
     top_interp = TagInterpreter(top, rec, lambda n: (row_of_node[n], n.name), call_block)
     try:
         with Counter(rec), CudaDropout(), torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
-            out = top_interp.run(*[x for x in inputs if isinstance(x, torch.Tensor)])
+            out = top_interp.run(*CallWrapper.tensors_of(inputs, top_kwargs))
         outs = [x for x in pytree.tree_leaves(out)
                 if isinstance(x, torch.Tensor) and x.requires_grad and x.is_floating_point()]
         rec.phase = "bwd"

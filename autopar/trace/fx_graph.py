@@ -122,3 +122,11 @@ def is_activation_matmul(n: fx.Node) -> bool:
         return False
     ins = [a for a in n.all_input_nodes]
     return len(ins) >= 2 and not any(a.op == "get_attr" for a in ins)
+
+
+_FUSED_ATTENTION = {F.scaled_dot_product_attention}
+
+
+def is_fused_attention(n: fx.Node) -> bool:
+    """``F.scaled_dot_product_attention(q, k, v)``: heads are dim -3 of q (kv heads of k)."""
+    return n.op == "call_function" and n.target in _FUSED_ATTENTION

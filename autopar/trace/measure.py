@@ -166,6 +166,20 @@ class Recorder:
         return self.creator.get(r.key) != r.creator
 
 
+def grouped_mm_flops(a, b, *args, out_val=None, **kwargs) -> int:
+    """FLOPs of ``torch._grouped_mm`` (MoE experts in transformers, torchtitan), which torch's
+    FlopCounterMode does not count: every row of ``a`` meets one group's matrix, so the count
+    does not depend on the routing (``offs``), and a leaf run whole on ``meta`` is priced
+    exactly. Layouts: (M, K)·(G, K, N), (G, M, K)·(K, N), (G, M, K)·(G, K, N), (K, M)·(M, N)."""
+    if a.dim() == 2 and b.dim() == 3:
+        return 2 * a.shape[0] * a.shape[1] * b.shape[-1]
+    if a.dim() == 3 and b.dim() == 2:
+        return 2 * a.shape[1] * a.shape[2] * b.shape[1]
+    if a.dim() == 3 and b.dim() == 3:
+        return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    return 2 * a.shape[0] * a.shape[1] * b.shape[-1]
+
+
 class Counter(FlopCounterMode):
     """FlopCounterMode that attributes each counted op to the recorder's current tag."""
 
@@ -173,6 +187,7 @@ class Counter(FlopCounterMode):
         super().__init__(display=False)
         self.rec = rec
         self.mod_tracker = contextlib.nullcontext()  # per-module attribution is ours
+        self.flop_registry = {**self.flop_registry, torch.ops.aten._grouped_mm: grouped_mm_flops}
 
     def _count_flops(self, func_packet, out, args, kwargs):
         if func_packet in self.flop_registry:

@@ -170,7 +170,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
         hidden, vocab = _infer_shape(result)
         heads, kv_heads = heads_found, kv_found
     nblocks = sum(1 for info in rows if info.kind == "block")
-    return LayerTable(model=spec, micro_batch=int(micro_batch), seq=int(source.seq), hidden=hidden,
+    seq = source.seq if cfg is not None else _tokens(rows, source.seq)
+    return LayerTable(model=spec, micro_batch=int(micro_batch), seq=int(seq), hidden=hidden,
                       heads=heads, kv_heads=kv_heads, vocab=vocab, layers=nblocks,
                       act_dtype_bytes=torch.tensor([], dtype=act_dtype).element_size(),
                       rows=out_rows)
@@ -191,3 +192,15 @@ def _infer_shape(result: TraceResult) -> tuple[int | None, int | None]:
     if embs:
         vocab = max(m.num_embeddings for m in embs)
     return hidden, vocab
+
+
+def _tokens(rows, default: int) -> int:
+    """Tokens per sample as the blocks see them: the first block input's dim 1 when it is
+    (B, T, C) — an image model's patches (+ class token), not its input's channels."""
+    block = next((info for info in rows if info.kind == "block" and info.call_node is not None), None)
+    if block is not None and block.call_node.args:
+        first = block.call_node.args[0]
+        val = first.meta.get("val") if hasattr(first, "meta") else None
+        if isinstance(val, torch.Tensor) and val.dim() == 3:
+            return int(val.shape[1])
+    return default

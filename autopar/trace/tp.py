@@ -29,6 +29,7 @@ from autopar.trace.fx_graph import (
     ancestors,
     descendants,
     is_activation_matmul,
+    is_fused_attention,
     is_linear_module,
     is_softmax,
     nearest,
@@ -133,6 +134,12 @@ def find_tp_pairs(gm: fx.GraphModule) -> list[FoundPair]:
 
 def _heads(gm, pair: FoundPair, cols, r) -> None:
     region = descendants(cols) & (ancestors(r))
+    for s in region:   # fused attention hides the scores, not the head count: read q and k
+        if is_fused_attention(s) and len(s.args) >= 2:
+            q, k = (a.meta.get("val") if isinstance(a, fx.Node) else None for a in s.args[:2])
+            if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() >= 4:
+                pair.heads, pair.kv_heads = int(q.shape[-3]), int(k.shape[-3])
+                return
     for s in region:
         if not is_activation_matmul(s):
             continue

@@ -14,6 +14,7 @@ blocks (each block is traced on its own, once per structurally identical group).
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import traceback
@@ -201,9 +202,12 @@ class CallWrapper(nn.Module):
 
 
 def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(), leaf_modules=(),
-               output_cache=None, what: str = "model") -> tuple[fx.GraphModule, CallWrapper]:
+               output_cache=None, what: str = "model",
+               for_rewrite: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
     """Trace ``module(*args, **kwargs)`` (meta args) into a GraphModule whose placeholders are
-    the tensors of (args, kwargs) in pytree order. Raises TraceError on failure."""
+    the tensors of (args, kwargs) in pytree order. Raises TraceError on failure.
+    ``for_rewrite``: buffers read in the forward stay ``get_attr`` nodes (else constants) and
+    nodes keep their source line, for the rewrite's error messages."""
     n_inputs = len(CallWrapper.tensors_of(args, kwargs))
     names = [f"in{i}" for i in range(n_inputs)]
     src = f"def forward(self, {', '.join(names)}):\n    return self.invoke({', '.join(names)})\n"
@@ -212,9 +216,11 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     cls = type("CallWrapper", (CallWrapper,), {"forward": ns["forward"]})
     wrapper = cls(module, args, kwargs)
     tracer = MetaTracer(leaf_classes, leaf_modules, output_cache)
+    tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        graph = tracer.trace(wrapper)
+        with recorded_factories(tracer) if for_rewrite else contextlib.nullcontext():
+            graph = tracer.trace(wrapper)
     except TraceError:
         raise
     except Exception as e:  # noqa: BLE001 — translated into one line for the user
@@ -225,6 +231,30 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
 
 
 _OWN_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+_FACTORIES = ("ones", "zeros", "full", "empty", "arange", "eye")
+
+
+@contextlib.contextmanager
+def recorded_factories(tracer: MetaTracer):
+    """``torch.ones(T, T, device=x.device)`` and the other tensor factories recorded as graph
+    nodes instead of run into constants: a mask built in a block's forward stays code the
+    rewrite can run on the shard (a constant traced on ``meta`` would have no values)."""
+    saved = {name: getattr(torch, name) for name in _FACTORIES}
+
+    def recording(fn):
+        def factory(*args, **kwargs):
+            if tracer._concrete:
+                return fn(*args, **kwargs)
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+        return factory
+
+    for name, fn in saved.items():
+        setattr(torch, name, recording(fn))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
 
 
 def _is_library_file(filename: str) -> bool:
