@@ -2,7 +2,7 @@
 
 ``rewrite_row(module, kind=..., tp_rank=..., tp_size=..., tp_group=..., sequence_parallel=...,
 recompute=...)`` returns this rank's shard of a layer-table row as a GraphModule; see
-docs/CONTRACTS.md ("Rewrite API") for the exact conventions. ``autopar apply --emit`` writes the
+docs/CONTRACTS-runtime.md ("Rewrite API") for the exact conventions. ``autopar apply --emit`` writes the
 code of every rank's rows (``autopar.runtime.emit``).
 """
 from autopar.rewrite.collectives import FakeGroup

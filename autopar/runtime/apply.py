@@ -1,6 +1,6 @@
 """``autopar.apply(model, plan, loss_fn=...)`` → a Runner that trains ``model`` under ``plan``.
 
-What runs where (see also the README section "runtime / verify"):
+What runs where (see also docs/guide.md, "Runtime / verify"):
 
 * **Process groups.** ``apply`` starts the default group from torchrun's environment when none
   exists (gloo on CPU, NCCL on GPU, collectives time out after ``AUTOPAR_COLLECTIVE_TIMEOUT``
