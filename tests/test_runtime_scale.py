@@ -113,6 +113,24 @@ def _hf_loss(weights_dir):
     return runner.train_step((ids,), ids)
 
 
+def _hf_model_loss(weights_dir):
+    """The transformers model itself (not a stand-in), cut by the runtime's row cutter, its
+    weights replaced by the save_pretrained ones (built with other random weights first, so a
+    load that did nothing would show). Built whole: the meta build of hf: models is not there yet
+    (constants the cut captures from a meta forward stay on meta)."""
+    import transformers
+
+    from autopar.models.source import token_loss
+    from autopar.runtime.apply import apply
+    from costmodels.plan import Plan
+    torch.manual_seed(123)
+    model = transformers.LlamaForCausalLM(_llama_config())
+    ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+    runner = apply(model, Plan(tp=2, pp=2), loss_fn=token_loss, weights=weights_dir,
+                   example_inputs=(ids[:1],))
+    return runner.train_step((ids,), ids)
+
+
 def _world_rank(ckpt, hf_dir):
     import torch.distributed as dist
 
@@ -163,6 +181,7 @@ def _world_rank(ckpt, hf_dir):
     out["memory"] = {"pp2tp2": _memory(dict(pp=2, tp=2)),
                      "dp2zero3pp2": _memory(dict(dp=2, pp=2, zero=3))}
     out["hf_loss"] = _hf_loss(hf_dir)
+    out["hf_model_loss"] = _hf_model_loss(hf_dir)
     return out
 
 
@@ -222,6 +241,8 @@ def test_each_rank_holds_its_share_plus_at_most_one_row(world, plan):
 def test_hf_llama_loads_into_tp2_pp2(world):
     ranks, hf_loss, _ = world
     assert abs(ranks[0]["hf_loss"] - hf_loss) / hf_loss < 1e-5, (ranks[0]["hf_loss"], hf_loss)
+    # the transformers LlamaForCausalLM itself under tp2·pp2, weights= the save_pretrained directory
+    assert abs(ranks[0]["hf_model_loss"] - hf_loss) / hf_loss < 1e-5, (ranks[0]["hf_model_loss"], hf_loss)
 
 
 # ---- the checkpoint out of the world: export, weights=, show, replan, wrong model ---------------
