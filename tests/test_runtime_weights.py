@@ -63,6 +63,9 @@ def test_a_module_without_an_initialiser_is_one_line():
             super().__init__()
             self.g = nn.Parameter(torch.ones(4))
 
+        def forward(self, x):
+            return x * self.g
+
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
@@ -75,9 +78,10 @@ def test_a_module_without_an_initialiser_is_one_line():
 
     with torch.device("meta"):
         model = Model()
+    x = (torch.ones(1, 4),)
     with pytest.raises(PlanError, match="Scale .* no reset_parameters"):
-        init_serial(model)
-    init_serial(model, init_fn=lambda row: [nn.init.ones_(p) for p in row.parameters()])
+        init_serial(model, example_inputs=x)
+    init_serial(model, init_fn=lambda row: [nn.init.ones_(p) for p in row.parameters()], example_inputs=x)
     assert all(torch.equal(p, torch.ones_like(p)) for p in model.parameters())
 
 

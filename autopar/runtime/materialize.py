@@ -268,13 +268,14 @@ class RowFiller:
 
 
 def init_serial(model: nn.Module, seed: int = 0, init_fn: Callable | None = None,
-                weights=None) -> nn.Module:
+                weights=None, example_inputs=None) -> nn.Module:
     """Materialise a meta-built ``model`` in this process with exactly the weights
     ``autopar.apply(model, plan, seed=seed, init_fn=init_fn)`` gives every plan (or those of
-    ``weights``, a path ``autopar.runtime.weights.open_weights`` reads). In place; returns it."""
+    ``weights``, a path ``autopar.runtime.weights.open_weights`` reads). In place; returns it.
+    ``example_inputs``: one micro-batch, needed to cut a model that is not built-in into rows."""
     from autopar.runtime.rows import model_rows
     from autopar.runtime.stages import row_state_keys
-    rows = model_rows(model)
+    rows = model_rows(model, example_inputs)
     _, row_keys = row_state_keys(model, rows)
     source = None
     if weights is not None:
