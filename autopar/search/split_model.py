@@ -52,10 +52,10 @@ Constraints (one method of ``SplitModel`` per family):
 5. ``_data_parallel``  ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the gradient sync of rank
    ``r`` hides behind its own backward and those of the ranks before it) and the optimizer step
    ``O = max_r γ_o Π_r``, where ``Π_r``, ``Bk_r`` sum over rank ``r``'s stages;
-6. ``_memory``         every GPU fits its HBM: for every rank ``r``
+6. ``add_memory``       every GPU fits its HBM: for every rank ``r``
    ``R + Σ_{v ≡ r} (Σ_v + φ_v U_v) + 2·(two largest π_i on r, ZeRO-3 only) + w·[r holds a block]
    ≤ HBM`` — a stage's memory depends on its position through ``φ_v``; the two largest rows
-   are counted exactly through per-size prefix counts (``_top2_rows``);
+   are counted exactly through per-size prefix counts (``split_memory.top2_rows``);
 7. ``_objective``      minimise the step time ``P + D + O`` with the pipeline time ``P``
    (``pipeline.pipeline_time``) ``m·T + (Σ_r T_r − T)`` for vpp = 1 and ``m·Σ_c C_c + (pp − 1)·Ĉ``
    interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory.
@@ -77,6 +77,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.search.split_memory import add_memory, up
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
 
 
@@ -87,10 +88,6 @@ class SplitResult:
     objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
     wall_s: float
     bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
-
-
-def _up(x) -> list[int]:
-    return [int(math.ceil(float(v) - 1e-9)) for v in x]
 
 
 class SplitModel:
@@ -164,8 +161,8 @@ class SplitModel:
         self.A = self._sums("pA", self._ns(co.row_s))
         self.Bk = self._sums("pB", self._ns(co.bwd_window_s))
         self.Pi = self._sums("pP", [int(p) for p in np.rint(co.params)])
-        self.Sig = self._sums("pS", _up(co.state_bytes))
-        self.U = self._sums("pU", _up(co.act_bytes))
+        self.Sig = self._sums("pS", up(co.state_bytes))
+        self.U = self._sums("pU", up(co.act_bytes))
         if t.zero3_gathers:
             self.F = self._sums("pF", self._ns(co.fwd_window_s))
             self.Zf = self._sums("pZ", self._ns(co.zero_fwd_s))
@@ -300,65 +297,7 @@ class SplitModel:
         lat_a = int(round(co.dp_after_latency_s / u))
         return head + self._rank(self.Da, r) + lat_a * has
 
-    # 6. -------------------------------------------------------------------------------------
-    def _memory(self):
-        md, t, co = self.model, self.t, self.co
-        reserve = int(math.ceil(t.reserve))
-        # full recompute: one block's activations are rebuilt at a time (the largest one)
-        w = (int(math.ceil(float(co.act_none_bytes[co.is_block].max())))
-             if (t.full_recompute and co.is_block.any()) else 0)
-        self.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
-        for r in range(self.pp):
-            vs = list(range(r, self.S, self.pp))
-            base = reserve + sum(self.Sig[v] + int(t.inflight[v]) * self.U[v] for v in vs)
-            if w:
-                hb = [self._has(self.K[v], f"hb{v}") for v in vs]
-                anyb = md.NewBoolVar(f"anyb{r}")
-                md.AddMaxEquality(anyb, hb)
-                base = base + w * anyb
-            if t.zero3_buffer:
-                base = base + self._top2_rows(vs, r)
-            self.exprs.append(base)
-        if self.objective == "memory":
-            hi = (reserve + sum(_up(co.state_bytes)) + max(t.inflight) * sum(_up(co.act_bytes)) + w
-                  + 2 * int(math.ceil(float(co.weight_bytes.max()) + 1)))
-            self.M = md.NewIntVar(0, hi, "M")
-            for e in self.exprs:
-                md.Add(e <= self.M)
-        else:
-            hbm = int(math.floor(t.hbm))
-            for e in self.exprs:
-                md.Add(e <= hbm)
-
-    def _top2_rows(self, vs, r):
-        """ZeRO-3 buffer of rank r: bf16 weights of its two largest rows, ``2·(π_(1) + π_(2))``.
-
-        With the distinct row sizes ``u_1 > … > u_K`` (``u_{K+1} = 0``) and ``c_j`` the rank's rows
-        of size ≥ ``u_j`` (prefix counts, linear in the cuts), the sum of the two largest is
-        ``Σ_j (u_j − u_{j+1})·min(2, c_j)`` — exact. Beyond 8 distinct sizes the smaller ones are
-        rounded up to the 8th (conservative: never accepts a split that does not fit)."""
-        md = self.model
-        if not hasattr(self, "_levels"):
-            size = np.array(_up(self.co.weight_bytes), dtype=np.int64)   # buffer bytes per row
-            u = sorted(set(size.tolist()), reverse=True)
-            if len(u) > 8:
-                u = u[:8]
-                size = np.where(size < u[-1], u[-1], size)
-            self._levels = []
-            for j, uj in enumerate(u):
-                nxt = u[j + 1] if j + 1 < len(u) else 0
-                if uj - nxt <= 0:
-                    continue
-                counts = self._sums(f"lv{j}_", [int(x >= uj) for x in size])
-                self._levels.append((uj - nxt, counts))
-        expr = 0
-        for k, (delta, counts) in enumerate(self._levels):
-            c = sum(counts[v] for v in vs)
-            mn = md.NewIntVar(0, 2, f"top{r}_{k}")
-            md.AddMinEquality(mn, [2, c])
-            expr = expr + delta * mn
-        return expr
-
+    # 6. memory: autopar.search.split_memory -----------------------------------------------
     # 7. -------------------------------------------------------------------------------------
     def _objective(self):
         if self.objective == "memory":
@@ -401,7 +340,7 @@ class SplitModel:
         if self.objective != "memory":
             self._rank_time()
             self._data_parallel()
-        self._memory()
+        add_memory(self)
         self._objective()
         return self
 
