@@ -31,7 +31,14 @@ from costmodels.errors import PlanError
 
 PLAN_VERSION = 1
 RECOMPUTE = ("none", "selective", "full")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zb-v", "dualpipe-v")
+# Schedules that run several virtual stages per pipeline rank (vpp > 1 needs one of them).
+MULTI_STAGE_SCHEDULES = ("interleaved-1f1b", "interleaved-zb", "zb-v", "dualpipe-v")
+# V-shaped schedules: exactly two stages per rank, rank r holding stages r and 2·pp − 1 − r
+# (torch's ScheduleZBVZeroBubble / ScheduleDualPipeV, ``generate_stage_to_rank_mapping(style="v")``).
+V_SCHEDULES = ("zb-v", "dualpipe-v")
+# Schedules that split each backward into input-gradient (B) and weight-gradient (W) passes.
+SPLIT_BACKWARD_SCHEDULES = ("interleaved-zb", "zb-v", "dualpipe-v")
 ATTENTION = ("flash", "math")
 PLACEMENTS = ("tp,dp,pp", "tp,pp,dp", "dp,tp,pp")
 
@@ -76,11 +83,15 @@ class Plan:
         if not is_int(self.version) or self.version != PLAN_VERSION:
             raise PlanError(f"plan version {quote(self.version)} is not supported (this autopar reads "
                             f"version {PLAN_VERSION}); re-run 'autopar search' to regenerate it")
-        if self.vpp > 1 and self.schedule != "interleaved-1f1b":
-            raise PlanError(f"plan field 'vpp'={self.vpp} needs schedule 'interleaved-1f1b' "
-                            f"(got '{self.schedule}'); set vpp=1 or change the schedule")
-        if self.schedule == "interleaved-1f1b" and self.pp < 2:
-            raise PlanError("schedule 'interleaved-1f1b' needs pp >= 2; use '1f1b' for pp=1")
+        if self.vpp > 1 and self.schedule not in MULTI_STAGE_SCHEDULES:
+            raise PlanError(f"plan field 'vpp'={self.vpp} needs a schedule with several stages per "
+                            f"rank ({', '.join(MULTI_STAGE_SCHEDULES)}; got '{self.schedule}'); "
+                            "set vpp=1 or change the schedule")
+        if self.schedule in MULTI_STAGE_SCHEDULES and self.pp < 2:
+            raise PlanError(f"schedule '{self.schedule}' needs pp >= 2; use '1f1b' for pp=1")
+        if self.schedule in V_SCHEDULES and self.vpp != 2:
+            raise PlanError(f"schedule '{self.schedule}' places exactly two stages per rank in a V; "
+                            f"set vpp=2 (got vpp={self.vpp})")
         if self.sequence_parallel and self.tp < 2:
             raise PlanError("plan field 'sequence_parallel' needs tp >= 2; set it false for tp=1")
         if self.stages is not None:

@@ -9,14 +9,17 @@ Each rule is one function raising ``PlanError`` that names the plan field and th
 
 * ``check_schedule(plan, m)`` — micro-batches per step against the schedule: GPipe runs any
   ``m >= 1``; torch's ``Schedule1F1B`` needs ``m >= pp``; interleaved 1F1B needs ``m`` to be a
-  multiple of ``pp`` (Megatron's groups of ``pp`` micro-batches, what the cost model prices).
+  multiple of ``pp`` (Megatron's groups of ``pp`` micro-batches, what the cost model prices);
+  torch's ``ScheduleInterleavedZeroBubble`` needs ``m`` divisible by its rounds ``max(1, m // pp)``;
+  ``ScheduleZBVZeroBubble`` runs any ``m``; ``ScheduleDualPipeV`` needs ``m >= 2·pp`` (its stages).
 * ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
   (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
   divides the sequence length.
 * ``costmodels.split.check_stage_rows`` (owned there, shared with the cost model) — ``pp·vpp``
   virtual stages over at most ``rows`` rows, pinned ``stages`` ending at the last row.
 
-The plan's own consistency (``vpp > 1`` needs ``interleaved-1f1b``, which needs ``pp >= 2``;
+The plan's own consistency (``vpp > 1`` needs a multi-stage schedule, which needs ``pp >= 2``;
+``zb-v`` / ``dualpipe-v`` need ``vpp = 2``;
 sequence parallel needs ``tp >= 2``; ``stages`` contiguous, one per virtual stage) is
 ``Plan.__post_init__``'s, and whole micro-batches per replica is ``Plan.num_micro_batches``'.
 Rules about the model's code (an op the tensor-parallel rewrite cannot shard, a forward that
@@ -89,6 +92,17 @@ def check_schedule(plan, num_micro_batches: int) -> None:
                         f"step to be a multiple of pp but gets {m} (global batch / "
                         "(dp·micro_batch_size)); change the global batch or 'micro_batch_size', "
                         f"or use schedule '{'1f1b' if m >= pp else 'gpipe'}'")
+    if schedule == "interleaved-zb":
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise PlanError(f"schedule 'interleaved-zb' with pp={pp} runs micro-batches in {rounds} "
+                            f"rounds (micro-batches // pp), which must divide the {m} micro-batches "
+                            "per step (torch's ScheduleInterleavedZeroBubble); use a multiple of pp "
+                            "micro-batches (change the global batch or 'micro_batch_size')")
+    if schedule == "dualpipe-v" and m < 2 * pp:
+        raise PlanError(f"schedule 'dualpipe-v' with pp={pp} needs at least 2·pp = {2 * pp} "
+                        f"micro-batches per step (one per stage) but gets {m}; raise the global "
+                        "batch, lower 'micro_batch_size', or use schedule 'zb-v'")
 
 
 def check_tensor_parallel(plan, dims: ModelDims) -> None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from costmodels.errors import AutoparError, PlanError
-from costmodels.plan import ATTENTION, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
+from costmodels.plan import ATTENTION, MULTI_STAGE_SCHEDULES, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
 from costmodels.runnable import ModelDims, is_runnable
 from costmodels.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
 from costmodels.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
@@ -287,7 +287,7 @@ def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
                rt: RuntimeProfile) -> list[tuple[str, int]]:
     out = []
     if pp == 1:
-        out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s != "interleaved-1f1b"]
+        out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s not in MULTI_STAGE_SCHEDULES]
     else:
         out = [("gpipe", 1), ("1f1b", 1)]
         if m % pp == 0:
