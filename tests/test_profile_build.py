@@ -82,3 +82,21 @@ def test_output_path_resolution(tmp_path, monkeypatch):
     assert output_path(None, "box", 2) == (tmp_path / "box.toml", "box")
     assert output_path("out/a.toml", None, 2) == (Path("out/a.toml"), "a")
     assert output_path("out/a.toml", "box", 2) == (Path("out/a.toml"), "box")
+
+
+def test_one_rank_measures_no_collective_and_still_writes_a_loadable_profile(raw, tmp_path):
+    """On one GPU a collective moves nothing; its fit went to 1e30 B/s and the written profile
+    was refused by its own checks (seen on a 1×H100). One rank now measures none, and the link
+    tiers take the copy rate with the assumption said."""
+    from autopar.profile.run import collective_kinds
+    assert collective_kinds(1) == []
+    assert "p2p" in collective_kinds(2) and "all_reduce" in collective_kinds(8)
+    one = dict(raw, nproc=1, world_size=1, collectives={}, in_step={})
+    one.pop("overlap", None)
+    text, summary = build_profile(one, "one-rank")
+    assert summary["collectives"] == {}
+    path = tmp_path / "one-rank.toml"
+    path.write_text(text)
+    prof = load_profile(str(path))
+    assert prof.intra_node.bandwidth_bytes_per_s == raw["copy"]["bytes_per_s"]
+    assert "no collective to measure" in tomllib.loads(text)["inter_node"]["latency_s"]["source"]

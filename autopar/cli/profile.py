@@ -50,6 +50,10 @@ def run(args) -> int:
     c.print("peak matmul per rank: " + ", ".join(f"{d} {human(v, 'FLOP/s')}" for d, v in pk.items()))
     c.print(f"memory bandwidth per rank: {human(summary['hbm_bandwidth_bytes_per_s'], 'B/s')}; "
             f"rank footprint {human(summary['memory_reserve_bytes'], 'B')}")
+    if not summary["collectives"]:
+        c.print("collectives: none measured (one rank); the link tiers are set to the copy "
+                "bandwidth, an assumption the file says; profile with --nproc 2 or more to measure them")
+        return 0
     c.print("collectives, back to back  |  between compute (what the cost model uses):")
     for k, f in summary["collectives"].items():
         g = summary.get("in_step", {}).get(k)

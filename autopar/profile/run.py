@@ -112,6 +112,17 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     return raw
 
 
+def collective_kinds(world_size: int) -> list[str]:
+    """The collectives ``autopar profile`` measures on ``world_size`` ranks. None on one rank: a
+    collective of one moves nothing, so its α-β fit has no bandwidth (it fit to 1e30 B/s, which
+    the profile's own checks then refused, on a 1-GPU H100); the link tiers then fall back to the
+    copy rate, said so in their sources (``build._link_tiers``)."""
+    if world_size < 2:
+        return []
+    return ["all_reduce", "all_gather", "reduce_scatter", "all_gather_into_tensor",
+            "reduce_scatter_tensor", "p2p"]
+
+
 def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     """Everything one spawned rank measures (``autopar.profile.measure``'s docstring says how),
     as a plain dict. torch is imported here, in the rank, not when the CLI loads this module."""
@@ -139,8 +150,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sz = plan_sizes(device.type, quick)
     cpu_clock = clock == "cpu" and device.type == "cpu"
-    colls = ["all_reduce", "all_gather", "reduce_scatter", "all_gather_into_tensor",
-             "reduce_scatter_tensor"] + (["p2p"] if n > 1 else [])
+    colls = collective_kinds(n)
     total = (len(sz["dtypes"]) * len(sz["mm"]) + 2 + len(colls) * len(sz["coll"])
              + (n > 1) * (1 + len(colls) * len(sz["in_step"])))
     bar = ProgressBar(progress and rank == 0, total, "matmul")
