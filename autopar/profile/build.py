@@ -95,14 +95,15 @@ def _kernel_figures(raw: dict, peak_bf16: float, c: _Context) -> dict[str, dict]
         ew, at, op = raw["elementwise"], raw["attention"], raw["optimizer"]
         out["elementwise_bandwidth_bytes_per_s"] = _figure(float(ew["bytes_per_s"]), (
             f"{c.how}: layer_norm + gelu + add + fp32 cast + log_softmax forward and backward on "
-            "2^20 bf16 elements, bytes of every aten op's tensors counted "
+            + ("2^26" if c.cuda else "2^20") + " bf16 elements, bytes of every aten op's tensors counted "
             f"(autopar/profile/kernels.py), {c.per_rank}"))
         out["optimizer_bandwidth_bytes_per_s"] = _figure(float(op["bytes_per_s"]), (
             f"{c.how}: torch.optim.AdamW(lr=1e-4).step over {op['params']} fp32 parameters "
             f"(4 x 2^21 + 16 x 2^16), 40 bytes per parameter / time, {c.per_rank}"))
         out["attention_efficiency"] = _figure(round(min(1.0, at["flops_per_s"] / peak_bf16), 4), (
-            f"{c.how}: causal scaled_dot_product_attention bf16 forward + backward, B*H = 8, "
-            f"D = 64, S = 256 and 512, 12*B*S^2*H*D FLOPs / time / peak bf16, {c.per_rank}"))
+            f"{c.how}: causal scaled_dot_product_attention bf16 forward + backward, "
+            + ("B*H = 32, D = 128, S = 2048 and 4096" if c.cuda else "B*H = 8, D = 64, S = 256 and 512")
+            + f", 12*B*S^2*H*D FLOPs / time / peak bf16, {c.per_rank}"))
     if "overlap" in raw:
         ov = raw["overlap"]
         out["comm_overlap"] = _figure(round(ov["overlap"], 4), (

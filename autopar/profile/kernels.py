@@ -4,14 +4,15 @@ kernels a training step spends the rest of its time in (runs inside the spawned 
 Each answers one question the cost model asks (``costmodels.compute`` / ``estimate``):
 
 * **element-wise bandwidth** — layer norm, GeLU, residual add, fp32 cast and log-softmax,
-  forward and backward through autograd, on ``2**20``-element bf16 activations (the size of a
-  transformer block's activations per micro-batch on a small host; large enough to leave the
-  per-op dispatch cost behind). Bytes moved are *counted*, not assumed: a ``TorchDispatchMode``
+  forward and backward through autograd, on ``2**20``-element bf16 activations on a CPU (the size
+  of a transformer block's activations per micro-batch on a small host; large enough to leave the
+  per-op dispatch cost behind) and ``2**26`` on a GPU (where 2**20 is launch-bound). Bytes moved are *counted*, not assumed: a ``TorchDispatchMode``
   sums the bytes of every aten op's tensor arguments and results over one call; the rate is
   those bytes over the call's time. On a GPU this is close to HBM bandwidth; on a CPU these
   kernels run far below ``copy_`` bandwidth (exp, erf and reductions are compute-bound there).
 * **attention efficiency** — ``scaled_dot_product_attention`` (causal, bf16) forward +
-  backward at ``B·H = 8`` heads of 64, ``S`` = 256 and 512, with the FLOPs the cost model counts
+  backward at ``B·H = 8`` heads of 64, ``S`` = 256 and 512 on a CPU (``B·H = 32`` heads of 128,
+  ``S`` = 2048 and 4096 on a GPU), with the FLOPs the cost model counts
   for the attention core (``4·B·S²·H·D`` forward, twice that backward); the mean rate over the
   two sizes, as a fraction of this rank's bf16 matmul peak (done in ``build_profile``).
 * **cross-entropy rate** — logits per second of ``F.cross_entropy(logits.float(), targets)``
@@ -81,8 +82,12 @@ def counted_bytes(fn) -> int:
     return _Count.total
 
 
-def elementwise_mix(device, numel: int = 1 << 20, hidden: int = 1024):
-    """The element-wise kernels of a transformer step (forward and backward), as one call."""
+def elementwise_mix(device, numel: int | None = None, hidden: int = 1024):
+    """The element-wise kernels of a transformer step (forward and backward), as one call.
+    ``2**20`` elements on a CPU; ``2**26`` on a GPU, where ``2**20`` (2 MiB) is launch-bound: a
+    1×H100 measured 0.30 TB/s there, a tenth of its copy rate."""
+    if numel is None:
+        numel = (1 << 26) if device.type == "cuda" else (1 << 20)
     x = torch.randn(numel // hidden, hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     w = torch.ones(hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(numel // hidden, hidden, device=device)
@@ -104,16 +109,21 @@ def elementwise_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
 
 
 def attention_rate(device, min_time_s: float, cpu_clock: bool) -> dict:
+    """Causal SDPA forward + backward; the FLOPs the cost model counts (``12·B·S²·H·D``) per
+    second. A CPU: B·H = 2·4 heads of 64 at S = 256, 512. A GPU: 2·16 heads of 128 at S = 2048,
+    4096, the shapes of the models it trains (at the CPU's shapes a 1×H100 measured 0.9 % of its
+    peak, all kernel launches, which priced gpt2-medium 7× too slow)."""
+    b, h, d, seqs = (2, 16, 128, (2048, 4096)) if device.type == "cuda" else (2, 4, 64, (256, 512))
     rows = []
-    for s in (256, 512):
-        q, k, v = (torch.randn(2, 4, s, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    for s in seqs:
+        q, k, v = (torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
                    for _ in range(3))
-        go = torch.randn(2, 4, s, 64, device=device, dtype=torch.bfloat16)
+        go = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16)
 
         def fn(q=q, k=k, v=v, go=go):
             F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
             q.grad = k.grad = v.grad = None
-        flops = 12.0 * 2 * s * s * 4 * 64
+        flops = 12.0 * b * s * s * h * d
         t = _best(fn, device, min_time_s, cpu_clock)
         rows.append([s, flops, flops / t])
     return {"rows": rows, "flops_per_s": sum(r[2] for r in rows) / len(rows)}
