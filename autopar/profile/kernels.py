@@ -6,7 +6,8 @@ Each answers one question the cost model asks (``costmodels.compute`` / ``estima
 * **element-wise bandwidth** — layer norm, GeLU, residual add, fp32 cast and log-softmax,
   forward and backward through autograd, on ``2**20``-element bf16 activations on a CPU (the size
   of a transformer block's activations per micro-batch on a small host; large enough to leave the
-  per-op dispatch cost behind) and ``2**26`` on a GPU (where 2**20 is launch-bound). Bytes moved are *counted*, not assumed: a ``TorchDispatchMode``
+  per-op dispatch cost behind) and ``2**26`` on a GPU (where 2**20 is launch-bound). Bytes moved
+  are *counted*, not assumed: a ``TorchDispatchMode``
   sums the bytes of every aten op's tensor arguments and results over one call; the rate is
   those bytes over the call's time. On a GPU this is close to HBM bandwidth; on a CPU these
   kernels run far below ``copy_`` bandwidth (exp, erf and reductions are compute-bound there).
