@@ -14,7 +14,10 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
 * **Tensor / sequence parallel, recompute**: each row of this rank goes through
   ``autopar.rewrite.rewrite_row`` (identity for tp=1 and recompute "none").
 * **Pipeline**: ``torch.distributed.pipelining`` ``PipelineStage`` per local virtual stage, run
-  by ``ScheduleGPipe`` / ``Schedule1F1B`` / ``ScheduleInterleaved1F1B``. A parameter used by
+  by ``ScheduleGPipe`` / ``Schedule1F1B`` / ``ScheduleInterleaved1F1B`` /
+  ``ScheduleInterleavedZeroBubble`` / ``ScheduleZBVZeroBubble`` / ``ScheduleDualPipeV`` (the last
+  three split backward into input and weight passes: ZeRO 0/1 then reduce gradients after the
+  step, ``data_parallel.reduces_after_step``). A parameter used by
   stages on different pipeline ranks (a tied embedding and LM head) is one copy per rank whose
   gradients are all-reduced between those ranks after backward (Megatron's embedding group).
 * **Data parallel / ZeRO** (over the dp dimension of the mesh):
