@@ -3,7 +3,7 @@ before launch with one line.
 
     python benchmarks/bench_runtime_sweep.py [--world 8] [--steps 3] [--only SUBSTRING] [--json OUT]
 
-Runs ``autopar.runtime.sweep.plan_grid()`` (150 plans: dp, tp, pp ∈ {1, 2}; every schedule;
+Runs ``autopar.runtime.sweep.plan_grid()`` (270 plans: dp, tp, pp ∈ {1, 2}; every schedule;
 micro-batch counts 1, pp, 2·pp, 3; ZeRO 0–3; recompute, sequence parallel, placements, uneven
 split points and three tiny models rotating through it) with ``sweep.run``: the runtime's own
 pre-launch check refuses what it must in this process, the rest run in one gloo world of

@@ -3,7 +3,11 @@
 * pure data parallel, plan {"dp": 2}: autopar.apply vs the model wrapped in plain
   ``DistributedDataParallel`` (same local batch in one micro-batch, SGD step included);
 * pure pipeline parallel, plan {"pp": 2, "schedule": "1f1b"}: autopar.apply vs a hand-built
-  ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves.
+  ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves;
+* zero-bubble (issue 14), plans {"pp": 2, "vpp": 2, "schedule": "interleaved-zb" | "zb-v" |
+  "dualpipe-v"}: autopar.apply vs hand-built PipelineStages (the same four virtual stages, placed
+  as ``costmodels.plan.stages_of_rank`` says: a loop, or the V) under torch's own
+  ScheduleInterleavedZeroBubble / ScheduleZBVZeroBubble / ScheduleDualPipeV.
 
 Prints the median step time of each (after warm-up; the best of several alternating rounds, as
 the host may be shared) and the ratio autopar / torch (target ≤ 1.05).
@@ -117,8 +121,57 @@ def _rank(spec: str, steps: int, global_batch: int, n_micro: int, rounds: int):
 
     for name, fn in (("autopar_pp", ap_pp), ("torch_pp", torch_pp)) * rounds:
         out.setdefault(name, []).append(_timed(fn, 2, steps))
+
+    # ---- zero-bubble and V schedules: four virtual stages on two ranks ------------------------
+    for schedule, cls in ZERO_BUBBLE.items():
+        ap_zb, torch_zb = _zero_bubble_pair(source, spec, schedule, cls, idx, targets, n_micro, rank)
+        for name, fn in ((f"autopar_{schedule}", ap_zb), (f"torch_{schedule}", torch_zb)) * rounds:
+            out.setdefault(name, []).append(_timed(fn, 2, steps))
     dist.barrier()
     return {k: min(v) for k, v in out.items()}
+
+
+# the plan's schedule name -> torch's class (torch.distributed.pipelining)
+ZERO_BUBBLE = {"interleaved-zb": "ScheduleInterleavedZeroBubble", "zb-v": "ScheduleZBVZeroBubble",
+               "dualpipe-v": "ScheduleDualPipeV"}
+
+
+def _zero_bubble_pair(source, spec, schedule, cls, idx, targets, n_micro, rank):
+    """(autopar step, torch step) for ``schedule`` over the same four virtual stages."""
+    from torch.distributed import pipelining as pl
+
+    import autopar
+    from costmodels.plan import stages_of_rank
+    model = source.build("cpu", seed=0)
+    n_rows = len(model.blocks) + 2
+    cuts = [0, *(round(n_rows * k / 4) for k in (1, 2, 3)), n_rows]
+    stages = tuple(zip(cuts[:-1], cuts[1:]))
+    plan = autopar.Plan(pp=2, vpp=2, schedule=schedule, stages=stages)
+    runner = autopar.apply(model, plan, loss_fn=source.loss, spec=spec)
+    opt = torch.optim.SGD(runner.parameters(), lr=1e-3)
+
+    def ap():
+        runner.train_step(idx, targets)
+        opt.step()
+        opt.zero_grad()
+
+    model = source.build("cpu", seed=0)
+    rows = [model.embedding, *model.blocks, model.head]
+    local = stages_of_rank(plan, rank)
+    chunks = [_Half(rows[stages[v][0]:stages[v][1]]) for v in local]
+    pipe = [pl.PipelineStage(c, v, 4, torch.device("cpu")) for c, v in zip(chunks, local)]
+    sched = getattr(pl, cls)(pipe, n_micro, loss_fn=source.loss)
+    params = list({id(p): p for c in chunks for p in c.parameters()}.values())
+    opt2 = torch.optim.SGD(params, lr=1e-3)
+    first, last = 0 in local, 3 in local
+
+    def by_hand():
+        kwargs = dict(target=targets, losses=[]) if last else {}
+        sched.step(*((idx,) if first else ()), **kwargs)
+        opt2.step()
+        opt2.zero_grad()
+
+    return ap, by_hand
 
 
 def main() -> None:
@@ -136,8 +189,10 @@ def main() -> None:
     print(f"model {args.model}, 2 ranks on gloo, global batch {args.global_batch}, "
           f"median of {args.steps} steps, best of {args.rounds} alternating rounds")
     print(f"{'plan':<26}{'autopar s/step':>16}{'torch s/step':>14}{'ratio':>8}")
-    for label, a, t in (("dp=2 vs DDP", "autopar_dp", "torch_ddp"),
-                        ("pp=2 1f1b vs pipelining", "autopar_pp", "torch_pp")):
+    pairs = [("dp=2 vs DDP", "autopar_dp", "torch_ddp"),
+             ("pp=2 1f1b vs pipelining", "autopar_pp", "torch_pp")]
+    pairs += [(f"pp=2 vpp=2 {s}", f"autopar_{s}", f"torch_{s}") for s in ZERO_BUBBLE]
+    for label, a, t in pairs:
         ratio = r[a] / r[t]
         print(f"{label:<26}{r[a]:>16.4f}{r[t]:>14.4f}{ratio:>8.3f}"
               f"{'' if ratio <= 1.05 else '   (> 1.05 target)'}")

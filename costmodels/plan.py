@@ -14,7 +14,9 @@ Defaults (a field left out of the JSON takes these):
 
 ``stages`` lists, for each of the ``pp * vpp`` virtual stages in pipeline order, the half-open
 range ``[start, end)`` of layer-table rows it runs (embedding = row 0, head = last row). Virtual
-stage ``v`` runs on pipeline rank ``v % pp`` (Megatron's interleaving).
+stage ``v`` runs on pipeline rank ``v % pp`` (Megatron's interleaving), except under the V
+schedules (``zb-v``, ``dualpipe-v``), where rank ``r`` runs stages ``r`` and ``2·pp − 1 − r``:
+``stages_of_rank`` / ``rank_of_stage`` are the one rule both the cost model and the runtime read.
 
 Lives in ``costmodels`` (torch-free) so the cost model can score a plan without torch;
 ``autopar.Plan`` is this same class.
@@ -170,6 +172,25 @@ class Plan:
         if self.runtime != default.runtime:
             s += f" runtime:{self.runtime}"
         return s
+
+
+def stages_of_rank(plan, rank: int) -> tuple[int, ...]:
+    """The virtual stages pipeline rank ``rank`` runs, in pipeline order: ``rank``, ``rank + pp``,
+    … (loop placement), or under a V schedule ``rank`` and ``2·pp − 1 − rank`` (the V: the last
+    rank holds the two middle stages, rank 0 the first and the last) — torch's
+    ``generate_stage_to_rank_mapping(style="loop" | "v")``."""
+    pp = plan.pp
+    if plan.schedule in V_SCHEDULES:
+        return (rank, 2 * pp - 1 - rank)
+    return tuple(range(rank, plan.pp * plan.vpp, pp))
+
+
+def rank_of_stage(plan, stage: int) -> int:
+    """The pipeline rank that runs virtual stage ``stage`` (the inverse of ``stages_of_rank``)."""
+    pp = plan.pp
+    if plan.schedule in V_SCHEDULES and stage >= pp:
+        return 2 * pp - 1 - stage
+    return stage % pp
 
 
 # The plan's fields as they appear in a plan's JSON (all but the format ``version``).

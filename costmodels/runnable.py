@@ -12,6 +12,9 @@ Each rule is one function raising ``PlanError`` that names the plan field and th
   multiple of ``pp`` (Megatron's groups of ``pp`` micro-batches, what the cost model prices);
   torch's ``ScheduleInterleavedZeroBubble`` needs ``m`` divisible by its rounds ``max(1, m // pp)``;
   ``ScheduleZBVZeroBubble`` runs any ``m``; ``ScheduleDualPipeV`` needs ``m >= 2·pp`` (its stages).
+* ``check_split_backward(plan)`` — no ZeRO-3 (dp > 1) under a split-backward schedule.
+* ``check_fsdp_tied(plan, dims)`` — no ZeRO-2/3 (dp > 1) under a V schedule for a model that
+  ties its embedding to its head (``ModelDims.tied_ends``).
 * ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
   (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
   divides the sequence length.
@@ -33,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodels.errors import PlanError
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES
 from costmodels.split import check_stage_rows
 
 
@@ -46,6 +50,7 @@ class ModelDims:
     kv_heads: int | None = None
     ffn: int | None = None         # the MLP's inner width
     seq: int | None = None         # tokens per sample
+    tied_ends: bool | None = None  # the first and last rows share a parameter (tied embedding / head)
 
     @classmethod
     def of_table(cls, table) -> ModelDims:
@@ -59,6 +64,8 @@ def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int |
     ``plan`` for a model of ``dims`` running ``num_micro_batches`` micro-batches per step;
     ``None`` for either skips the rules that need it."""
     dims = dims or ModelDims()
+    check_split_backward(plan)
+    check_fsdp_tied(plan, dims)
     if num_micro_batches is not None:
         check_schedule(plan, num_micro_batches)
     check_tensor_parallel(plan, dims)
@@ -103,6 +110,33 @@ def check_schedule(plan, num_micro_batches: int) -> None:
         raise PlanError(f"schedule 'dualpipe-v' with pp={pp} needs at least 2·pp = {2 * pp} "
                         f"micro-batches per step (one per stage) but gets {m}; raise the global "
                         "batch, lower 'micro_batch_size', or use schedule 'zb-v'")
+
+
+def check_split_backward(plan) -> None:
+    """ZeRO-3 cannot compose with a split-backward schedule (``interleaved-zb``, ``zb-v``,
+    ``dualpipe-v``): torch computes the weight gradients (W) after the input gradients (B), from
+    the autograd graph of the forward, but FSDP2 re-shards the parameters after that forward and
+    gathers them anew for backward, so W lands on parameters the step no longer reduces (the
+    gradients come out wrong, measured on gloo). ZeRO-2 keeps the parameters gathered from the
+    first forward to the last backward and composes."""
+    if plan.schedule in SPLIT_BACKWARD_SCHEDULES and plan.zero == 3 and plan.dp > 1 and plan.pp > 1:
+        raise PlanError(f"schedule '{plan.schedule}' splits the backward into input and weight "
+                        "passes, which ZeRO-3's re-sharding after forward cannot run (torch's "
+                        "split backward needs the forward's parameters); use zero=2 or a schedule "
+                        "without the split (interleaved-1f1b, 1f1b)")
+
+
+def check_fsdp_tied(plan, dims: ModelDims) -> None:
+    """ZeRO-2/3 shard each stage with its own FSDP2 ``fully_shard``; under a V schedule the first
+    and the last stage are both on pipeline rank 0, so a tied embedding and head would be one
+    Parameter in two FSDP2 groups (its gradient comes out wrong). The runtime checks the general
+    case — any parameter two stages of one rank share — on the model itself
+    (``autopar.runtime.prelaunch.check_fsdp_shared``)."""
+    if dims.tied_ends and plan.schedule in V_SCHEDULES and plan.zero >= 2 and plan.dp > 1:
+        raise PlanError(f"plan field 'zero'={plan.zero} shards each pipeline stage with FSDP2, but "
+                        f"schedule '{plan.schedule}' puts the first and last stage on pipeline "
+                        "rank 0 and the model ties its embedding to its head (one parameter in "
+                        "both); use zero=1, untie them, or schedule 'interleaved-zb'")
 
 
 def check_tensor_parallel(plan, dims: ModelDims) -> None:

@@ -91,6 +91,20 @@ DDP_PIPELINE = [
     ("gpt", dict(dp=2, pp=2, schedule="gpipe", zero=1), 3),
     ("llama", dict(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b"), 2),
 ]
+# zero-bubble and V schedules (issue 14): torch's split backward (input, then weight gradients)
+# through autopar's stages — pp = 2 alone (the tied gpt puts embedding and head both on rank 0
+# under a V), and dp = 2, tp = 2, pp = 2 on all 8 ranks with ZeRO, sequence parallel, recompute
+ZERO_BUBBLE = [
+    ("gpt", dict(pp=2, vpp=2, schedule="interleaved-zb"), 4),
+    ("gpt", dict(pp=2, vpp=2, schedule="zb-v"), 4),
+    ("gpt", dict(pp=2, vpp=2, schedule="dualpipe-v"), 4),
+    ("llama", dict(pp=2, schedule="interleaved-zb"), 3),            # one stage per rank
+    ("gpt", dict(dp=2, tp=2, pp=2, vpp=2, schedule="interleaved-zb", zero=2), 4),
+    ("gpt", dict(dp=2, tp=2, pp=2, vpp=2, schedule="zb-v", zero=1, sequence_parallel=True), 3),
+    ("llama", dict(dp=2, tp=2, pp=2, vpp=2, schedule="dualpipe-v", recompute="full",
+                   stages=[[0, 1], [1, 2], [2, 3], [3, 5]]), 5),
+    ("llama", dict(dp=2, pp=2, vpp=2, schedule="zb-v", zero=2, recompute="selective"), 4),
+]
 # a fresh sample of the plan space each run; AUTOPAR_PLAN_SEED=<seed> replays one
 SEED = int(os.environ.get("AUTOPAR_PLAN_SEED") or random.SystemRandom().randrange(10**6))
 SAMPLE_RUNNABLE, SAMPLE_REFUSED = 8, 3
@@ -104,12 +118,16 @@ def _sweep_case(model, plan, micro_batches=None):
     return sweep.SweepCase(model, tuple(sorted(plan.items())), m)
 
 
-CASES = [_sweep_case(*c) for c in _cases() + DDP_PIPELINE]
+CASES = [_sweep_case(*c) for c in _cases() + DDP_PIPELINE + ZERO_BUBBLE]
 SAMPLED = sweep.sample(sweep.plan_grid(), SAMPLE_RUNNABLE, SAMPLE_REFUSED, SEED)
 # plans that do not fit the model: refused before launch, in one line naming the field
 ERROR_CASES = [
     (_sweep_case("gpt", dict(tp=3)), ["tp", "heads"]),
     (_sweep_case("gpt", dict(pp=2, stages=[[0, 2], [2, 4]])), ["stages", "5 rows"]),
+    (_sweep_case("gpt", dict(dp=2, pp=2, vpp=2, schedule="zb-v", zero=3)), ["zero=2", "ZeRO-3"]),
+    (_sweep_case("gpt", dict(dp=2, pp=2, vpp=2, schedule="dualpipe-v", zero=2)), ["zero", "ties"]),
+    (_sweep_case("llama", dict(pp=2, vpp=2, schedule="dualpipe-v"), 3), ["dualpipe-v", "2·pp"]),
+    (_sweep_case("nanogpt", dict(dp=2, pp=2, vpp=2, schedule="zb-v", zero=2)), ["zero", "share"]),
 ]
 
 

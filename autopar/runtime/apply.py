@@ -7,13 +7,17 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
   seconds, default 300). The plan's ranks form a DeviceMesh ordered by ``plan.placement``
   (``autopar.runtime.dist``).
 * **Rows and stages.** The model is cut into the layer table's rows (``autopar.runtime.rows``);
-  virtual stage ``v`` runs rows ``plan.stages[v]`` on pipeline rank ``v % pp``. Without
+  virtual stage ``v`` runs rows ``plan.stages[v]`` on pipeline rank ``v % pp`` (V schedules:
+  rank r runs stages r and 2·pp−1−r, ``costmodels.plan.stages_of_rank``). Without
   ``stages`` the split is ``costmodels.split.balanced_stages`` of the layer table (when the
   trace is at hand via ``spec=``/``table=``), else the same partition over a FLOP proxy.
 * **Tensor / sequence parallel, recompute**: each row of this rank goes through
   ``autopar.rewrite.rewrite_row`` (identity for tp=1 and recompute "none").
 * **Pipeline**: ``torch.distributed.pipelining`` ``PipelineStage`` per local virtual stage, run
-  by ``ScheduleGPipe`` / ``Schedule1F1B`` / ``ScheduleInterleaved1F1B``. A parameter used by
+  by ``ScheduleGPipe`` / ``Schedule1F1B`` / ``ScheduleInterleaved1F1B`` /
+  ``ScheduleInterleavedZeroBubble`` / ``ScheduleZBVZeroBubble`` / ``ScheduleDualPipeV`` (the last
+  three split backward into input and weight passes: ZeRO 0/1 then reduce gradients after the
+  step, ``data_parallel.reduces_after_step``). A parameter used by
   stages on different pipeline ranks (a tied embedding and LM head) is one copy per rank whose
   gradients are all-reduced between those ranks after backward (Megatron's embedding group).
 * **Data parallel / ZeRO** (over the dp dimension of the mesh):
@@ -61,7 +65,7 @@ from autopar.runtime import dist as adist
 from autopar.runtime import liveness, state_hooks
 from autopar.runtime.checkpoint import full_state_dict
 from autopar.runtime.clipping import clip_grad_norm_
-from autopar.runtime.data_parallel import Zero1, wrap_dp
+from autopar.runtime.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.failures import alike_on_every_rank, install_error_hook, peer_failures
 from autopar.runtime.materialize import RowFiller, has_meta
 from autopar.runtime.prelaunch import Launchable, check_before_launch
@@ -69,7 +73,7 @@ from autopar.runtime.stages import build_local_stages, pipeline_users, row_state
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
 from autopar.runtime.weights import open_weights
 from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.plan import Plan, stages_of_rank
 from costmodels.plans_file import load_plan
 from costmodels.runnable import check_schedule
 
@@ -158,16 +162,15 @@ class Runner:
         if weights is not None or has_meta(model):
             source = open_weights(weights, [ks for names in row_keys for ks in names.values()],
                                   self._shapes) if weights is not None else None
-            local = {i for v in range(plan.virtual_stages) if v % plan.pp == lay.pp_rank
-                     for i in range(*ready.stages[v])}
+            local = {i for v in stages_of_rank(plan, lay.pp_rank) for i in range(*ready.stages[v])}
             filler = RowFiller(rows, row_keys, seed=seed or 0, init_fn=init_fn, model=model,
                                weights=source, local_rows=local)
         self.stages_rows = ready.stages
         n_virtual = plan.virtual_stages
-        self.virtual = [v for v in range(n_virtual) if v % plan.pp == lay.pp_rank]
+        self.virtual = list(stages_of_rank(plan, lay.pp_rank))   # the V schedules: r, 2·pp−1−r
         self.first_virtual, self.last_virtual = 0, n_virtual - 1
 
-        users = pipeline_users(row_keys, self.stages_rows, plan.pp)
+        users = pipeline_users(row_keys, self.stages_rows, plan)
         tied_sets = sorted({tuple(sorted(r)) for r in users.values() if len(r) > 1})
         if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
             extra = [[lay.rank_at(pp=r, dp=d, tp=t) for r in s] for s in tied_sets
@@ -260,6 +263,8 @@ class Runner:
                                                          self.loss_fn)
             local = run_pipeline(self._schedules[n_micro], inputs, targets,
                                  self.first_virtual in self.virtual, self.last_virtual in self.virtual)
+            if reduces_after_step(plan):   # a split-backward schedule without DDP (why: there)
+                all_reduce_grads(self._raw, self.layout, plan.dp)
             all_reduce_tied(self._raw, self._tied)
         t = torch.tensor([local], dtype=torch.float64, device=self.device)
         if plan.pp > 1:

@@ -18,7 +18,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from autopar.runtime import dist as adist
 from autopar.runtime.failures import peer_failures
 from autopar.runtime.rows import StageModule
-from costmodels.plan import Plan
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, Plan
 
 
 def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.device) -> nn.Module:
@@ -41,7 +41,7 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     the stage's own ``prepare_for_backward`` before the last backward is then the only one,
     for every schedule, interleaved included (each local chunk is its own DDP whose last
     backward reduces its buckets)."""
-    if plan.dp == 1:
+    if plan.dp == 1 or reduces_after_step(plan):
         return stage
     if plan.zero >= 2:
         from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -61,6 +61,43 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     if plan.pp > 1:
         ddp.require_backward_grad_sync = False   # the pipeline stage alone arms the reducer
     return ddp
+
+
+def reduces_after_step(plan: Plan) -> bool:
+    """Whether the dp gradients are all-reduced after the pipeline step (``all_reduce_grads``)
+    instead of by DDP: ZeRO 0/1 under a split-backward schedule (``interleaved-zb``, ``zb-v``,
+    ``dualpipe-v``). Those compute weight gradients with ``torch.autograd.grad`` (torch's
+    ``stage_backward_weight``) and write ``.grad`` themselves, so DDP's gradient hooks never fire:
+    its reducer would all-reduce nothing (or fail, "mark a variable ready only once", on the
+    first stage, whose weight pass is a plain backward). FSDP2 (ZeRO-2) has its own path in
+    torch's schedule (``REDUCE_GRAD``) and is kept."""
+    return (plan.dp > 1 and plan.pp > 1 and plan.zero < 2
+            and plan.schedule in SPLIT_BACKWARD_SCHEDULES)
+
+
+def all_reduce_grads(stages, layout: adist.Layout, dp: int, bucket_bytes: int = 25 << 20) -> None:
+    """Average the gradients of ``stages``' parameters (each once) over the dp group, in
+    flattened buckets of about ``bucket_bytes`` per dtype (DDP's bucket size): what DDP does,
+    after the step rather than overlapped with the last backward."""
+    seen, by_kind = set(), {}
+    for stage in stages:
+        for p in stage.parameters():
+            if id(p) not in seen and p.grad is not None:
+                seen.add(id(p))
+                by_kind.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+    group = layout.group("dp")
+    for grads in by_kind.values():
+        bucket, size = [], 0
+        for i, g in enumerate(grads):
+            bucket.append(g)
+            size += g.numel() * g.element_size()
+            if size >= bucket_bytes or i == len(grads) - 1:
+                flat = _flatten_dense_tensors(bucket)
+                dist.all_reduce(flat, group=group)
+                flat /= dp
+                for g_, new in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                    g_.copy_(new)
+                bucket, size = [], 0
 
 
 class Zero1:

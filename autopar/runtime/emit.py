@@ -29,6 +29,7 @@ from autopar.rewrite.tp import rewrite_row
 from autopar.runtime.emit_summary import collective_rows, summary
 from autopar.runtime.prelaunch import check_before_launch
 from autopar.runtime.stages import row_inputs
+from costmodels.plan import rank_of_stage
 
 
 @dataclass
@@ -162,7 +163,7 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None, leaf_modules=())
             header = [
                 f"# autopar apply --emit: {spec}",
                 f"# plan: {plan.to_json()}",
-                f"# virtual pipeline stage {v} of {len(stages)} (pipeline rank {v % plan.pp} of {plan.pp}), "
+                f"# virtual pipeline stage {v} of {len(stages)} (pipeline rank {rank_of_stage(plan, v)} of {plan.pp}), "
                 f"tensor-parallel rank {r} of {tp}",
                 f"# rows [{a}, {b}): {', '.join(rows.names[a:b])}",
                 "# Generated from the torch.fx graphs the runtime executes (GraphModule.code); readable,",

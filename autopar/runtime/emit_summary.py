@@ -12,6 +12,7 @@ import os
 import torch.nn as nn
 
 from autopar.rewrite.state import collectives_of
+from costmodels.plan import rank_of_stage
 
 
 def collective_rows(gm: nn.Module) -> list[dict]:
@@ -55,7 +56,7 @@ def summary(spec, plan, rows, stages, row_coll, files) -> str:
         names = rows.names[a:b]
         shown = ", ".join(names) if len(names) <= 4 else f"{names[0]} … {names[-1]} ({len(names)} rows)"
         fl = ", ".join(f"`stage{v}_tp{r}.py`" for r in range(min(tp, 4))) + (" …" if tp > 4 else "")
-        L.append(f"| {v} | {v % plan.pp} | [{a}, {b}): {shown} | {fl} |")
+        L.append(f"| {v} | {rank_of_stage(plan, v)} | [{a}, {b}): {shown} | {fl} |")
     L.append("")
     L.append("## Tensor-parallel collectives inside the rows\n")
     if tp == 1:

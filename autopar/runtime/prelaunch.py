@@ -11,7 +11,8 @@ What is checked, in order:
 1. the model can be cut into layer-table rows (``autopar.runtime.rows.model_rows``);
 2. ``costmodels.runnable.check_runnable``: micro-batches vs schedule, tp vs heads / kv heads /
    ffn / sequence, pp·vpp vs rows — with the sizes of a built-in model's config;
-3. the stage split (``stage_ranges``: pinned stages end at the last row);
+3. the stage split (``stage_ranges``: pinned stages end at the last row), and under ZeRO-2/3
+   no parameter shared by two stages of one pipeline rank (``check_fsdp_shared``);
 4. when the plan rewrites rows (tp > 1, sequence parallel or recompute): the rewrite itself, on
    a ``meta`` copy of each distinct row against a ``FakeGroup`` (no weights copied, no
    communication), which finds what sizes cannot tell — an op the rewrite cannot shard, a
@@ -32,6 +33,7 @@ import torch.nn as nn
 from autopar.runtime.rows import Rows, model_rows
 from autopar.runtime.stages import row_inputs, stage_ranges
 from costmodels.errors import AutoparError, PlanError
+from costmodels.plan import rank_of_stage
 from costmodels.runnable import ModelDims, check_runnable
 
 _FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit")
@@ -57,12 +59,33 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
         rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
+        check_fsdp_shared(rows, stages, plan)
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"):
             probe_rewrite(model, rows, stages, plan, example_inputs)
     except AutoparError as e:
         e.same_on_every_rank = True
         raise
     return Launchable(rows=rows, stages=stages)
+
+
+def check_fsdp_shared(rows: Rows, stages, plan) -> None:
+    """ZeRO-2/3 shard each stage with its own FSDP2 ``fully_shard``; one Parameter that two stages
+    of one pipeline rank share (a tied embedding and LM head, both on rank 0 under a V schedule)
+    would belong to two of them, and its gradient comes out wrong. Such a plan is refused."""
+    if plan.zero < 2 or plan.dp < 2 or plan.pp < 2:
+        return
+    first: dict[int, tuple[int, str]] = {}   # id(parameter) -> (virtual stage, row name)
+    for v, (a, b) in enumerate(stages):
+        for i in range(a, b):
+            for name, p in rows.modules[i].named_parameters(remove_duplicate=False):
+                seen = first.setdefault(id(p), (v, f"{rows.names[i]}.{name}"))
+                if seen[0] != v and rank_of_stage(plan, seen[0]) == rank_of_stage(plan, v):
+                    raise PlanError(
+                        f"plan field 'zero'={plan.zero} shards each pipeline stage with FSDP2, but "
+                        f"virtual stages {seen[0]} and {v} of pipeline rank "
+                        f"{rank_of_stage(plan, v)} share one parameter ({seen[1]} = "
+                        f"{rows.names[i]}.{name}) under schedule '{plan.schedule}'; use zero=1, "
+                        "untie it, or a schedule that places those stages on different ranks")
 
 
 def model_dims(model: nn.Module, n_rows: int) -> ModelDims:
@@ -76,7 +99,7 @@ def config_dims(cfg, n_rows: int) -> ModelDims:
     if not isinstance(cfg, ModelConfig) or cfg.family not in _FAMILIES_WITH_HEADS:
         return ModelDims(rows=n_rows)
     return ModelDims(rows=n_rows, heads=cfg.heads, kv_heads=cfg.n_kv_heads, ffn=cfg.ffn_dim,
-                     seq=cfg.tokens_per_sample)
+                     seq=cfg.tokens_per_sample, tied_ends=bool(getattr(cfg, "tied", False)))
 
 
 # model -> {(tp, sp, recompute, input shapes): None or the (type, args) of the error}; what a

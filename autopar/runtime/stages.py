@@ -18,7 +18,7 @@ from autopar.runtime import dist as adist
 from autopar.runtime.rows import Rows, StageModule, row_weights
 from autopar.runtime.state_hooks import raw_state_dict
 from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.plan import Plan, rank_of_stage
 from costmodels.split import check_stage_rows, partition
 
 
@@ -64,13 +64,13 @@ def row_state_keys(model: nn.Module, rows: Rows) -> tuple[list[str], list[dict[s
     return list(sd), row_keys
 
 
-def pipeline_users(row_keys: list[dict[str, list[str]]], stages_rows, pp: int) -> dict[str, set[int]]:
+def pipeline_users(row_keys: list[dict[str, list[str]]], stages_rows, plan: Plan) -> dict[str, set[int]]:
     """Per canonical state-dict key: the pipeline ranks whose stages use that tensor."""
     users: dict[str, set[int]] = {}
     for v, (a, b) in enumerate(stages_rows):
         for i in range(a, b):
             for keys in row_keys[i].values():
-                users.setdefault(keys[0], set()).add(v % pp)
+                users.setdefault(keys[0], set()).add(rank_of_stage(plan, v))
     return users
 
 

@@ -62,20 +62,27 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
     schedule.step(*args, **kwargs)
     if not losses:
         return 0.0
-    return float(sum(float(x.detach()) for x in losses) / len(losses))
+    unscale = schedule.autopar_loss.n_micro   # each loss was divided by it before backward
+    return float(sum(float(x.detach()) * unscale for x in losses) / len(losses))
 
 
 def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable):
-    """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches."""
+    """The plan's pipeline schedule over this rank's PipelineStages for ``n_micro`` micro-batches.
+
+    Each micro-batch's loss is divided by ``n_micro`` before its backward (Megatron's way) and
+    torch's per-stage ``scale_grads`` is off: torch divides each local stage's gradients after
+    the step, which divides a Parameter that two local stages share (a tied embedding and LM
+    head, both on rank 0 of a V schedule) twice. The losses are reported unscaled."""
     from torch.distributed import pipelining as pl
     check_schedule(plan, n_micro)   # the rule's owner: costmodels.runnable
-    loss = PipelineLoss(loss_fn)
+    loss = PipelineLoss(loss_fn, n_micro)
     try:
-        if plan.schedule == "interleaved-1f1b":
-            schedule = pl.ScheduleInterleaved1F1B(pipe_stages, n_micro, loss_fn=loss)
+        if plan.schedule in _MULTI_STAGE:
+            schedule = getattr(pl, _MULTI_STAGE[plan.schedule])(
+                pipe_stages, n_micro, loss_fn=loss, scale_grads=False)
         else:
             cls = pl.ScheduleGPipe if plan.schedule == "gpipe" else pl.Schedule1F1B
-            schedule = cls(pipe_stages[0], n_micro, loss_fn=loss)
+            schedule = cls(pipe_stages[0], n_micro, loss_fn=loss, scale_grads=False)
         schedule.autopar_loss = loss
         return schedule
     except ValueError as e:
@@ -84,17 +91,25 @@ def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable
                         "batch or lower 'micro_batch_size'") from None
 
 
+# torch's class for each schedule that runs several stages per rank (the plan's name -> class)
+_MULTI_STAGE = {"interleaved-1f1b": "ScheduleInterleaved1F1B",
+                "interleaved-zb": "ScheduleInterleavedZeroBubble",
+                "zb-v": "ScheduleZBVZeroBubble", "dualpipe-v": "ScheduleDualPipeV"}
+
+
 class PipelineLoss:
     """The user's ``loss_fn(output, targets)`` as torch's schedules call it: they require a
     target on the last stage, so a step without targets hands them placeholder zeros and the
     user's function gets ``targets=None``, as it does with pp=1."""
 
-    def __init__(self, loss_fn: Callable):
+    def __init__(self, loss_fn: Callable, n_micro: int = 1):
         self.loss_fn = loss_fn
         self.targets_given = True
+        self.n_micro = n_micro    # each micro-batch's loss is divided by it (make_schedule)
 
     def __call__(self, output, target):
-        return call_loss(self.loss_fn, output, target if self.targets_given else None)
+        loss = call_loss(self.loss_fn, output, target if self.targets_given else None)
+        return loss / self.n_micro if self.n_micro > 1 else loss
 
 
 def call_loss(loss_fn: Callable, output, targets):

@@ -1,8 +1,9 @@
 """Plan-space equivalence: plans from the space the search explores, run in one shared gloo world
 and compared with the serial model.
 
-``plan_grid()`` lists the grid: for each (dp, tp, pp) in {1, 2}³ every schedule (pp = 2:
-GPipe, 1F1B, interleaved with vpp = 2), micro-batch counts 1, pp, 2·pp and 3 (odd), and every
+``plan_grid()`` lists the grid (270 plans): for each (dp, tp, pp) in {1, 2}³ every schedule
+(pp = 2: GPipe, 1F1B, and with vpp = 2 interleaved 1F1B, interleaved zero-bubble, ZB-V and
+DualPipeV), micro-batch counts 1, pp, 2·pp and 3 (odd), and every
 ZeRO stage (dp = 2); the other switches — model (gpt with a tied head, llama with grouped-query
 attention, a gpt whose 3 heads tp = 2 cannot split), micro-batch size, recompute, sequence
 parallel, placement, uneven split points — rotate through their values along the grid, so each
@@ -66,7 +67,8 @@ def plan_grid() -> list[SweepCase]:
     out = []
     models = list(MODELS)
     for i, (dp, tp, pp) in enumerate(itertools.product((1, 2), (1, 2), (1, 2))):
-        schedules = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2)]
+        schedules = [("1f1b", 1)] if pp == 1 else [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2),
+                                                    ("interleaved-zb", 2), ("zb-v", 2), ("dualpipe-v", 2)]
         counts = sorted({1, pp, 2 * pp, 3})
         zeros = (0, 1, 2, 3) if dp > 1 else (0,)
         for (schedule, vpp), m, zero in itertools.product(schedules, counts, zeros):
