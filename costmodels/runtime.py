@@ -72,7 +72,7 @@ from costmodels.files import tomllib
 RUNTIME_VERSION = 1
 RUNTIMES_DIR = Path(__file__).resolve().parent / "runtime_profiles"
 DEFAULT_RUNTIME = "autopar"
-ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zb-v", "dualpipe-v")
 ALL_PRECISIONS = ("bf16-mixed", "amp", "fp32")
 # [section] -> figure -> (attribute, minimum, maximum, integer)
 FIGURES = {
