@@ -5,13 +5,13 @@ on a real table with pinned uneven stages."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic_tables import gpt3_175b
 
 from costmodels.estimate import estimate
 from costmodels.pipeline_split import rank_work, split_pipeline_time
 from costmodels.plan import Plan, stages_of_rank
 from costmodels.schedule_program import makespan
 from costmodels.schedule_sim import simulate
-from synthetic_tables import gpt3_175b
 
 SPLIT = ("interleaved-zb", "zb-v", "dualpipe-v")
 
