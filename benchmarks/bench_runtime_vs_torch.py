@@ -141,7 +141,6 @@ def _zero_bubble_pair(source, spec, schedule, cls, idx, targets, n_micro, rank):
     from torch.distributed import pipelining as pl
 
     import autopar
-    from costmodels.plan import stages_of_rank
     model = source.build("cpu", seed=0)
     n_rows = len(model.blocks) + 2
     cuts = [0, *(round(n_rows * k / 4) for k in (1, 2, 3)), n_rows]
@@ -157,7 +156,7 @@ def _zero_bubble_pair(source, spec, schedule, cls, idx, targets, n_micro, rank):
 
     model = source.build("cpu", seed=0)
     rows = [model.embedding, *model.blocks, model.head]
-    local = stages_of_rank(plan, rank)
+    local = plan.stages_of_rank(rank)
     chunks = [_Half(rows[stages[v][0]:stages[v][1]]) for v in local]
     pipe = [pl.PipelineStage(c, v, 4, torch.device("cpu")) for c, v in zip(chunks, local)]
     sched = getattr(pl, cls)(pipe, n_micro, loss_fn=source.loss)

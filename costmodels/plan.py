@@ -120,6 +120,10 @@ class Plan:
                             "micro_batch_size")
         return global_batch // per
 
+    def stages_of_rank(self, rank: int) -> tuple[int, ...]:
+        """The virtual stages pipeline rank ``rank`` runs, in chunk order (``stages_of_rank``)."""
+        return stages_of_rank(self.schedule, self.pp, self.vpp, rank)
+
     def with_(self, **changes) -> Plan:
         return replace(self, **changes)
 
@@ -174,17 +178,6 @@ class Plan:
         return s
 
 
-def stages_of_rank(plan, rank: int) -> tuple[int, ...]:
-    """The virtual stages pipeline rank ``rank`` runs, in pipeline order: ``rank``, ``rank + pp``,
-    … (loop placement), or under a V schedule ``rank`` and ``2·pp − 1 − rank`` (the V: the last
-    rank holds the two middle stages, rank 0 the first and the last) — torch's
-    ``generate_stage_to_rank_mapping(style="loop" | "v")``."""
-    pp = plan.pp
-    if plan.schedule in V_SCHEDULES:
-        return (rank, 2 * pp - 1 - rank)
-    return tuple(range(rank, plan.pp * plan.vpp, pp))
-
-
 def rank_of_stage(plan, stage: int) -> int:
     """The pipeline rank that runs virtual stage ``stage`` (the inverse of ``stages_of_rank``)."""
     pp = plan.pp
@@ -195,6 +188,18 @@ def rank_of_stage(plan, stage: int) -> int:
 
 # The plan's fields as they appear in a plan's JSON (all but the format ``version``).
 PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
+
+
+def stages_of_rank(schedule: str, pp: int, vpp: int, rank: int) -> tuple[int, ...]:
+    """The virtual stages (indices into ``Plan.stages``) pipeline rank ``rank`` runs, its chunk
+    0, 1, … in this order: ``(rank, 2·pp − 1 − rank)`` for the V schedules (torch's
+    ``generate_rank_to_stage_mapping(pp, 2·pp, style="v")``: the model goes down the ranks and
+    back up, so the first and last stages share rank 0 and the turn stays on rank pp − 1), else
+    ``(rank, rank + pp, …, rank + (vpp − 1)·pp)`` (torch's "loop" style, Megatron's interleaving).
+    The one mapping the cost model and the runtime share; torch-free."""
+    if schedule in V_SCHEDULES:
+        return (rank, 2 * pp - 1 - rank)
+    return tuple(c * pp + rank for c in range(vpp))
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -71,14 +71,14 @@ def test_each_virtual_stage_runs_on_exactly_one_rank(schedule, vpp, pp):
     """``stages_of_rank`` / ``rank_of_stage``: one the inverse of the other, every stage placed
     once; a V puts stage r and 2·pp−1−r on rank r (so the last rank holds the middle two),
     a loop puts stage v on rank v % pp (torch's generate_stage_to_rank_mapping)."""
-    from costmodels.plan import rank_of_stage, stages_of_rank
+    from costmodels.plan import rank_of_stage
     plan = Plan(pp=pp, vpp=vpp, schedule=schedule)
-    placed = sorted(v for r in range(pp) for v in stages_of_rank(plan, r))
+    placed = sorted(v for r in range(pp) for v in plan.stages_of_rank(r))
     assert placed == list(range(pp * vpp))
     for r in range(pp):
-        assert all(rank_of_stage(plan, v) == r for v in stages_of_rank(plan, r))
+        assert all(rank_of_stage(plan, v) == r for v in plan.stages_of_rank(r))
     if schedule in ("zb-v", "dualpipe-v"):
-        assert stages_of_rank(plan, 0) == (0, 2 * pp - 1)
-        assert stages_of_rank(plan, pp - 1) == (pp - 1, pp)
+        assert plan.stages_of_rank(0) == (0, 2 * pp - 1)
+        assert plan.stages_of_rank(pp - 1) == (pp - 1, pp)
     else:
-        assert stages_of_rank(plan, 1) == tuple(range(1, pp * vpp, pp))
+        assert plan.stages_of_rank(1) == tuple(range(1, pp * vpp, pp))

@@ -73,7 +73,7 @@ from autopar.runtime.stages import build_local_stages, pipeline_users, row_state
 from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
 from autopar.runtime.weights import open_weights
 from costmodels.errors import PlanError
-from costmodels.plan import Plan, stages_of_rank
+from costmodels.plan import Plan
 from costmodels.plans_file import load_plan
 from costmodels.runnable import check_schedule
 
@@ -162,12 +162,12 @@ class Runner:
         if weights is not None or has_meta(model):
             source = open_weights(weights, [ks for names in row_keys for ks in names.values()],
                                   self._shapes) if weights is not None else None
-            local = {i for v in stages_of_rank(plan, lay.pp_rank) for i in range(*ready.stages[v])}
+            local = {i for v in plan.stages_of_rank(lay.pp_rank) for i in range(*ready.stages[v])}
             filler = RowFiller(rows, row_keys, seed=seed or 0, init_fn=init_fn, model=model,
                                weights=source, local_rows=local)
         self.stages_rows = ready.stages
         n_virtual = plan.virtual_stages
-        self.virtual = list(stages_of_rank(plan, lay.pp_rank))   # the V schedules: r, 2·pp−1−r
+        self.virtual = list(plan.stages_of_rank(lay.pp_rank))   # the V schedules: r, 2·pp−1−r
         self.first_virtual, self.last_virtual = 0, n_virtual - 1
 
         users = pipeline_users(row_keys, self.stages_rows, plan)
