@@ -28,7 +28,7 @@ GiB = 1024 ** 3
 
 def _fields(p: dict) -> dict:
     d = PlanResult.from_dict(p).plan.to_dict()
-    return {k: d[k] for k in COMPARED_FIELDS}
+    return {k: d[k] for k in COMPARED_FIELDS if k in d}   # a uniform plan has no pools keys
 
 
 def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +67,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gap_s": gap, "gap_fraction": gap / step if step > 0 else None,
                  "loses_on": [{"term": k, "extra_s": d} for k, d in losses[:3]],
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
-                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]}}
+                 "differs_in": {k: [bf.get(k), pf.get(k)] for k in COMPARED_FIELDS
+                                if bf.get(k) != pf.get(k)}}
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):
             entry["tflops_per_gpu_gap"] = float(best["tflops_per_gpu"]) - float(p["tflops_per_gpu"])
         if data.get("objective") in ("throughput_per_gpu", "fewest_gpus") and "gpus" in p and "gpus" in best:
