@@ -240,3 +240,30 @@ def cluster_of_plan(pools) -> Cluster:
         prof = load_profile(ref)
         out.append(Pool(ref, prof, int(count), ref))
     return Cluster(tuple(out))
+
+
+def resolve_hardware(hardware=None, cluster_file=None, gpus: int | None = None):
+    """``(profile or Cluster, GPUs)`` from ``--hardware`` / ``--cluster`` / ``--gpus`` as the CLI
+    and the Python API take them: a cluster of one pool (after merging) is that pool's profile with
+    its GPU count; ``gpus`` must then agree with the pools' sum (one line when not)."""
+    if isinstance(hardware, Cluster):
+        cluster = hardware
+    elif cluster_file is not None:
+        if hardware is not None:
+            raise ProfileError("give either --hardware or --cluster, not both (the cluster file names "
+                               "each pool's profile)")
+        cluster = load_cluster(cluster_file)
+    elif hardware is None:
+        raise ProfileError("--hardware (a profile, or pools NAME:COUNT,...) or --cluster FILE is needed")
+    elif isinstance(hardware, HardwareProfile):
+        return hardware, gpus
+    else:
+        cluster = parse_hardware(hardware)
+        if cluster is None:
+            return load_profile(hardware), gpus
+    if gpus is not None and gpus != cluster.gpus:
+        raise ProfileError(f"--gpus {gpus} but the pools add up to {cluster.gpus} GPUs "
+                           f"({cluster.label()}); drop --gpus or change the pool counts")
+    if len(cluster.pools) == 1:
+        return cluster.pools[0].profile, cluster.pools[0].gpus
+    return cluster, cluster.gpus

@@ -67,8 +67,7 @@ class PoolConfig:
 
 def _layouts(n_pools: int):
     for size in range(1, n_pools + 1):
-        for used in itertools.permutations(range(n_pools), size):
-            yield used
+        yield from itertools.permutations(range(n_pools), size)
 
 
 def pool_configurations(shape: Shape, cluster, global_batch: int, fix: dict | None = None,
