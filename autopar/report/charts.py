@@ -177,7 +177,8 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
                     ax.text((o.start + o.end) / 2 * scale, pp - 1 - o.rank, str(o.micro_batch),
                             ha="center", va="center", fontsize=5, color="white")
     ax.set_ylim(-0.6, pp - 0.4)
-    ax.set_yticks(range(pp), [f"stage {pp - 1 - i}" for i in range(pp)], fontsize=6 if pp <= 32 else 4)
+    from autopar.report.pools import stage_label  # "stage 3 · h100-80g-sxm" on a pooled plan
+    ax.set_yticks(range(pp), [stage_label(r, pp - 1 - i) for i in range(pp)], fontsize=6 if pp <= 32 else 4)
     ax.set_xlim(0, t.makespan * scale)
     ax.set_xlabel(f"time ({unit})")
     shown = (f"first {t.micro_batches} of {t.total_micro_batches} micro-batches drawn"
