@@ -39,6 +39,9 @@ def test_search_then_estimate_and_report_a_pooled_plans_file(capsys, tmp_path):
     assert [d["step_time_s"] for d in again] == [p["step_time_s"] for p in data["plans"]]
     used = {u["profile"]: (u["used"], u["idle"]) for u in again[0]["cluster"]["pools"]}
     assert sum(used["a100-80g-sxm"]) == 8 and sum(used["h100-80g-sxm"]) == 8
+    code, out, err = run(capsys, "explain", str(plans))
+    assert code == 0, err
+    assert "  pool a100-80g-sxm: " in out and "  pool h100-80g-sxm: " in out   # why, in explain too
     code, out, err = run(capsys, "report", str(plans), "-o", str(tmp_path / "r.md"))
     assert code == 0, err
     assert "Pools (heterogeneous cluster)" in (tmp_path / "r.md").read_text()
@@ -62,6 +65,7 @@ def test_cluster_file_on_the_command_line(capsys, tmp_path):
     (["--hardware", POOLS, "--cluster", "c.toml"], "not both"),
     (["--gpus", "8"], "--hardware"),
     (["--hardware", POOLS, "--fix", "vpp=2"], "not searched on a cluster of pools"),
+    (["--hardware", POOLS, "--fix", "stage_pools=0"], "is not a plan field"),
 ])
 def test_bad_pool_flags_are_one_line(capsys, argv, words):
     code, out, err = run(capsys, "search", TINY, "--global-batch", "8", *argv)

@@ -53,6 +53,9 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
         "objective": data.get("objective", "step_time"),
         "optimal": data.get("optimal"),
     }
+    why = (best.get("cluster") or {}).get("why")
+    if why:   # a pooled plan (heterogeneous cluster): why each pool got its share of the split
+        out["best"]["pools_why"] = list(why)
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
@@ -97,6 +100,8 @@ def render_explanation(ex: dict) -> str:
     if b.get("memory_total_bytes") is not None and b.get("hbm_bytes"):
         lines.append(f"  memory: {b['memory_total_bytes'] / GiB:.1f} of {b['hbm_bytes'] / GiB:.1f} GiB on the "
                      f"most loaded GPU, mostly {b['memory_dominant']}")
+    for line in b.get("pools_why") or []:
+        lines.append(f"  pool {line}")
     for r in ex["runners_up"]:
         diff = ", ".join(f"{k} {a}→{c}" for k, (a, c) in r["differs_in"].items()) or "split points only"
         loses = ", ".join(f"{term_label(x['term'])} +{x['extra_s']:.3g} s" for x in r["loses_on"])
