@@ -69,34 +69,9 @@ def speeds_caption(r) -> str:
     return s
 
 
-def memory_chart(r) -> str:
-    """Total memory per stage, bar coloured by its pool, each stage's own HBM marked."""
-    from autopar.report.charts import _figure, to_svg
-    det = r["stages_detail"]
-    fig = _figure(6.4, 3.0)
-    ax = fig.add_subplot()
-    xs = list(range(len(det)))
-    pools = r.plan.stage_pools
-    totals = [d["memory_bytes"]["total"] / 1e9 for d in det]
-    hbms = [float(d.get("hbm_bytes") or 0) / 1e9 for d in det]
-    ax.bar(xs, totals, color=[POOL_COLORS[q % len(POOL_COLORS)] for q in pools], width=0.75)
-    ax.hlines(hbms, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="#c00000", linestyles="--",
-              linewidth=1.2)
-    ax.set_ylim(0, max(max(totals), max(hbms)) * 1.2)
-    ax.set_xticks(xs, [str(x) for x in xs], fontsize=7 if len(xs) <= 32 else 5)
-    ax.set_xlabel("pipeline stage (colour: pool; dashed: that pool's HBM)")
-    ax.set_ylabel("GB per GPU")
-    from matplotlib.patches import Patch
-    handles = [Patch(color=POOL_COLORS[q % len(POOL_COLORS)], label=short_name(ref))
-               for q, (ref, _) in enumerate(r.plan.pools) if q in pools]
-    ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
-    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left", y=1.06)
-    ax.spines[["top", "right"]].set_visible(False)
-    return to_svg(fig)
-
-
-def html_section(report, figure, table, escape) -> tuple[str, str, str] | None:
-    """The report's "Pools" section (None when no plan is pooled)."""
+def html_section(report, figure, table, escape, chart) -> tuple[str, str, str] | None:
+    """The report's "Pools" section (None when no plan is pooled); ``chart`` draws a record's
+    memory by pool (``charts.pool_memory_chart``: charts imports this module, not the reverse)."""
     recs = [r for r in report.detail_records if pooled(r)]
     if not recs:
         return None
@@ -104,7 +79,7 @@ def html_section(report, figure, table, escape) -> tuple[str, str, str] | None:
     for r in recs:
         parts.append(f"<h3>#{r.id} {escape(r.label())}</h3>")
         parts.append(table(POOL_COLUMNS, pool_rows(r), left=(1,)))
-        parts.append(figure("memory", memory_chart(r), f"#{r.id}: total memory of each stage's GPUs, "
+        parts.append(figure("memory", chart(r), f"#{r.id}: total memory of each stage's GPUs, "
                             "coloured by pool; each dashed line is that stage's pool HBM.", key=f"pool{r.id}"))
         parts.append(table(STAGE_COLUMNS, stage_rows(r), left=(1,)))
         for line in (r.get("cluster") or {}).get("why") or []:

@@ -268,7 +268,7 @@ def to_html(report) -> str:
     S.append(("memory", "Memory per pipeline stage",
               report.detail_note_html() + "<div class='grid'>" + "".join(mem) + "</div>"))
     from autopar.report import pools
-    pool_section = pools.html_section(report, _figure, _table, _e)
+    pool_section = pools.html_section(report, _figure, _table, _e, charts.pool_memory_chart)
     if pool_section:
         S.append(pool_section)
     tl = []
