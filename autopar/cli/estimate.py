@@ -133,4 +133,7 @@ def render(results) -> None:
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))
+    if any(d.get("cluster") for d in results):   # pooled plans: GPUs used and left idle per pool
+        row("pools: used / idle GPUs", lambda d: ", ".join(
+            f"{u['name']} {u['used']}/{u['idle']}" for u in (d.get("cluster") or {}).get("pools", [])) or "–")
     print_table(t)
