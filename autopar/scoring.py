@@ -17,7 +17,7 @@ from typing import Any
 from costmodels.plans_file import PlansFile
 
 
-def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int, plans: Any,
+def estimate_plans(model_spec: str, hardware, gpus: int, global_batch: int, plans: Any,
                    seq: int | None = None, table=None, *,
                    precision: str = "bf16-mixed", runtime: str | None = None) -> list[dict[str, Any]]:
     """Estimate dicts, one per plan of ``plans`` (anything ``PlansFile.read`` accepts: a Plan, a
@@ -27,9 +27,9 @@ def estimate_plans(model_spec: str, hardware: str, gpus: int, global_batch: int,
     default), "amp" (autopar's runtime under autocast), "fp32". ``runtime``: score every plan as
     that runtime runs it (``costmodels.runtime``: "autopar", "megatron", "deepspeed", "fsdp", with
     options after a colon); None keeps each plan's own ``runtime`` field."""
+    from costmodels.cluster import resolve_hardware
     from costmodels.estimate import estimate
-    from costmodels.hardware import load_profile
-    profile = load_profile(hardware)
+    profile, _ = resolve_hardware(hardware)   # a profile, or a Cluster for pooled plans
     plan_list = PlansFile.read(plans).plans
     if runtime is not None:
         from costmodels.runtime import load_runtime

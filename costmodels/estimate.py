@@ -43,12 +43,14 @@ from typing import Any
 import numpy as np
 
 from costmodels.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: F401  (re-exported)
+from costmodels.cluster import Cluster
+from costmodels.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
 from costmodels.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
 from costmodels.comm import collective_time, plan_tiers
 from costmodels.compute import RUNTIME_PRECISIONS, autocast_step_s, optimizer_shards, optimizer_step_s, table_arrays
 from costmodels.error_bands import band_for
 from costmodels.errors import PlanError
-from costmodels.hardware import HardwareProfile, load_profile
+from costmodels.hardware import HardwareProfile, load_profile  # noqa: F401  (re-exported)
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, check_precision, in_flight, split_in_flight, stage_memory, w_input_bytes
 from costmodels.pipeline import pipeline_time
@@ -117,6 +119,7 @@ class Estimate:
     comm: list[dict[str, Any]] = field(default_factory=list)
     stages: tuple[tuple[int, int], ...] = ()
     error_band: dict[str, Any] | None = None   # costmodels.error_bands: the step time's likely error
+    cluster: dict[str, Any] | None = None      # pooled plans: GPUs used / idle per pool, the links
 
     def to_dict(self) -> dict[str, Any]:
         d = self.plan.to_dict()
@@ -129,6 +132,8 @@ class Estimate:
                   "fits": self.fits, "comm_bytes": dict(self.comm_bytes),
                   "breakdown_s": dict(self.breakdown_s), "stages_detail": self.stages_detail,
                   "comm": self.comm, "error_band": self.error_band})
+        if self.cluster is not None:
+            d["cluster"] = self.cluster
         return d
 
 
@@ -211,24 +216,34 @@ def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile,
     return plan.dp * float(b), plan.dp * float(s)
 
 
-def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus: int,
+def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: Plan, gpus: int,
              global_batch: int, *, precision: str = "bf16-mixed") -> Estimate:
     """Score ``plan`` for ``table`` on ``gpus`` GPUs of ``profile`` at ``global_batch`` sequences;
-    ``precision`` picks the memory model's recipe (costmodels.memory: "bf16-mixed", "amp", "fp32")."""
-    profile = load_profile(profile)
+    ``precision`` picks the memory model's recipe (costmodels.memory: "bf16-mixed", "amp", "fp32").
+    ``profile`` may be a ``costmodels.cluster.Cluster`` for a plan with ``pools``: every pipeline
+    rank is then priced on its pool's profile (``costmodels.cluster_estimate``) and ``gpus`` is
+    the GPUs the plan uses."""
     check_precision(precision)
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
+    hw = rank_hardware(profile, plan)
+    profs = hw.profiles
+    profile = profs[0]
+    if not hw.uniform:
+        gpus = plan.world_size
     runtime = load_runtime(plan.runtime)
     check_runtime(runtime, plan, table.layers, precision)
     stages = check_plan(table, plan, gpus, global_batch)
     gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)
     p, v = plan.pp, plan.vpp
-    tiers = plan_tiers(plan, profile.gpus_per_node)
+    tiers_r = [plan_tiers(plan, pr.gpus_per_node) for pr in profs]
     arr = table_arrays(table)
-    chunks = [chunk_cost(table, profile, plan, s, e, c, precision) for c, (s, e) in enumerate(stages)]
     rank_chunks = [list(plan.stages_of_rank(r)) for r in range(p)]
+    rank_of = {c: r for r, cs in enumerate(rank_chunks) for c in cs}
+    chunks = [chunk_cost(table, profs[rank_of[c]], plan, s, e, c, precision) for c, (s, e) in enumerate(stages)]
+    co_r = [row_coefficients(table, pr, plan, precision) for pr in profs]
+    chunks = cross_pool_sends(table, chunks, stages, plan, hw, [co_r[rank_of[c]] for c in range(len(stages))])
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
     if plan.schedule in SPLIT_BACKWARD_SCHEDULES:
         pipe_s, bubble_s = split_pipeline_time(
@@ -239,18 +254,19 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
         pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
     # data-parallel gradient sync, overlapped with the tail of the backward (coefficients docstring)
-    co = row_coefficients(table, profile, plan, precision)
-    share = (1.0 - co.slowdown) * runtime.dp_window(profile.overlap(plan.zero))
-    bwd_r = [share * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs) for cs in rank_chunks]
+    co = co_r[0]
+    share_r = [(1.0 - c.slowdown) * runtime.dp_window(pr.overlap(plan.zero)) for c, pr in zip(co_r, profs)]
+    bwd_r = [share_r[r] * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
+             for r, cs in enumerate(rank_chunks)]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]
-    dp_info = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
-    after = [dp_sync(params_r[r], plan, profile, tiers["dp"], precision, "after") for r in range(p)]
-    bcast = [zero1_broadcast(params_r[r], plan, profile, tiers["dp"], precision) for r in range(p)]
-    dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co) + after[r][2] + bcast[r][1]
-                    for r in range(p)]
+    dp_info = [dp_sync(params_r[r], plan, profs[r], tiers_r[r]["dp"], precision) for r in range(p)]
+    after = [dp_sync(params_r[r], plan, profs[r], tiers_r[r]["dp"], precision, "after") for r in range(p)]
+    bcast = [zero1_broadcast(params_r[r], plan, profs[r], tiers_r[r]["dp"], precision) for r in range(p)]
+    dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co_r[r]) + after[r][2]
+                    + bcast[r][1] for r in range(p)]
     dp_exposed_s = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profile)
-             + autocast_step_s(params_r[r], m, precision, profile) for r in range(p)]
+    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profs[r])
+             + autocast_step_s(params_r[r], m, precision, profs[r]) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed_s + opt_s
     if step <= 0.0:   # a table with no FLOPs and no bytes (nothing to run): avoid dividing by 0
@@ -270,12 +286,12 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     }
 
     # memory per pipeline rank
-    act_rows = co.act_bytes
     mems = []
     w_rows = w_input_bytes(arr, plan.tp, plan.micro_batch_size)
     for r in range(p):
         w_held = 0.0
         if plan.schedule in SPLIT_BACKWARD_SCHEDULES:   # read off the simulated order
+            act_rows = co_r[r].act_bytes
             infl, w_held = split_in_flight(plan.schedule, p, v, m, r,
                                            [float(act_rows[s:e].sum()) for s, e in (stages[c] for c in rank_chunks[r])],
                                            [float(w_rows[s:e].sum()) for s, e in (stages[c] for c in rank_chunks[r])])
@@ -286,14 +302,19 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
         mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
-                                 reserve=profile.memory_reserve_bytes, act_rows=act_rows,
+                                 reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
                                  w_inputs=w_held))
-    rm = int(np.argmax([mm["total"] for mm in mems]))
+    if hw.uniform:
+        rm = int(np.argmax([mm["total"] for mm in mems]))
+    else:   # the most loaded GPU against its own pool's HBM
+        rm = int(np.argmax([mm["total"] / pr.hbm_bytes for mm, pr in zip(mems, profs)]))
     memory = mems[rm]
+    tiers = tiers_r[rs]
 
     model_flops = float(arr.fwd_flops.sum() + arr.bwd_flops.sum()) * global_batch / table.micro_batch
-    peak = profile.peak_flops_per_s(table.act_dtype_bytes)
+    gpus_peak = (gpus * profile.peak_flops_per_s(table.act_dtype_bytes) if hw.uniform
+                 else hw.peak_total(plan, table.act_dtype_bytes))
     tokens = global_batch * table.seq
 
     comm_bytes = {"dp": dp_info[rs][1] + after[rs][1] + bcast[rs][0], "tp": m * sum(c.tp_bytes for c in cs),
@@ -330,15 +351,18 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
             detail["virtual_stages"] = list(rank_chunks[r])
             detail["bwd_w_s"] = [chunks[c].bwd_w_s for c in rank_chunks[r]]
             detail["bwd_b_s"] = [b - w for b, w in zip(detail["bwd_s"], detail["bwd_w_s"])]
+        if not hw.uniform:
+            detail.update(pool=plan.stage_pools[r], hardware=profs[r].name, hbm_bytes=profs[r].hbm_bytes)
         stages_detail.append(detail)
     return Estimate(
-        plan=plan, model=table.model, hardware=profile.name, gpus=int(gpus), global_batch=int(global_batch),
+        plan=plan, model=table.model, hardware=hw.name, gpus=int(gpus), global_batch=int(global_batch),
         seq=table.seq, num_micro_batches=m, step_time_s=step, tokens_per_s=tokens / step,
-        tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus * peak * step),
-        bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profile.hbm_bytes,
-        fits=bool(memory["total"] <= profile.hbm_bytes), comm_bytes=comm_bytes, breakdown_s=breakdown,
-        stages_detail=stages_detail, comm=comm, stages=tuple(stages),
-        error_band=band_for(profile.name, runtime.name, plan, borrow=profile.nics_per_node is not None))
+        tflops_per_gpu=model_flops / (gpus * step) / 1e12, mfu=model_flops / (gpus_peak * step),
+        bubble_fraction=bubble_s / step, memory_bytes=memory, hbm_bytes=profs[rm].hbm_bytes,
+        fits=all(mm["total"] <= pr.hbm_bytes for mm, pr in zip(mems, profs)), comm_bytes=comm_bytes,
+        breakdown_s=breakdown, stages_detail=stages_detail, comm=comm, stages=tuple(stages),
+        error_band=band_for(profs[rs].name, runtime.name, plan, borrow=profs[rs].nics_per_node is not None),
+        cluster=None if hw.uniform else pool_detail(plan, hw))
 
 
 def _zero_collectives(plan: Plan) -> str:

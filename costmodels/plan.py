@@ -61,6 +61,11 @@ class Plan:
     placement: str = "tp,dp,pp"
     runtime: str = "autopar"
     version: int = PLAN_VERSION
+    # heterogeneous clusters (costmodels/cluster.py): the pools as searched, [profile, GPUs] each,
+    # and the pool of every pipeline rank; both None on a uniform cluster (and then left out of
+    # the JSON, so a uniform plan serialises exactly as before these fields existed)
+    pools: tuple[tuple[str, int], ...] | None = None
+    stage_pools: tuple[int, ...] | None = None
 
     def __post_init__(self):
         for name, top in (("dp", LIMITS["gpus"]), ("tp", LIMITS["gpus"]), ("pp", LIMITS["gpus"]),
@@ -98,6 +103,11 @@ class Plan:
             raise PlanError("plan field 'sequence_parallel' needs tp >= 2; set it false for tp=1")
         if self.stages is not None:
             object.__setattr__(self, "stages", _check_stages(self.stages, self.pp * self.vpp))
+        if self.pools is not None or self.stage_pools is not None:
+            from costmodels.plan_pools import check_pool_fields
+            pools, stage_pools = check_pool_fields(self)
+            object.__setattr__(self, "pools", pools)
+            object.__setattr__(self, "stage_pools", stage_pools)
 
     # ---- derived quantities -------------------------------------------------
     @property
@@ -131,6 +141,11 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stages"] = [list(s) for s in self.stages] if self.stages is not None else None
+        if self.pools is None:      # a uniform plan: exactly the JSON of before pools existed
+            del d["pools"], d["stage_pools"]
+        else:
+            d["pools"] = [list(p) for p in self.pools]
+            d["stage_pools"] = list(self.stage_pools)
         return d
 
     def to_json(self, **kw) -> str:
@@ -175,6 +190,9 @@ class Plan:
             s += f" placement:{self.placement}"
         if self.runtime != default.runtime:
             s += f" runtime:{self.runtime}"
+        if self.pools is not None:
+            from costmodels.plan_pools import pools_label
+            s += f" {pools_label(self)}"
         return s
 
 

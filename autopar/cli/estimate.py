@@ -13,10 +13,8 @@ def register(sub) -> None:
     from autopar.cli.common import add_model_args, add_progress_arg, int_arg
     p = sub.add_parser("estimate", help="predict step time, memory and communication of a plan")
     add_model_args(p)
-    p.add_argument("--hardware", required=True, metavar="H",
-                   help="hardware profile name (autopar hardware) or path to a .toml profile")
-    p.add_argument("--gpus", type=int_arg(limit="gpus"), default=None, metavar="N",
-                   help="number of GPUs (= dp·tp·pp)")
+    from autopar.cli.cluster_args import add_hardware_args
+    add_hardware_args(p, "number of GPUs (= dp·tp·pp; with pools, their sum)")
     p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None, metavar="B",
                    help="sequences per optimizer step")
     p.add_argument("--plan", default=None, metavar="PLAN",
@@ -48,21 +46,23 @@ def run(args) -> int:
     from autopar.scoring import estimate_plans
     from costmodels.errors import PlanError
     from costmodels.files import write_text_atomic
-    from costmodels.hardware import load_profile
     from costmodels.plans_file import PlansFile
     check_output(args.output)          # before the trace, not after it
     if (args.plan is None) == (args.current is None):
         raise PlanError("give either --plan PLAN or --from TARGET CONFIG (one of them)")
     if args.current is not None:
+        if args.cluster or (args.hardware and "," in args.hardware):
+            raise PlanError("--from scores a uniform configuration; give one --hardware profile")
         return run_imported(args)
+    from autopar.cli.cluster_args import hardware_of
+    hardware, args.gpus = hardware_of(args)
     for name, flag in (("gpus", "--gpus"), ("global_batch", "--global-batch")):
         if getattr(args, name) is None:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
-    load_profile(args.hardware)
     from autopar.cli.search import _leaf_table
     with progress(args, f"tracing {args.model} and estimating"):
-        results = estimate_plans(args.model, args.hardware, args.gpus, args.global_batch, given.plans,
+        results = estimate_plans(args.model, hardware, args.gpus, args.global_batch, given.plans,
                                  seq=args.seq, runtime=args.runtime, table=_leaf_table(args))
     out = results[0] if given.form == "object" else results    # one object in, one object out
     if args.output:
@@ -133,4 +133,7 @@ def render(results) -> None:
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))
+    if any(d.get("cluster") for d in results):   # pooled plans: GPUs used and left idle per pool
+        row("pools: used / idle GPUs", lambda d: ", ".join(
+            f"{u['name']} {u['used']}/{u['idle']}" for u in (d.get("cluster") or {}).get("pools", [])) or "–")
     print_table(t)

@@ -8,9 +8,8 @@ def register(sub) -> None:
                        description="Search dp, tp, pp, vpp, micro-batch, ZeRO, recompute, sequence "
                                    "parallel, schedule and split points; print the top plans.")
     add_model_args(p)
-    p.add_argument("--hardware", required=True, help="hardware profile name or path (autopar hardware)")
-    p.add_argument("--gpus", type=int_arg(limit="gpus"), required=True,
-                   help="GPU count (the most for the GPU-count objectives)")
+    from autopar.cli.cluster_args import add_hardware_args
+    add_hardware_args(p, "GPU count (the most for the GPU-count objectives; with pools, their sum)")
     p.add_argument("--global-batch", type=int_arg(limit="global_batch"), required=True,
                    help="sequences per optimizer step")
     p.add_argument("--fix", default=None, metavar="K=V,...",
@@ -59,11 +58,17 @@ def run(args) -> int:
     from autopar.cli.common import check_output, progress, wants_progress
     from autopar.search import parse_fix, search
     from autopar.trace import table_for
-    from costmodels.hardware import load_profile
     from costmodels.plans_file import PlansFile
     check_output(args.output)          # before the search, not after it
+    from autopar.cli.cluster_args import hardware_of
+    from costmodels.cluster import Cluster
+    from costmodels.errors import PlanError
     fix = parse_fix(args.fix)
-    load_profile(args.hardware)        # a bad profile fails before the trace
+    hardware, args.gpus = hardware_of(args)   # a bad profile or pool fails before the trace
+    if args.gpus is None:
+        raise PlanError("--gpus N is needed with a single hardware profile")
+    if isinstance(hardware, Cluster) and args.current:
+        raise PlanError("--compare-with-current scores a uniform configuration; run it without pools")
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, 1, args.seq, tuple(args.leaf))
     imported, runtime = None, args.runtime
@@ -72,7 +77,7 @@ def run(args) -> int:
         imported = import_current(args.model, args.current, gpus=args.gpus, global_batch=args.global_batch,
                                   seq=args.seq, hardware=args.hardware, megatron_args=args.megatron_args)
         runtime = runtime or imported.runtime
-    result = search(args.model, args.hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
+    result = search(args.model, hardware, args.gpus, args.global_batch, seq=args.seq, fix=fix,
                     top=args.top, objective=args.objective, target_step_time_s=args.target_step_time,
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
@@ -138,6 +143,10 @@ def print_table(data: dict) -> None:
         sizes = [b - a for a, b in st]
         stages = ("balanced" if not st else f"all {sizes[0]} rows" if len(st) == 1 else
                   f"{len(st)} × {min(sizes)}–{max(sizes)} rows")
+        if p.get("pools"):   # a pooled plan: its pools along the pipeline
+            from costmodels.plan_pools import pools_label
+            from costmodels.plans_file import PlanResult
+            stages += " " + pools_label(PlanResult.from_dict(p).plan)
         gpus = [str(p.get("gpus", data["gpus"]))] if len(counts) > 1 else []
         t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
@@ -155,5 +164,7 @@ def print_table(data: dict) -> None:
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
     if s.get("optimal_over"):
         c.print(f"optimal over {s['optimal_over']}")
+    for line in (plans[0].get("cluster") or {}).get("why", []):   # pooled: why this split
+        c.print(f"plan 1 on {line}")
     c.print("step s ± : the 90th percentile of the cost model's error on published runs of the "
             "plan's regime (~: borrowed from another regime; docs/validation.md)")

@@ -18,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, stage_memories
 from autopar.report.load import MEMORY_KEYS, PlanRecord
+from autopar.report.pools import POOL_COLORS, short_name, stage_label
 from autopar.report.timeline import Timeline
 from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
 
@@ -147,6 +148,31 @@ def memory_chart(r: PlanRecord) -> str:
     return to_svg(fig)
 
 
+# ---- memory per stage by pool (heterogeneous clusters, autopar.report.pools) ------------------
+def pool_memory_chart(r) -> str:
+    """Total memory per stage, bar coloured by its pool, each stage's own HBM marked."""
+    det = r["stages_detail"]
+    fig = _figure(6.4, 3.0)
+    ax = fig.add_subplot()
+    xs = list(range(len(det)))
+    pools = r.plan.stage_pools
+    totals = [d["memory_bytes"]["total"] / 1e9 for d in det]
+    hbms = [float(d.get("hbm_bytes") or 0) / 1e9 for d in det]
+    ax.bar(xs, totals, color=[POOL_COLORS[q % len(POOL_COLORS)] for q in pools], width=0.75)
+    ax.hlines(hbms, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="#c00000", linestyles="--",
+              linewidth=1.2)
+    ax.set_ylim(0, max(max(totals), max(hbms)) * 1.2)
+    ax.set_xticks(xs, [str(x) for x in xs], fontsize=7 if len(xs) <= 32 else 5)
+    ax.set_xlabel("pipeline stage (colour: pool; dashed: that pool's HBM)")
+    ax.set_ylabel("GB per GPU")
+    handles = [Patch(color=POOL_COLORS[q % len(POOL_COLORS)], label=short_name(ref))
+               for q, (ref, _) in enumerate(r.plan.pools) if q in pools]
+    ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
+    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left", y=1.06)
+    ax.spines[["top", "right"]].set_visible(False)
+    return to_svg(fig)
+
+
 # ---- pipeline timeline --------------------------------------------------------------------------
 def timeline_chart(r: PlanRecord, t: Timeline) -> str:
     pp = t.pp
@@ -177,7 +203,7 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
                     ax.text((o.start + o.end) / 2 * scale, pp - 1 - o.rank, str(o.micro_batch),
                             ha="center", va="center", fontsize=5, color="white")
     ax.set_ylim(-0.6, pp - 0.4)
-    ax.set_yticks(range(pp), [f"stage {pp - 1 - i}" for i in range(pp)], fontsize=6 if pp <= 32 else 4)
+    ax.set_yticks(range(pp), [stage_label(r, pp - 1 - i) for i in range(pp)], fontsize=6 if pp <= 32 else 4)
     ax.set_xlim(0, t.makespan * scale)
     ax.set_xlabel(f"time ({unit})")
     shown = (f"first {t.micro_batches} of {t.total_micro_batches} micro-batches drawn"

@@ -74,6 +74,9 @@ class Report:
             s += (f" Whole step simulated: bubble {analysis.seconds(c.simulated_bubble_s)} on the busiest "
                   f"rank vs the estimate's {analysis.seconds(c.estimated_bubble_s)}"
                   + (" — see the warning under 'Why this plan'." if c.flagged else "."))
+        if r is not None and r.plan.pools and r.get("stages_detail"):
+            from autopar.report.pools import speeds_caption
+            s += speeds_caption(r)
         return s
 
     def detail_note_html(self) -> str:

@@ -114,6 +114,8 @@ def to_markdown(report) -> str:
                            [[f"{m[0]}{' ◀' if m[0] == worst else ''}", *(gib(m[1][k]) for k in MEMORY_KEYS),
                              gib(m[2])] for m in mems]))
         L.append("")
+    from autopar.report import pools
+    L += pools.markdown_lines(report, _md_table)
     L += ["## Pipeline timelines", ""]
     for r in report.detail_records:
         t = report.timelines.get(r.id)
@@ -265,6 +267,10 @@ def to_html(report) -> str:
                            f"{worst}; dashed line: HBM.", key=str(r.id)))
     S.append(("memory", "Memory per pipeline stage",
               report.detail_note_html() + "<div class='grid'>" + "".join(mem) + "</div>"))
+    from autopar.report import pools
+    pool_section = pools.html_section(report, _figure, _table, _e, charts.pool_memory_chart)
+    if pool_section:
+        S.append(pool_section)
     tl = []
     for r in report.detail_records:
         t = report.timelines.get(r.id)

@@ -28,7 +28,7 @@ GiB = 1024 ** 3
 
 def _fields(p: dict) -> dict:
     d = PlanResult.from_dict(p).plan.to_dict()
-    return {k: d[k] for k in COMPARED_FIELDS}
+    return {k: d[k] for k in COMPARED_FIELDS if k in d}   # a uniform plan has no pools keys
 
 
 def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +53,9 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
         "objective": data.get("objective", "step_time"),
         "optimal": data.get("optimal"),
     }
+    why = (best.get("cluster") or {}).get("why")
+    if why:   # a pooled plan (heterogeneous cluster): why each pool got its share of the split
+        out["best"]["pools_why"] = list(why)
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
@@ -67,7 +70,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gap_s": gap, "gap_fraction": gap / step if step > 0 else None,
                  "loses_on": [{"term": k, "extra_s": d} for k, d in losses[:3]],
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
-                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]}}
+                 "differs_in": {k: [bf.get(k), pf.get(k)] for k in COMPARED_FIELDS
+                                if bf.get(k) != pf.get(k)}}
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):
             entry["tflops_per_gpu_gap"] = float(best["tflops_per_gpu"]) - float(p["tflops_per_gpu"])
         if data.get("objective") in ("throughput_per_gpu", "fewest_gpus") and "gpus" in p and "gpus" in best:
@@ -96,6 +100,8 @@ def render_explanation(ex: dict) -> str:
     if b.get("memory_total_bytes") is not None and b.get("hbm_bytes"):
         lines.append(f"  memory: {b['memory_total_bytes'] / GiB:.1f} of {b['hbm_bytes'] / GiB:.1f} GiB on the "
                      f"most loaded GPU, mostly {b['memory_dominant']}")
+    for line in b.get("pools_why") or []:
+        lines.append(f"  pool {line}")
     for r in ex["runners_up"]:
         diff = ", ".join(f"{k} {a}→{c}" for k, (a, c) in r["differs_in"].items()) or "split points only"
         loses = ", ".join(f"{term_label(x['term'])} +{x['extra_s']:.3g} s" for x in r["loses_on"])

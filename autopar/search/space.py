@@ -48,6 +48,8 @@ ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-
            "interleave": "vpp"}
 SCHEDULE_ALIASES = {"interleaved": "interleaved-1f1b", "interleaved1f1b": "interleaved-1f1b",
                     "1F1B": "1f1b", "GPipe": "gpipe"}
+# the pools of a heterogeneous cluster are the search's to place (--hardware / --cluster), not pinned
+FIX_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("pools", "stage_pools"))
 TRUE = {"1", "true", "yes", "on", "y", "t"}
 FALSE = {"0", "false", "no", "off", "n", "f"}
 
@@ -105,8 +107,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             raise PlanError(f"--fix item '{item}' is not key=value; write e.g. --fix tp=8,schedule=1f1b")
         key, raw = (s.strip() for s in item.split("=", 1))
         name = ALIASES.get(key, key)
-        if name not in PLAN_FIELDS:
-            raise PlanError(f"--fix key '{key}' is not a plan field; allowed: {', '.join(PLAN_FIELDS)} "
+        if name not in FIX_FIELDS:
+            raise PlanError(f"--fix key '{key}' is not a plan field; allowed: {', '.join(FIX_FIELDS)} "
                             "(aliases mbs, sp)")
         if name in out:
             raise PlanError(f"--fix pins '{name}' twice; give it once")
