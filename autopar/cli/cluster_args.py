@@ -13,7 +13,7 @@ def add_hardware_args(p, gpus_help: str) -> None:
     p.add_argument("--hardware", default=None, metavar="H", help=HARDWARE_HELP)
     p.add_argument("--cluster", default=None, metavar="cluster.toml",
                    help="a cluster file: pools (profile, nodes) and the links between them "
-                        "(docs/guide.md, 'Heterogeneous clusters'); instead of --hardware")
+                        "(docs/guide-clusters.md); instead of --hardware")
     p.add_argument("--gpus", type=int_arg(limit="gpus"), default=None, metavar="N", help=gpus_help)
 
 
