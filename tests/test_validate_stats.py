@@ -55,3 +55,21 @@ def test_validate_output_can_be_validated_again(tmp_path):
     assert r.values["measured_step_s"] == 1.2 and "dp" not in r.values
     with pytest.raises(PlanError, match="measured_step_s"):
         Plan.from_dict(item)
+
+
+def test_default_plans_skip_plans_predicted_not_to_fit(monkeypatch):
+    """The search's ranked list may hold plans over the HBM; validating them only spends the run
+    on out-of-memory errors (seen on a 1×H100), so the default spread takes plans that fit."""
+    from types import SimpleNamespace
+
+    import autopar.search as search_mod
+    from autopar.validate.run import default_plans
+
+    def pred(mbs, recompute, fits):
+        return {"dp": 1, "tp": 1, "pp": 1, "vpp": 1, "micro_batch_size": mbs, "zero": 0,
+                "recompute": recompute, "sequence_parallel": False, "schedule": "1f1b", "fits": fits}
+    ranked = [pred(4, "none", False), pred(8, "full", False), pred(2, "none", True), pred(1, "none", True)]
+    fake = SimpleNamespace(plans=[SimpleNamespace(prediction=p) for p in ranked])
+    monkeypatch.setattr(search_mod, "search", lambda *a, **k: fake)
+    got = default_plans("gpt2-small", "h100-80g-sxm", 1, 8, count=4)
+    assert [p["micro_batch_size"] for p in got] == [2, 1]

@@ -80,7 +80,10 @@ def default_plans(spec: str, hardware, nproc: int, global_batch: int, seq: int |
     from autopar.search import search
     res = search(spec, hardware if isinstance(hardware, str) else hardware.path, nproc, global_batch,
                  seq=seq, top=400)
-    cands = [c.prediction for c in res.plans]
+    # only plans predicted to fit: the ranked list may hold plans over the HBM, and on a 1×H100
+    # two such picks (83.6 and 84.8 GiB predicted, 79 GiB card) ran out of memory, as predicted,
+    # spending the run on plans nobody would launch
+    cands = [c.prediction for c in res.plans if c.prediction.get("fits", True)]
     chosen: list[dict] = []
     seen: set = set()
 
