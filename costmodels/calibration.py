@@ -1,15 +1,21 @@
 """The per-GPU calibration on open data: the fewest constants, fitted on a documented split.
 
-Per GPU type two constants are fitted, on that GPU's calibration rows only
-(``costmodels.open_runs.CALIBRATION``: the 8-GPU sequence sweep of mpt-1b under FSDP):
+Per GPU type three constants are fitted, on that GPU's calibration rows only
+(``costmodels.open_runs.CALIBRATION``: every run of mpt-1b under FSDP on that GPU):
 
 * ``scale`` of the matmul-efficiency curve: the GPU's curve is ``SHAPE × scale`` at
   ``SHAPE_FLOPS`` (log-linear between, clamped), the shape set a priori
   (``costmodels.validation.SHAPE``: small matmuls poor, saturating towards large ones);
-* ``attention``: the fused (flash) attention core's efficiency, the fraction of peak it reaches
-  at the FLOPs the model counts for it (``4·b·s²·h`` forward, twice that backward, causal
-  masking not discounted, as the published MFU formulas count them): the profile's
-  ``attention_efficiency``.
+* ``attention``: the fused (flash) attention core's efficiency, the fraction of peak its forward
+  reaches at the FLOPs the model counts for it (``4·b·s²·h``, causal masking not discounted, as
+  the published MFU formulas count them; the backward takes ``compute.FLASH_BWD_RATIO`` = 2.5
+  times as long, the kernel recomputing the scores): the profile's ``attention_efficiency``;
+* ``slowdown``: the step time lost per second of dp / ZeRO collective run hidden beside compute
+  (NCCL's kernels share the SMs and HBM; the figure also absorbs what the profile's link
+  bandwidths miss at FSDP's per-layer messages): the profile's ``collective_slowdown``. Only
+  rows with real ZeRO traffic identify it: on H100 the data-parallel sweep of mpt-1b (16 to 512
+  GPUs, 3 to 27 % of the step); the A100 calibration rows (8 GPUs, under 4 %) cannot, so the A100
+  takes the H100's figure (``SLOWDOWN_FROM``; the same mechanism; its check rows judge it).
 
 The fit minimises the sum of squared log errors of the step time, on a coarse grid then a fine
 one around its best point. Nothing else is fitted here: the element-wise traffic of Megatron's

@@ -47,8 +47,9 @@ profile's ``overlap(zero)`` for autopar's runtime)::
     it, t_b the last bucket's time ``dp_bucket_s``):
                      D_r = max((1 − s)·min(t_r, t_b) + s·t_r,  t_r − W_r,  0) + λ_a + γ_a·Π_r
     (λ_a + γ_a·Π the weights' all-gather after the optimizer step, ZeRO-1/2, that the runtime
-    leaves exposed). autopar's runtime has s = 0, no edges, no bucket and no after-part: exactly
-    the formulas above this paragraph.
+    leaves exposed). autopar's runtime on a CPU profile has s = 0, no bucket and no after-part
+    (its exposed first gather hides nothing there: FSDP2 overlaps nothing without device
+    streams, fsdp_overlap 0): exactly the formulas above this paragraph.
 
 The dp line is ``dp_sync``'s, which ``estimate`` prices per rank; autopar's runtime terms of
 the "amp" / "fp32" recipes that are not linear per row (ZeRO-1's broadcasts, autocast's casts,
