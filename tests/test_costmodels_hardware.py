@@ -182,6 +182,9 @@ def test_cli_hardware_lists_and_shows(capsys):
     assert main(["hardware", "a100-80g-sxm", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert "Korthikanti" in one["sources"]["gpu.matmul_efficiency"]
+    assert main(["hardware", "h100-80g-sxm"]) == 0          # the optional fitted figures are shown
+    shown = capsys.readouterr().out
+    assert "gpu.collective_slowdown" in shown and "gpu.attention_efficiency" in shown
     assert main(["hardware", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("autopar: error: unknown hardware profile") and "Traceback" not in err
