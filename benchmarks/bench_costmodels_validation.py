@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from costmodels.error_bands import BANDS_FILE, family, percentile_band  # noqa: E402
-from costmodels.open_runs import CALIBRATION, open_runs, predict, spearman  # noqa: E402
+from costmodels.open_runs import open_runs, predict, spearman  # noqa: E402
 from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
@@ -163,13 +163,13 @@ def classic_sections(table_for, t5) -> list[str]:
 
 
 def calibrate(table_for) -> int:
-    from costmodels.calibration import fit_gpu
+    from costmodels.calibration import SLOWDOWN_FROM, fit_all
     from costmodels.validation import fit
     t0 = time.perf_counter()
-    for hw in CALIBRATION:
-        f = fit_gpu(hw, table_for)
-        print(f"{hw}: scale {f['scale']}, attention {f['attention']}, curve {f['curve']}, "
-              f"squared log error {f['loss']:.3g} over {f['rows']} calibration rows")
+    for hw, f in fit_all(table_for).items():
+        how = "fitted" if f["slowdown_fitted"] else f"from {SLOWDOWN_FROM[hw]}"
+        print(f"{hw}: scale {f['scale']}, attention {f['attention']}, collective slowdown {f['slowdown']} "
+              f"({how}), curve {f['curve']}, squared log error {f['loss']:.3g} over {f['rows']} calibration rows")
     c, err = fit(table_for)
     print(f"megatron elementwise_bytes_per_saved_byte (C_FWD) {c}, squared log error {err:.3g} "
           f"on {CALIBRATION_ROWS}  [{time.perf_counter() - t0:.0f} s]")

@@ -27,7 +27,8 @@ and per step, per parameter on the GPU (linear in a stage's ``Π = Σ π_i``)::
     Adam    = γ_o · Π           γ_o = compute.optimizer_step_s(1) / compute.optimizer_shards
 
 **The runtime** (``plan.runtime``, ``costmodels.runtime``) decides what hides where. With
-``s`` its compute slowdown (the share of a hidden collective's time compute loses to it),
+``s`` the compute slowdown (the share of a hidden collective's time compute loses to it: the
+GPU's fitted figure, else the runtime's, ``collective_slowdown``),
 ``ov_d`` / ``ov_z`` the shares of compute the dp sync / ZeRO collectives hide in (the hardware
 profile's ``overlap(zero)`` for autopar's runtime)::
 
@@ -46,8 +47,9 @@ profile's ``overlap(zero)`` for autopar's runtime)::
     it, t_b the last bucket's time ``dp_bucket_s``):
                      D_r = max((1 − s)·min(t_r, t_b) + s·t_r,  t_r − W_r,  0) + λ_a + γ_a·Π_r
     (λ_a + γ_a·Π the weights' all-gather after the optimizer step, ZeRO-1/2, that the runtime
-    leaves exposed). autopar's runtime has s = 0, no edges, no bucket and no after-part: exactly
-    the formulas above this paragraph.
+    leaves exposed). autopar's runtime on a CPU profile has s = 0, no bucket and no after-part
+    (its exposed first gather hides nothing there: FSDP2 overlaps nothing without device
+    streams, fsdp_overlap 0): exactly the formulas above this paragraph.
 
 The dp line is ``dp_sync``'s, which ``estimate`` prices per rank; autopar's runtime terms of
 the "amp" / "fp32" recipes that are not linear per row (ZeRO-1's broadcasts, autocast's casts,
@@ -155,7 +157,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic)
     hw = profile.overlap(plan.zero)
-    s = runtime.compute_slowdown
+    s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
     weights = STATE_BYTES[precision][0] * arr.params / tp
@@ -198,6 +200,17 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,
         runtime=runtime)
+
+
+def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> float:
+    """``s``: the step time lost per second of a dp / ZeRO collective run hidden beside compute.
+    The GPU's fitted figure (``HardwareProfile.collective_slowdown``, costmodels.calibration:
+    NCCL's kernels take SMs and HBM bandwidth from the matmuls whatever runtime issues them)
+    where its profile has one, else the runtime profile's assumed ``compute_slowdown`` (0 for
+    autopar's runtime: CPU profiles keep their measured overlap alone)."""
+    if profile.collective_slowdown is not None:
+        return profile.collective_slowdown
+    return runtime.compute_slowdown
 
 
 def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:

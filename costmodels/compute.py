@@ -33,8 +33,10 @@ Measured rates (``autopar profile`` writes them; a profile without them uses the
 ``W`` for the element-wise traffic is the profile's ``elementwise_bandwidth_bytes_per_s``
 (default: HBM bandwidth) — on a CPU, layer norm, GeLU or softmax run well below copy bandwidth;
 with flash attention and a measured ``attention_efficiency`` ``a``, the attention core's
-``4·b·s²·h/t`` forward FLOPs (and twice that backward) run at ``P·a`` instead of the row's
-matmul efficiency.
+``4·b·s²·h/t`` forward FLOPs run at ``P·a`` instead of the row's matmul efficiency, and its
+backward takes ``FLASH_BWD_RATIO = 2.5`` times the forward's time (the kernel recomputes the
+scores: 5 matmuls against 2, FlashAttention-2's Algorithm 2), where the counted FLOPs (which
+MFU uses) say 2.
 
 Loss (head row, models with a vocabulary), per GPU and micro-batch: ``L = b·s·V/t`` logits with
 Megatron's vocab-parallel cross-entropy (``precision="bf16-mixed"``, what the search plans), or
@@ -88,6 +90,10 @@ C_BWD = 6.0   # ... in the backward (= 2·C_FWD)
 OPTIMIZER_BYTES_PER_PARAM = 40.0
 LOSS_BYTES_PER_LOGIT = 44.0  # cross-entropy over the logits, forward + backward (docstring)
 ATTN_BWD_RATIO = 2.0         # attention-core backward FLOPs / forward (dQ, dK, dV, dP vs QK, PV)
+# a flash kernel's backward recomputes the scores Q·Kᵀ it did not store: 5 matmuls of the
+# forward's size (S = Q·Kᵀ again, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q) against the
+# forward's 2 (Dao 2023, FlashAttention-2, Algorithm 2), where the counted FLOPs say 2x
+FLASH_BWD_RATIO = 2.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -253,7 +259,8 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         fa = k * arr.attn_core_flops / tp
         fix = fa / peak * (1.0 / profile.attention_efficiency - 1.0 / eff)
         fwd = fwd + fix
-        bwd = bwd + ATTN_BWD_RATIO * fix
+        bwd = (bwd + ATTN_BWD_RATIO * fix
+               + (FLASH_BWD_RATIO - ATTN_BWD_RATIO) * fa / (peak * profile.attention_efficiency))
     if profile.ce_logits:   # measured (autopar profile) at this size, fwd and bwd alike
         n = k * logits
         loss = np.where(n > 0, n / profile.cross_entropy_logits_per_s(np.maximum(n, 1.0)) / 2, 0.0)

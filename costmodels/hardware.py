@@ -61,6 +61,9 @@ comm_overlap = { value = ..., source = "..." }  # fraction of dp / ZeRO communic
                                  # hidden behind compute (0..1); default 1 (separate NCCL streams)
 fsdp_overlap = { value = ..., source = "..." }  # the same for ZeRO-2/3 (FSDP2, which overlaps
                                  # only on device streams: 0 on a CPU); default comm_overlap
+collective_slowdown = { value = ..., source = "..." }  # step time lost per second of dp / ZeRO
+                                 # collective run hidden beside compute (NCCL kernels share the SMs
+                                 # and HBM); default: the runtime profile's compute_slowdown
 
 [gpu.cross_entropy]              # the token loss, forward + backward, by logits per call
 logits = [...]                   # (increasing; log-linear interpolation, clamped); default:
@@ -159,6 +162,7 @@ class HardwareProfile:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
     comm_overlap: float = 1.0
     fsdp_overlap: float | None = None    # ZeRO-2/3 (FSDP2) comm hidden; None: comm_overlap
+    collective_slowdown: float | None = None   # None: the runtime profile's compute_slowdown
     nics_per_node: int | None = None     # None: a group across nodes runs at the per-GPU NIC share
 
     def group_link(self, plan, dim: str) -> LinkTier:
@@ -359,6 +363,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     ce = curve_section(gpu, "cross_entropy", ("logits", "logits_per_s"), err, sources)
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True)
     fsdp_ov = figure(gpu, "gpu", "fsdp_overlap", optional=True)
+    slowdown = figure(gpu, "gpu", "collective_slowdown", optional=True)
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node")
     tiers = []
@@ -377,5 +382,5 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
         path=where, sources=sources, elementwise_bandwidth_bytes_per_s=elem_bw,
         optimizer_bandwidth_bytes_per_s=opt_bw, attention_efficiency=attn_eff, ce_logits=ce[0],
         ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap, fsdp_overlap=fsdp_ov,
-        nics_per_node=nics)
+        nics_per_node=nics, collective_slowdown=slowdown)
 

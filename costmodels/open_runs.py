@@ -8,12 +8,17 @@ second``), tokens per second per GPU, MFU and, where given, peak memory. ``role`
 ``calibration`` for the rows ``CALIBRATION`` names and ``check`` for every other one: the fit
 (``costmodels.calibration``) sees only calibration rows.
 
-**Calibration split** (chosen before looking at any check row's error, and never changed to
-suit one): per GPU type, the 8-GPU sequence sweep of ONE model, ``mpt-1b`` (seq 512 to 65536:
-short sequences pin the matmul efficiency, long ones the attention efficiency). Everything
-else is a check row: the other eight MPT models, every other GPU count (16 to 512 GPUs), ZeRO-2,
-the FP8 rows are left out (the model has no FP8 recipe), every torchtitan row, and
-Korthikanti's Table 5 (``costmodels.validation``, Megatron-LM).
+**Calibration split** (a rule on what a row is, never on its error): per GPU type, every run
+of ONE model, ``mpt-1b``: its 8-GPU sequence sweep (seq 512 to 65536: short sequences pin the
+matmul efficiency, long ones the attention efficiency) and, where the source has it (H100), its
+data-parallel sweep from 16 to 512 GPUs (ZeRO-3 and ZeRO-2 traffic of 3 to 27 % of the step: the
+collective slowdown). Until this issue's last session the split was the 8-GPU sweep alone; it
+was widened to the whole model because the slowdown cannot be fitted on rows whose ZeRO traffic
+is under 4 % of the step, after the check residuals of other models had been seen (so disclosed
+in docs/validation.md); the rule picks the mpt-1b rows whatever their error, and the rows whose
+misfit motivated the term (mpt-13b and mpt-7b) stay check rows. Everything else is a check row:
+the other eight MPT models, the FP8 rows are left out (the model has no FP8 recipe), every
+torchtitan row, and Korthikanti's Table 5 (``costmodels.validation``, Megatron-LM).
 
 How rows become plans:
 
@@ -46,7 +51,7 @@ from pathlib import Path
 from costmodels.plan import Plan
 from costmodels.validation import read_csv
 
-CALIBRATION = {"a100-80g-sxm": ("mpt-1b", 8), "h100-80g-sxm": ("mpt-1b", 8)}
+CALIBRATION = {"a100-80g-sxm": "mpt-1b", "h100-80g-sxm": "mpt-1b"}   # GPU -> its calibration model
 MPT_RUNTIME = "fsdp:bf16_reduce,fused_cross_entropy"
 TITAN_RUNTIME = "fsdp"
 HALF_RECOMPUTE = ("selective-layer", "selective-op", "selective")
@@ -86,7 +91,7 @@ def mpt_runs(directory: Path | None = None) -> list[OpenRun]:
         plan = Plan(dp=gpus, micro_batch_size=mb, zero=int(r["zero"]),
                     recompute="full" if r["recompute"] == "full" else "none", runtime=MPT_RUNTIME)
         hw = r["hardware"]
-        calib = CALIBRATION.get(hw) == (r["model"], gpus)
+        calib = CALIBRATION.get(hw) == r["model"]
         tokens = float(r["tokens_per_s"])
         out.append(OpenRun(
             source="mpt_fsdp", hardware=hw, model=r["model"], spec=spec, plans=(plan,), gpus=gpus,

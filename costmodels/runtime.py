@@ -33,7 +33,9 @@ profiles (``costmodels/hardware.py``), and a figure left out means "as autopar's
                                                     # weights before every micro-batch's forward (FSDP
                                                     # SHARD_GRAD_OP); 0: once after the optimizer step
     compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
-                                                    # communication (NCCL kernels share the SMs)
+                                                    # communication (NCCL kernels share the SMs);
+                                                    # only where the hardware profile has no
+                                                    # fitted [gpu] collective_slowdown
 
     [communication]
     grad_reduce_bytes = { value = 4, source = "..." }   # bytes per gradient the dp sync moves

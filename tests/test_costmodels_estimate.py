@@ -118,10 +118,11 @@ def test_estimate_equals_its_pieces(plan, gpus, batch):
     chunks = [chunk_cost(t, prof, plan, s, e_, c) for c, (s, e_) in enumerate(stages)]
     ranks = [[chunks[c] for c in range(len(stages)) if c % plan.pp == r] for r in range(plan.pp)]
     pipe, _ = pipeline_time([[c.total_s for c in cs] for cs in ranks], m, plan.vpp)
-    bwd = [sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]
+    s = prof.collective_slowdown      # the GPU's: a hidden sync still costs s of its time
+    bwd = [(1 - s) * sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]
     params = [sum(c.params for c in cs) for cs in ranks]
-    dp_exp = max(max(0.0, dp_sync(params[r], plan, prof, tiers["dp"])[2] - bwd[r] - sum(bwd[:r]))
-                 for r in range(plan.pp))
+    sync = [dp_sync(params[r], plan, prof, tiers["dp"])[2] for r in range(plan.pp)]
+    dp_exp = max(max(0.0, s * sync[r], sync[r] - bwd[r] - sum(bwd[:r])) for r in range(plan.pp))
     opt = max(optimizer_step_s(p / (plan.dp if plan.zero else 1), prof) for p in params)
     assert e.step_time_s == pipe + dp_exp + opt            # bit-identical
     assert e.breakdown_s["dp_exposed"] == dp_exp
@@ -303,3 +304,26 @@ def test_invariants_on_random_plans(tp, pp, dp, mb, zero, rc, sched, attn, hw):
 def test_cpu_profile_on_a_tiny_model():
     e = estimate(tiny_gpt(), "cpu-2core", Plan(dp=2), 2, 8)
     assert e.fits and 1e-6 < e.step_time_s < 10
+
+
+def test_flash_attentions_backward_takes_two_and_a_half_forwards():
+    """A flash kernel's backward recomputes the scores it did not store: 5 matmuls against the
+    forward's 2 (compute.FLASH_BWD_RATIO), though MFU counts it as 2 forwards. Slowing the
+    attention core by a change of its efficiency slows each block's backward 2.5 times as much
+    as its forward, and leaves math attention alone."""
+    import dataclasses
+
+    from synthetic_tables import llama3_8b
+
+    from costmodels.compute import FLASH_BWD_RATIO, row_times
+    from costmodels.hardware import load_profile
+    t = llama3_8b(seq=4096)
+    fast = load_profile("h100-80g-sxm")
+    slow = dataclasses.replace(fast, attention_efficiency=fast.attention_efficiency / 2)
+    a, b = (row_times(t, p, 1, False, 1, "none", "flash", "intra_node", "bf16-mixed") for p in (fast, slow))
+    blocks = t.block_rows()
+    dfwd, dbwd = b.fwd_s[blocks] - a.fwd_s[blocks], b.bwd_s[blocks] - a.bwd_s[blocks]
+    assert FLASH_BWD_RATIO == 2.5 and (dfwd > 0).all()
+    assert abs(dbwd / dfwd - 2.5).max() < 1e-9
+    m1, m2 = (row_times(t, p, 1, False, 1, "none", "math", "intra_node", "bf16-mixed") for p in (fast, slow))
+    assert (m1.bwd_s == m2.bwd_s).all()

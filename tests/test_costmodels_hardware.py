@@ -119,6 +119,9 @@ def _raw():
                                                      "in_step_alpha_s": 1e-3, "in_step_beta_bytes_per_s": 1e9}}),
      "collectives.p2p.in_step_source"),
     (lambda d: d["gpu"].__setitem__("fsdp_overlap", {"value": 2, "source": "x"}), "gpu.fsdp_overlap.value"),
+    (lambda d: d["gpu"].__setitem__("collective_slowdown", {"value": 1.5, "source": "x"}),
+     "gpu.collective_slowdown.value"),
+    (lambda d: d["gpu"].__setitem__("collective_slowdown", {"value": 0.4}), "gpu.collective_slowdown.source"),
     (lambda d: d.__setitem__("collectives", {"p2p": {"alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "source": "x",
                                                      "ranks": 2, "in_step_bytes": [4, 8],
                                                      "in_step_seconds": [1, 2]}}), "collectives.p2p.in_step_alpha_s"),
@@ -179,6 +182,9 @@ def test_cli_hardware_lists_and_shows(capsys):
     assert main(["hardware", "a100-80g-sxm", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert "Korthikanti" in one["sources"]["gpu.matmul_efficiency"]
+    assert main(["hardware", "h100-80g-sxm"]) == 0          # the optional fitted figures are shown
+    shown = capsys.readouterr().out
+    assert "gpu.collective_slowdown" in shown and "gpu.attention_efficiency" in shown
     assert main(["hardware", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("autopar: error: unknown hardware profile") and "Traceback" not in err

@@ -35,8 +35,9 @@ def test_the_calibration_split_is_one_model_per_gpu_and_everything_else_checks()
     runs = open_runs()
     assert len(mpt_runs()) == 131 and len(titan_runs()) == 12      # the FP8 rows are left out
     cal = [r for r in runs if r.role == "calibration"]
-    assert {(r.hardware, r.model, r.gpus) for r in cal} == {(hw, m, g) for hw, (m, g) in CALIBRATION.items()}
-    assert len(cal) == 16 and all(r.source == "mpt_fsdp" for r in cal)
+    assert {(r.hardware, r.model) for r in cal} == set(CALIBRATION.items())
+    every = [r for r in mpt_runs() if CALIBRATION.get(r.hardware) == r.model]   # the whole model's runs
+    assert len(cal) == len(every) == 22 and all(r.source == "mpt_fsdp" for r in cal)
     assert all(r.role == "check" for r in titan_runs())
 
 
@@ -89,3 +90,26 @@ def test_bands_by_regime_and_their_borrowing():
     assert format_band(16.08, {"relative": 0.09, "exact": True}) == "16.08 s ± 9 %"
     assert format_band(16.08, {"relative": 0.09, "exact": False}) == "16.08 s ± ~9 %"
     assert format_band(2.0, None) == "2 s"
+
+
+@pytest.mark.parametrize("hardware", ["h100-80g-sxm", "a100-80g-sxm"])
+def test_the_shipped_gpu_constants_are_the_calibration_fit(hardware):
+    """The profile's (scale, attention, slowdown) minimise the calibration rows' loss on a grid
+    one fine step (0.01) around them (``calibration.fit_gpu``'s last pass); the A100 keeps the
+    H100's slowdown (``SLOWDOWN_FROM``), which must equal its own profile's."""
+    import numpy as np
+
+    from costmodels.calibration import SLOWDOWN_FROM, _grid
+    from costmodels.hardware import load_profile
+    from costmodels.validation import SHAPE
+    prof = load_profile(hardware)
+    scale = round(prof.eff_values[-1] / SHAPE[-1], 4)
+    att, slow = prof.attention_efficiency, prof.collective_slowdown
+    runs = [r for r in open_runs() if r.hardware == hardware and r.role == "calibration"]
+    around = lambda x: np.round([x - 0.01, x, x + 0.01], 4)  # noqa: E731
+    donor = SLOWDOWN_FROM.get(hardware)
+    slows = [load_profile(donor).collective_slowdown] if donor else around(slow)
+    if donor:
+        assert slows == [slow]
+    best = _grid(runs, load_profile(hardware), trace.table_for, around(scale), around(att), slows)
+    assert best[1:] == (scale, att, slow)

@@ -85,9 +85,9 @@ def test_the_old_definitions_disagreed_on_some_of_these_plans():
     plans = ESTIMATES + fixture_plans()
     split = [d for d in plans if old_report_rule(d) != both_say(d)[0]["bottleneck"]]
     assert len(split) >= 3
-    llama = ESTIMATES[0]       # dp8·tp8 mb2: compute just under 75%, exposed TP the largest overhead
+    llama = ESTIMATES[0]       # dp8·tp8 mb2: compute under 75% but the largest term, exposed TP the largest overhead
     share = llama["breakdown_s"]["compute"] / llama["step_time_s"]
-    assert 0.74 < share < 0.75 and old_report_rule(llama) == "tp_exposed"
+    assert 0.5 < share < 0.75 and old_report_rule(llama) == "tp_exposed"
     best, _, key, sentence = both_say(llama)
     assert key == best["bottleneck"] == "compute"
     assert sentence.startswith("compute-bound") and "exposed TP communication" in sentence

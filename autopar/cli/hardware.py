@@ -44,6 +44,11 @@ def run(args) -> int:
             "inter_node.bandwidth_bytes_per_s": human(prof.inter_node.bandwidth_bytes_per_s, "B/s"),
             "inter_node.latency_s": f"{prof.inter_node.latency_s:.2g} s",
         }
+        for k, v in (("gpu.attention_efficiency", prof.attention_efficiency),   # optional figures, when set
+                     ("gpu.collective_slowdown", prof.collective_slowdown),
+                     ("gpu.fsdp_overlap", prof.fsdp_overlap)):
+            if v is not None:
+                vals[k] = f"{v:.3g}"
         for k, v in vals.items():
             t.add_row(k, v, prof.sources.get(k, ""))
         c = print_table(t)
