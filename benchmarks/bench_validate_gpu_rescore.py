@@ -1,0 +1,54 @@
+"""Re-score the stored GPU runs (``autopar validate`` on one H100, 2026-11-24;
+``benchmarks/data/gpu_h100_x1_2026-11-24/``) under the cost model as it is now: every plan that
+ran is estimated again with the shipped profile the run named, and set beside its measured step
+time and memory. No GPU needed: the measurements are in the files. Run it after every cost-model
+change, as the open data is (``bench_costmodels_validation.py``); docs/validation-gpu.md quotes
+the figures it printed when the runs were made.
+
+    python benchmarks/bench_validate_gpu_rescore.py
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autopar.scoring import estimate_plans
+from costmodels.plan import PLAN_FIELDS
+
+DATA = Path(__file__).resolve().parent / "data" / "gpu_h100_x1_2026-11-24"
+
+
+def rescore(path: Path) -> list[tuple[dict, dict]]:
+    """(stored plan with its measurements, fresh estimate) for every plan of one run that ran."""
+    run = json.loads(path.read_text())
+    ran = [p for p in run["plans"] if p.get("measured_step_s")]
+    if not ran or not run["hardware"].endswith("sxm"):   # a measured profile: not shipped
+        return []
+    plans = [{k: p[k] for k in PLAN_FIELDS if k in p} for p in ran]
+    fresh = estimate_plans(run["model"], run["hardware"], run["gpus"], run["global_batch"], plans,
+                           seq=run["seq"], precision="amp")
+    return list(zip(ran, fresh))
+
+
+def main() -> None:
+    for path in sorted(DATA.glob("validate_*.json")):
+        pairs = rescore(path)
+        if not pairs:
+            continue
+        print(f"\n{path.name}")
+        print(f"{'mb':>4} {'recompute':>9} {'stored pred':>12} {'now pred':>10} {'measured':>10} {'error now':>10}"
+              f" {'mem now GiB':>12} {'mem meas GiB':>13}")
+        errs = []
+        for stored, now in pairs:
+            err = now["step_time_s"] / stored["measured_step_s"] - 1
+            errs.append(abs(err))
+            reserve = now["memory_bytes"].get("reserve", 0.0)
+            print(f"{stored['micro_batch_size']:>4} {stored['recompute']:>9} {stored['predicted_step_s']:>12.3f} "
+                  f"{now['step_time_s']:>10.3f} {stored['measured_step_s']:>10.3f} {err:>+10.1%} "
+                  f"{(now['memory_bytes']['total'] - reserve) / 2**30:>12.1f} "
+                  f"{stored['measured_memory_bytes'] / 2**30:>13.1f}")
+        print(f"step time MAPE now {sum(errs) / len(errs):.1%} over {len(errs)} plans")
+
+
+if __name__ == "__main__":
+    main()
