@@ -6,6 +6,11 @@ change, as the open data is (``bench_costmodels_validation.py``); docs/validatio
 the figures it printed when the runs were made.
 
     python benchmarks/bench_validate_gpu_rescore.py
+    python benchmarks/bench_validate_gpu_rescore.py --fit-host   # autopar's [host] figure, re-fitted
+
+``--fit-host`` re-runs the fit behind autopar.toml's ``[host] seconds_per_block_pass``: the grid
+point (0 to 1.2 ms, steps of 0.05 ms) with the least squared log step-time error over these
+plans. In sample: these runs are the only ones of autopar's runtime on a GPU.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from costmodels.plan import PLAN_FIELDS
 DATA = Path(__file__).resolve().parent / "data" / "gpu_h100_x1_2026-11-24"
 
 
-def rescore(path: Path) -> list[tuple[dict, dict]]:
+def rescore(path: Path, runtime: str | None = None) -> list[tuple[dict, dict]]:
     """(stored plan with its measurements, fresh estimate) for every plan of one run that ran."""
     run = json.loads(path.read_text())
     ran = [p for p in run["plans"] if p.get("measured_step_s")]
@@ -26,11 +31,31 @@ def rescore(path: Path) -> list[tuple[dict, dict]]:
         return []
     plans = [{k: p[k] for k in PLAN_FIELDS if k in p} for p in ran]
     fresh = estimate_plans(run["model"], run["hardware"], run["gpus"], run["global_batch"], plans,
-                           seq=run["seq"], precision="amp")
+                           seq=run["seq"], precision="amp", runtime=runtime)
     return list(zip(ran, fresh))
 
 
+def fit_host() -> None:
+    import dataclasses
+    import math
+
+    from costmodels.runtime import load_runtime, register_runtime
+    best = None
+    for i in range(25):
+        h = 5e-5 * i
+        name = f"autopar-host-fit-{i}"
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name=name, host_block_s=h))
+        loss = sum(math.log(now["step_time_s"] / stored["measured_step_s"]) ** 2
+                   for path in sorted(DATA.glob("validate_*.json")) for stored, now in rescore(path, name))
+        print(f"host {1e3 * h:.2f} ms per block pass: loss {loss:.4f}")
+        best = min(best or (loss, h), (loss, h))
+    print(f"best: {1e3 * best[1]:.2f} ms")
+
+
 def main() -> None:
+    import sys
+    if "--fit-host" in sys.argv:
+        return fit_host()
     for path in sorted(DATA.glob("validate_*.json")):
         pairs = rescore(path)
         if not pairs:

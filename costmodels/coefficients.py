@@ -155,7 +155,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic)
+                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
+                   runtime.host_block_s)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)

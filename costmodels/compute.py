@@ -68,8 +68,22 @@ sees only its rank's part of the sequence, so its gradient is all-reduced: in au
 once per tensor and micro-batch in the backward (4·h bytes each: latency-bound); Megatron
 buckets them once per step (neglected).
 
+Host (``host_block_s``, the runtime profile's ``[host] seconds_per_block_pass``): an eager
+runtime's host (Python, autograd, hooks, launches) needs about a fixed time to issue one block's
+kernels. The GPU runs them asynchronously, so the host's time hides behind the GPU's while the
+GPU is the slower of the two, and sets the pass when it is not (small micro-batches, small
+models)::
+
+    fwd_i = max(fwd_i, h)    bwd_i = max(bwd_i, h)     block rows; full recompute re-runs fwd_i
+
+A floor, not an addition: an added constant per pass was tried on the open MPT runs' calibration
+split and the fit put it at 0 (docs/validation.md); the floor leaves every open run unchanged
+(each block pass there takes milliseconds) and closes autopar's own small-micro-batch misses on
+one H100 (docs/validation-gpu.md).
+
 Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier,
-precision), cached per table and profile, so the search and ``estimate`` get bit-identical numbers.
+precision, the runtime's figures), cached per table and profile, so the search and ``estimate``
+get bit-identical numbers.
 """
 from __future__ import annotations
 
@@ -221,20 +235,23 @@ class RowTimes:
 
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
               recompute: str, attention: str, tp_tier: str | LinkTier = "intra_node",
-              precision: str = "bf16-mixed", elementwise_traffic: float | None = None) -> RowTimes:
+              precision: str = "bf16-mixed", elementwise_traffic: float | None = None,
+              host_block_s: float = 0.0) -> RowTimes:
     """Per-row forward / backward / recompute time and TP collective time for one micro-batch.
     ``precision`` names the recipe (module docstring: Megatron for "bf16-mixed", autopar's own
     for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled;
     ``elementwise_traffic`` is the runtime's ``C_FWD`` (its kernels; None: ``C_FWD``); ``tp_tier``
-    the TP group's tier by name or as ``HardwareProfile.group_link`` resolved it."""
+    the TP group's tier by name or as ``HardwareProfile.group_link`` resolved it;
+    ``host_block_s`` the runtime's host time per block pass (module docstring, "Host")."""
     return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
-                      recompute, attention, tp_tier, precision, elementwise_traffic)
+                      recompute, attention, tp_tier, precision, elementwise_traffic,
+                      float(host_block_s))
 
 
 @lru_cache(maxsize=4096)
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
                recompute: str, attention: str, tp_tier, precision: str,
-               elementwise_traffic: float | None = None) -> RowTimes:
+               elementwise_traffic: float | None = None, host_block_s: float = 0.0) -> RowTimes:
     c_fwd = C_FWD if elementwise_traffic is None else elementwise_traffic
     c_bwd = C_BWD if elementwise_traffic is None else 2.0 * elementwise_traffic
     t = arr.table
@@ -268,6 +285,9 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         loss = k * logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss
     bwd = bwd + loss
+    if host_block_s:   # a block pass takes at least the host's time to issue it ("Host")
+        fwd = np.where(arr.is_block, np.maximum(fwd, host_block_s), fwd)
+        bwd = np.where(arr.is_block, np.maximum(bwd, host_block_s), bwd)
 
     # TP collectives per direction
     zeros = np.zeros(arr.n)

@@ -44,6 +44,12 @@ profiles (``costmodels/hardware.py``), and a figure left out means "as autopar's
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
 
+    [host]
+    seconds_per_block_pass = { value = 7.5e-4, source = "..." }  # host time (Python, autograd,
+                                                    # hooks) to issue one block's kernels, forward
+                                                    # or backward: a pass takes at least this long
+                                                    # (compute docstring, "Host"); default 0
+
     [capabilities]                                   # what the runtime can run (the search's space)
     zero = [0, 1]
     pipeline_zero = [0, 1]                           # ZeRO stages it runs with a pipeline
@@ -90,6 +96,7 @@ FIGURES = {
     "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False)},
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False)},
+    "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
 }
 
 
@@ -113,6 +120,7 @@ class RuntimeProfile:
     compute_slowdown: float = 0.0
     grad_reduce_bytes: float | None = None
     elementwise_traffic: float | None = None
+    host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
     loss_saved_bytes: float | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[str, ...] = ALL_SCHEDULES

@@ -58,6 +58,10 @@ def test_options_replace_the_figures_they_name():
     (lambda d: d["options"]["overlap_grad_reduce"].pop("description"), "options.overlap_grad_reduce.description"),
     (lambda d: d["kernels"].__setitem__("elementwise_bytes_per_saved_byte", {"value": "3", "source": "x"}),
      "kernels.elementwise_bytes_per_saved_byte.value"),
+    (lambda d: d.__setitem__("host", {"seconds_per_block_pass": {"value": -1e-3, "source": "x"}}),
+     "host.seconds_per_block_pass.value"),
+    (lambda d: d.__setitem__("host", {"seconds_per_block_pass": {"value": "1ms", "source": "x"}}),
+     "host.seconds_per_block_pass.value"),
 ])
 def test_a_malformed_profile_is_one_line_naming_the_field(edit, field):
     doc = copy.deepcopy(_doc("megatron"))

@@ -35,12 +35,14 @@ class Costs:
         """Lower bound on the step time of any split of ``c``: compute only, perfectly balanced,
         no communication exposed except the tensor-parallel collectives (always on the path)."""
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
-        ew = load_runtime(c.runtime).elementwise_traffic
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew)
+        rtp = load_runtime(c.runtime)
+        ew, host = rtp.elementwise_traffic, rtp.host_block_s
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host)
         q = self._quick.get(key)
         if q is None:
             tau = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
-                            c.recompute, c.attention, tp_tier, elementwise_traffic=ew).row_total_s
+                            c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
+                            host_block_s=host).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q

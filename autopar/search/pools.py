@@ -126,10 +126,11 @@ class PoolCosts:
         tier = prof.group_link(c, "tp")
         key = (q, c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, tier, c.runtime)
         if key not in self._tau:
+            rtp = load_runtime(c.runtime)
             self._tau[key] = np.asarray(row_times(self.table, prof, c.tp, c.sequence_parallel, c.micro_batch_size,
                                                   c.recompute, c.attention, tier,
-                                                  elementwise_traffic=load_runtime(c.runtime).elementwise_traffic
-                                                  ).row_total_s, dtype=float)
+                                                  elementwise_traffic=rtp.elementwise_traffic,
+                                                  host_block_s=rtp.host_block_s).row_total_s, dtype=float)
         return self._tau[key]
 
     def bound(self, pc: PoolConfig) -> float:
