@@ -67,6 +67,7 @@ from costmodels.compute import (
     RowTimes,
     TableArrays,
     activation_bytes_none,
+    host_block_floor,
     optimizer_shards,
     optimizer_step_s,
     row_times,
@@ -156,7 +157,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tiers = plan_tiers(plan, profile.gpus_per_node)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
-                   runtime.host_block_s)
+                   host_block_floor(profile, runtime))
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)

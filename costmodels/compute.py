@@ -68,9 +68,9 @@ sees only its rank's part of the sequence, so its gradient is all-reduced: in au
 once per tensor and micro-batch in the backward (4·h bytes each: latency-bound); Megatron
 buckets them once per step (neglected).
 
-Host (``host_block_s``, the runtime profile's ``[host] seconds_per_block_pass``): an eager
-runtime's host (Python, autograd, hooks, launches) needs about a fixed time to issue one block's
-kernels. The GPU runs them asynchronously, so the host's time hides behind the GPU's while the
+Host (``host_block_s``, the runtime profile's ``[host] seconds_per_block_pass``; GPU profiles
+only, ``host_block_floor``): an eager runtime's host (Python, autograd, hooks, launches) needs
+about a fixed time to issue one block's kernels. The GPU runs them asynchronously, so the host's time hides behind the GPU's while the
 GPU is the slower of the two, and sets the pass when it is not (small micro-batches, small
 models)::
 
@@ -231,6 +231,16 @@ class RowTimes:
         """Sum of ``name`` over rows [start, end)."""
         p = self._prefix[name]
         return float(p[end] - p[start])
+
+
+def host_block_floor(profile: HardwareProfile, runtime) -> float:
+    """The runtime's host time per block pass ("Host" above) where it can floor a pass: on a GPU,
+    whose kernels run behind the host's queue. 0 on a CPU profile (``torch CPU`` in its model, as
+    ``autopar profile`` writes it): there host and compute are one thread, and the measured rates
+    already hold the host's time."""
+    if "torch cpu" in profile.gpu_model.lower():
+        return 0.0
+    return float(runtime.host_block_s)
 
 
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,

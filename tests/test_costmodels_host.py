@@ -41,3 +41,15 @@ def test_the_floor_moves_small_micro_batches_and_leaves_large_ones():
         base = estimate(t, "h100-80g-sxm", plan.with_(runtime=_runtime(0.0)), 1, 32).step_time_s
         host = estimate(t, "h100-80g-sxm", plan.with_(runtime=_runtime(H)), 1, 32).step_time_s
         assert (host > base * 1.05) if moved else host == base, (plan.micro_batch_size, base, host)
+
+
+def test_a_cpu_profile_takes_no_host_floor():
+    """On a CPU host and compute are one thread (the measured rates hold the host's time): the
+    same plan under a host-floored runtime estimates the same as without it."""
+    t = gpt_table(layers=4, hidden=64, heads=4, vocab=256, seq=32)
+    plan = Plan(micro_batch_size=1)
+    for hw in ("cpu-2core", "cpu-2core-measured"):
+        base = estimate(t, hw, plan.with_(runtime=_runtime(0.0)), 1, 8).step_time_s
+        assert estimate(t, hw, plan.with_(runtime=_runtime(H)), 1, 8).step_time_s == base, hw
+    gpu = [estimate(t, "h100-80g-sxm", plan.with_(runtime=_runtime(h)), 1, 8).step_time_s for h in (0.0, H)]
+    assert gpu[1] > gpu[0]                                  # the same tiny model on a GPU: floored

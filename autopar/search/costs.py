@@ -11,7 +11,7 @@ from __future__ import annotations
 from autopar.search.space import Config
 from autopar.search.terms import Terms
 from costmodels.coefficients import row_coefficients
-from costmodels.compute import optimizer_shards, optimizer_step_s, row_times, table_arrays
+from costmodels.compute import host_block_floor, optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import in_flight
 from costmodels.runtime import load_runtime
@@ -36,7 +36,7 @@ class Costs:
         no communication exposed except the tensor-parallel collectives (always on the path)."""
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
         rtp = load_runtime(c.runtime)
-        ew, host = rtp.elementwise_traffic, rtp.host_block_s
+        ew, host = rtp.elementwise_traffic, host_block_floor(self.profile, rtp)
         key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host)
         q = self._quick.get(key)
         if q is None:

@@ -40,7 +40,7 @@ from autopar.search.pool_explain import split_reasons
 from autopar.search.pool_split import PoolSplitModel
 from autopar.search.space import Config, Shape, _recomputes, divisors, runnable, tp_candidates
 from costmodels.coefficients import cut_p2p
-from costmodels.compute import row_times, table_arrays
+from costmodels.compute import host_block_floor, row_times, table_arrays
 from costmodels.errors import NoFeasiblePlanError, PlanError
 from costmodels.estimate import estimate
 from costmodels.memory import activation_bytes, model_state_bytes
@@ -130,7 +130,7 @@ class PoolCosts:
             self._tau[key] = np.asarray(row_times(self.table, prof, c.tp, c.sequence_parallel, c.micro_batch_size,
                                                   c.recompute, c.attention, tier,
                                                   elementwise_traffic=rtp.elementwise_traffic,
-                                                  host_block_s=rtp.host_block_s).row_total_s, dtype=float)
+                                                  host_block_s=host_block_floor(prof, rtp)).row_total_s, dtype=float)
         return self._tau[key]
 
     def bound(self, pc: PoolConfig) -> float:
