@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from costmodels.plan import SCHEDULES
 from costmodels.runtime import load_runtime
 from costmodels.runtime_rules import zero_rule
 
@@ -44,7 +45,7 @@ def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = 
     piped = [z for z in rt.zero_stages if z and zero_rule(rt, SimpleNamespace(zero=z, pp=2))]
     if piped:
         out.append(f"ZeRO-{'/'.join(map(str, piped))} with a pipeline (runtime '{rt.name}')")
-    missing = [s for s in ("gpipe", "1f1b", "interleaved-1f1b") if s not in rt.schedules]
+    missing = [s for s in SCHEDULES if s not in rt.schedules]
     if missing:
         out.append(f"schedules {', '.join(missing)} (runtime '{rt.name}' has none)")
     if not rt.uneven_interleaving:
@@ -55,6 +56,6 @@ def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = 
                    "size (pin vpp with --fix to search one)")
     if not rt.sequence_parallel:
         out.append(f"sequence parallelism (runtime '{rt.name}')")
-    out.append("interleaving whose micro-batch count is not a multiple of pp")
+    out.append("interleaved 1F1B whose micro-batch count is not a multiple of pp")
     return out
 
