@@ -14,7 +14,9 @@ Defaults (a field left out of the JSON takes these):
 
 ``stages`` lists, for each of the ``pp * vpp`` virtual stages in pipeline order, the half-open
 range ``[start, end)`` of layer-table rows it runs (embedding = row 0, head = last row). Virtual
-stage ``v`` runs on pipeline rank ``v % pp`` (Megatron's interleaving).
+stage ``v`` runs on pipeline rank ``v % pp`` (Megatron's interleaving, torch's "loop" style), except
+for the V schedules (``zb-v``, ``dualpipe-v``), where rank ``r`` runs stages ``r`` and
+``2·pp − 1 − r`` (torch's "v" style); ``stages_of_rank`` is the one place that says which.
 
 Lives in ``costmodels`` (torch-free) so the cost model can score a plan without torch;
 ``autopar.Plan`` is this same class.
@@ -118,6 +120,10 @@ class Plan:
                             "micro_batch_size")
         return global_batch // per
 
+    def stages_of_rank(self, rank: int) -> tuple[int, ...]:
+        """The virtual stages pipeline rank ``rank`` runs, in chunk order (``stages_of_rank``)."""
+        return stages_of_rank(self.schedule, self.pp, self.vpp, rank)
+
     def with_(self, **changes) -> Plan:
         return replace(self, **changes)
 
@@ -174,6 +180,18 @@ class Plan:
 
 # The plan's fields as they appear in a plan's JSON (all but the format ``version``).
 PLAN_FIELDS = tuple(f.name for f in fields(Plan) if f.name != "version")
+
+
+def stages_of_rank(schedule: str, pp: int, vpp: int, rank: int) -> tuple[int, ...]:
+    """The virtual stages (indices into ``Plan.stages``) pipeline rank ``rank`` runs, its chunk
+    0, 1, … in this order: ``(rank, 2·pp − 1 − rank)`` for the V schedules (torch's
+    ``generate_rank_to_stage_mapping(pp, 2·pp, style="v")``: the model goes down the ranks and
+    back up, so the first and last stages share rank 0 and the turn stays on rank pp − 1), else
+    ``(rank, rank + pp, …, rank + (vpp − 1)·pp)`` (torch's "loop" style, Megatron's interleaving).
+    The one mapping the cost model and the runtime share; torch-free."""
+    if schedule in V_SCHEDULES:
+        return (rank, 2 * pp - 1 - rank)
+    return tuple(c * pp + rank for c in range(vpp))
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

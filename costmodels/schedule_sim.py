@@ -18,18 +18,32 @@ backward of ``(v + 1, m)`` and the forward of ``(v, m)``; a rank runs its operat
 at a time. Durations are the estimate's per-micro-batch ``fwd_s`` / ``bwd_s`` of each stage and
 chunk (``stages_detail``); point-to-point transfer time is not drawn. The idle time this leaves is
 the pipeline bubble.
+
+The split-backward schedules (``interleaved-zb``, ``zb-v``, ``dualpipe-v``) run the orders of
+``costmodels.schedule_orders`` (torch 2.13's own, op for op), with three kinds of work: ``F``,
+``B`` (input gradient: what the previous stage waits for) and ``W`` (weight gradient: nobody
+waits for it, so the schedule slips it into what would be bubble). A full backward (``BW``,
+DualPipeV's) runs B then W in one pass and releases its input gradient only at the end; an
+overlapped pair (DualPipeV's ``OVERLAP_F_B``) runs its two ops back to back, each waiting for its
+own input, and releases both outputs at the end (torch posts the sends after the action). For
+these, virtual stage ``v`` runs on the rank ``costmodels.plan.stages_of_rank`` names (V placement
+for zb-v / dualpipe-v: the turn from stage pp − 1 to pp stays on rank pp − 1), and a backward of
+``(v, m)`` waits for the input gradient of ``(v + 1, m)``. ``wgt[rank][chunk]`` is the W part of
+``bwd[rank][chunk]`` (B = bwd − wgt; absent: no W, the whole backward is B).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from costmodels.errors import PlanError
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
+from costmodels.schedule_orders import rank_actions
 
 
 @dataclass(frozen=True)
 class Op:
     rank: int
-    kind: str        # "F" | "B"
+    kind: str        # "F" | "B" | "W" (a full backward is drawn as its B, then its W)
     chunk: int
     micro_batch: int
     start: float
@@ -66,7 +80,8 @@ def warmup(schedule: str, pp: int, vpp: int, rank: int, m: int) -> int:
         if m == pp:  # Megatron: with one group, every forward is a warm-up forward
             return m * vpp
         return min(2 * (pp - rank - 1) + (vpp - 1) * pp, m * vpp)
-    raise PlanError(f"cannot draw schedule '{schedule}'; known: gpipe, 1f1b, interleaved-1f1b")
+    raise PlanError(f"cannot draw schedule '{schedule}' with this warm-up rule; known: gpipe, 1f1b, "
+                    "interleaved-1f1b (the split-backward schedules run schedule_orders' orders)")
 
 
 def _units(pp: int, vpp: int, m: int, backward: bool) -> list[tuple[int, int]]:
@@ -82,7 +97,13 @@ def _units(pp: int, vpp: int, m: int, backward: bool) -> list[tuple[int, int]]:
 
 def stage_order(schedule: str, pp: int, vpp: int, m: int, rank: int,
                 extra_warmup: int = 0) -> list[tuple[str, int, int]]:
-    """The operations rank ``rank`` runs, in order, for ``m`` micro-batches."""
+    """The operations rank ``rank`` runs, in order, for ``m`` micro-batches: ``(kind, chunk,
+    micro_batch)``; for the split-backward schedules ``kind`` is F, B, W or BW (full backward),
+    an overlapped pair appearing as its two ops."""
+    if schedule in SPLIT_BACKWARD_SCHEDULES:
+        chunk = {s: c for c, s in enumerate(stages_of_rank(schedule, pp, vpp, rank))}
+        return [(k, chunk[s], mb) for action in rank_actions(schedule, pp, vpp, m, rank)
+                for k, s, mb in action]
     if schedule != "interleaved-1f1b" and vpp != 1:
         raise PlanError(f"schedule '{schedule}' runs one chunk per rank, got vpp={vpp}")
     fwd = [("F", c, mb) for c, mb in _units(pp, vpp, m, backward=False)]
@@ -98,12 +119,16 @@ def stage_order(schedule: str, pp: int, vpp: int, m: int, rank: int,
 
 
 def simulate(schedule: str, pp: int, vpp: int, m: int, fwd: list[list[float]],
-             bwd: list[list[float]], total_micro_batches: int | None = None) -> Timeline:
-    """Place every operation in time; ``fwd[rank][chunk]`` / ``bwd[rank][chunk]`` in seconds.
+             bwd: list[list[float]], total_micro_batches: int | None = None,
+             wgt: list[list[float]] | None = None) -> Timeline:
+    """Place every operation in time; ``fwd[rank][chunk]`` / ``bwd[rank][chunk]`` in seconds,
+    ``wgt[rank][chunk]`` the weight-gradient part of ``bwd`` (split-backward schedules only).
 
     Interleaving with a micro-batch count that is not a multiple of pp (which Megatron refuses)
     deadlocks with the standard warm-up; there every rank gets the fewest extra warm-up forwards
     that let the schedule run."""
+    if schedule in SPLIT_BACKWARD_SCHEDULES:
+        return _simulate_split(schedule, pp, vpp, m, fwd, bwd, wgt, total_micro_batches)
     for extra in range(m * vpp + 1):
         try:
             return _simulate(schedule, pp, vpp, m, fwd, bwd, total_micro_batches, extra)
@@ -147,3 +172,60 @@ def _simulate(schedule, pp, vpp, m, fwd, bwd, total_micro_batches, extra) -> Tim
         if not progressed:
             raise _Deadlock()
     return Timeline(schedule, pp, vpp, m, total_micro_batches or m, ops, max(free))
+
+
+def _simulate_split(schedule, pp, vpp, m, fwd, bwd, wgt, total_micro_batches) -> Timeline:
+    """The split-backward schedules: torch's action lists placed in time (module docstring)."""
+    acts = [rank_actions(schedule, pp, vpp, m, r) for r in range(pp)]
+    where = {s: (r, c) for r in range(pp) for c, s in enumerate(stages_of_rank(schedule, pp, vpp, r))}
+    nv = pp * vpp
+    w = wgt or [[0.0] * vpp for _ in range(pp)]
+    released: dict[tuple[str, int, int], float] = {}   # F output / input gradient -> when sent
+    free = [0.0] * pp
+    pos = [0] * pp
+    ops: list[Op] = []
+    remaining = sum(len(a) for a in acts)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            while pos[r] < len(acts[r]):
+                action = acts[r][pos[r]]
+                deps = [_deps(k, s, mb, nv) for k, s, mb in action]
+                if any(d not in released for ds in deps for d in ds):
+                    break
+                t = free[r]
+                for (kind, s, mb), ds in zip(action, deps):
+                    c = where[s][1]
+                    start = max([t] + [released[d] for d in ds])
+                    if kind == "F":
+                        t = start + fwd[r][c]
+                        ops.append(Op(r, "F", c, mb, start, t))
+                    elif kind == "W":
+                        t = start + w[r][c]
+                        ops.append(Op(r, "W", c, mb, start, t))
+                    else:
+                        t = start + bwd[r][c] - w[r][c]
+                        ops.append(Op(r, "B", c, mb, start, t))
+                        if kind == "BW":
+                            ops.append(Op(r, "W", c, mb, t, t + w[r][c]))
+                            t += w[r][c]
+                for kind, s, mb in action:
+                    if kind != "W":
+                        released[("F" if kind == "F" else "B", s, mb)] = t
+                free[r] = t
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {schedule} pp={pp} m={m} deadlocks")  # a transcription bug
+    return Timeline(schedule, pp, vpp, m, total_micro_batches or m, ops, max(free))
+
+
+def _deps(kind: str, stage: int, mb: int, nv: int) -> list[tuple[str, int, int]]:
+    """What an op waits for: a forward for the previous stage's output, a backward for its own
+    forward and the next stage's input gradient; a W for nothing its rank has not done."""
+    if kind == "F":
+        return [("F", stage - 1, mb)] if stage > 0 else []
+    if kind == "W":
+        return []
+    return [("F", stage, mb)] + ([("B", stage + 1, mb)] if stage < nv - 1 else [])
