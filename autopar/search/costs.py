@@ -14,6 +14,7 @@ from costmodels.coefficients import row_coefficients
 from costmodels.compute import optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import in_flight
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.runtime import load_runtime
 
 
@@ -48,6 +49,8 @@ class Costs:
         tmax = max(total / c.pp, mx)
         opt = optimizer_step_s(float(self.arr.params.sum()) / c.tp / c.pp
                                / optimizer_shards(c.dp, c.zero), self.profile)
+        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
+            return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt
 
     # ---- level 1: the split program's data ----------------------------------------------------
@@ -58,8 +61,9 @@ class Costs:
         m = self.m(c)
         inflight = [0] * (c.pp * c.vpp)
         for r in range(c.pp):
+            stages = stages_of_rank(c.schedule, c.pp, c.vpp, r)
             for j, count in enumerate(in_flight(c.schedule, c.pp, c.vpp, m, r)):
-                inflight[j * c.pp + r] = count
+                inflight[stages[j]] = count
         return Terms(config=c, coef=row_coefficients(self.table, self.profile, c), m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes,
                      hbm=self.profile.hbm_bytes)

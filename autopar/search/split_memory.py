@@ -25,7 +25,7 @@ def add_memory(sm) -> None:
          if (t.full_recompute and co.is_block.any()) else 0)
     sm.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
     for r in range(sm.pp):
-        vs = list(range(r, sm.S, sm.pp))
+        vs = list(sm.rank_stages[r])
         base = reserve + sum(sm.Sig[v] + int(t.inflight[v]) * sm.U[v] for v in vs)
         if w:
             hb = [sm._has(sm.K[v], f"hb{v}") for v in vs]

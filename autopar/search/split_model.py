@@ -78,7 +78,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.search.split_memory import add_memory, up
+from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
+from costmodels.plan import V_SCHEDULES
 
 
 @dataclass
@@ -94,7 +96,8 @@ class SplitModel:
     """CP-SAT over the split points of one configuration (the module docstring's program)."""
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
-                 workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None):
+                 workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
+                 exact: bool = False):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
@@ -107,6 +110,12 @@ class SplitModel:
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
+        # virtual stages of each rank (V placement for zb-v / dualpipe-v: costmodels.plan)
+        self.rank_stages = rank_stages(terms.config)
+        # the split-backward schedules' pipeline time (autopar.search.split_schedules); the
+        # objective then counts in 1/scale units
+        self.sched = SplitScheduleTime(self, exact) if is_split(terms.config) else None
+        self.scale = self.sched.scale if self.sched else 1
 
     def _ns(self, x) -> list[int]:
         u = self.unit
@@ -196,11 +205,12 @@ class SplitModel:
         if self.pp > 1:   # the activation out of a cut and its gradient back: the same p2p time
             send = self._at("sd", self._ns(self.co.cut_p2p_s))
             grad = self._at("gr", self._ns(self.co.cut_p2p_s))
+            turn = self.pp - 1 if self.t.config.schedule in V_SCHEDULES else None   # V: no send at the turn
             for v in range(S):
                 q = 0
-                if v < S - 1:
+                if v < S - 1 and v != turn:
                     q = q + send[v + 1]
-                if v > 0:
+                if v > 0 and (turn is None or v != turn + 1):
                     q = q + grad[v]
                 self.Q[v] = q
         self.Z = [0] * S
@@ -219,7 +229,7 @@ class SplitModel:
                 self.Z[v] = zf + zb
 
     def _rank(self, per_stage, r):
-        return sum(per_stage[v] for v in range(r, self.S, self.pp))
+        return sum(per_stage[v] for v in self.rank_stages[r])
 
     # 4. -------------------------------------------------------------------------------------
     def _rank_time(self):
@@ -239,7 +249,7 @@ class SplitModel:
         # change the optimum, it closes the LP gap that identical blocks leave
         cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - self.n)))
         md.Add(self.T >= cut)
-        if self.vpp > 1:
+        if self.vpp > 1 and self.sched is None:
             # interleaved: C_c = max_r t_{r,c}, the slowest chunk of column c; Cmax = max_c C_c
             chunk = [self.A[s] + self.Q[s] + self.Z[s] for s in range(self.S)]
             self.C = []
@@ -304,7 +314,9 @@ class SplitModel:
             self.model.Minimize(self.M)
             return
         m, p = self.t.m, self.pp
-        if self.vpp == 1:     # m·T + (Σ_r T_r − T) + D + O
+        if self.sched is not None:   # split_schedules: the simulator's graph, × scale
+            self.obj = self.sched.pipeline() + self.scale * (self.D + self.O)
+        elif self.vpp == 1:   # m·T + (Σ_r T_r − T) + D + O
             self.obj = (m - 1) * self.T + sum(self.Tr) + self.D + self.O
         else:                 # m·Σ_c C_c + (pp − 1)·max_c C_c + D + O
             self.obj = m * sum(self.C) + (p - 1) * self.Cmax + self.D + self.O
@@ -312,12 +324,15 @@ class SplitModel:
             # only splits that could still enter the top k matter (the search's incumbent): with
             # this cut CP-SAT either finds one or proves none exists, usually far sooner than it
             # proves the optimum; the slack covers the integer rounding, so nothing is lost
-            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s / self.unit)) + self.slack())
+            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack())
         self.model.Minimize(self.obj)
 
     def slack(self) -> int:
         """Integer units by which the rounded objective may differ from the exact one (each row
-        rounds by ≤ ½ unit; m steady-state terms plus pp − 1 fill terms, with room to spare)."""
+        rounds by ≤ ½ unit; m steady-state terms plus pp − 1 fill terms, with room to spare; the
+        split-backward schedules: ``SplitScheduleTime.slack_units``)."""
+        if self.sched is not None:
+            return self.sched.slack_units()
         return 4 * self.n * (self.t.m + self.pp + 2)
 
     def _hint(self):
@@ -370,13 +385,13 @@ class SplitModel:
             if self.objective == "memory":
                 obj = float(solver.Value(self.M))
             else:
-                obj = solver.ObjectiveValue() * self.unit
+                obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
+                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
         bound = None
         if self.objective != "memory":
-            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
+            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
         return SplitResult("unknown", None, None, wall, bound)
