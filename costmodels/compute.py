@@ -14,6 +14,9 @@ separate kernels, so their times add)::
                                                            matmul_dims counts as one matmul
     fwd_i      = k·fwd_flops_i / (t · P · eff_i)  +  C_FWD · A_i / W
     bwd_i      = k·bwd_flops_i / (t · P · eff_i)  +  C_BWD · A_i / W
+    bwd_w_i    = k·bwd_weight_flops_i / (t · P · eff_i)      (the W part of bwd_i: weight-gradient
+                 matmuls only; the element-wise traffic, loss, attention core and TP collectives
+                 of the backward are the input-gradient pass, B = bwd_i − bwd_w_i)
 
 ``A_i`` is the row's saved-activation bytes per GPU without recompute (memory.activation_bytes
 with recompute "none": TP regions / t, the rest / t with sp, attention core dropped for flash),
@@ -96,6 +99,7 @@ class TableArrays:
     params: np.ndarray
     fwd_flops: np.ndarray
     bwd_flops: np.ndarray
+    wgt_flops: np.ndarray          # of bwd_flops: the weight gradients (LayerRow.weight_grad_flops)
     saved: np.ndarray
     act_tp: np.ndarray
     core: np.ndarray
@@ -141,7 +145,8 @@ def table_arrays(table: LayerTable) -> TableArrays:
     logits = np.array([float(table.micro_batch * table.seq * table.vocab)
                        if (r.kind == "head" and table.vocab) else 0.0 for r in rows])
     a = TableArrays(table=table, n=len(rows), params=f("params"), fwd_flops=f("fwd_flops"),
-                    bwd_flops=f("bwd_flops"), saved=f("saved_activation_bytes"), act_tp=f("act_tp_bytes"),
+                    bwd_flops=f("bwd_flops"), wgt_flops=f("weight_grad_flops"),
+                    saved=f("saved_activation_bytes"), act_tp=f("act_tp_bytes"),
                     core=f("act_attention_core_bytes"), boundary=f("boundary_bytes"),
                     tp_comm_bytes=f("tp_comm_bytes"), tp_collectives=ncoll, is_block=is_block,
                     mm_row=np.array(mm_row, dtype=int), mm_flops=np.array(mm_flops, dtype=float),
@@ -186,11 +191,12 @@ class RowTimes:
     tp_bytes_fwd: np.ndarray
     tp_bytes_bwd: np.ndarray
     tp_bytes_recompute: np.ndarray
+    bwd_w_s: np.ndarray             # of bwd_s: the weight-gradient (W) pass
 
     def __post_init__(self):
         pre = {}
         for name in ("fwd_s", "bwd_s", "recompute_s", "tp_fwd_s", "tp_bwd_s", "tp_recompute_s",
-                     "tp_bytes_fwd", "tp_bytes_bwd", "tp_bytes_recompute"):
+                     "tp_bytes_fwd", "tp_bytes_bwd", "tp_bytes_recompute", "bwd_w_s"):
             pre[name] = np.concatenate(([0.0], np.cumsum(getattr(self, name))))
         object.__setattr__(self, "_prefix", pre)
 
@@ -241,6 +247,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     act = activation_bytes_none(arr, tp, sp, b, attention)
     fwd = k * arr.fwd_flops / (tp * peak * eff) + c_fwd * act / ew
     bwd = k * arr.bwd_flops / (tp * peak * eff) + c_bwd * act / ew
+    bwd_w = k * arr.wgt_flops / (tp * peak * eff)
     if attention == "flash" and profile.attention_efficiency is not None:
         # the fused attention core at its own measured efficiency instead of the row's
         fa = k * arr.attn_core_flops / tp
@@ -301,7 +308,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         tp_rec_s = tp_rec_b = zeros
     return RowTimes(fwd_s=fwd, bwd_s=bwd, recompute_s=rec, tp_fwd_s=tp_fwd_t, tp_bwd_s=tp_bwd_t,
                     tp_recompute_s=tp_rec_s, tp_bytes_fwd=tp_fwd_b, tp_bytes_bwd=tp_bwd_b,
-                    tp_bytes_recompute=tp_rec_b)
+                    tp_bytes_recompute=tp_rec_b, bwd_w_s=bwd_w)
 
 
 def optimizer_shards(dp: int, zero: int) -> int:

@@ -52,7 +52,9 @@ from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, check_precision, in_flight, stage_memory
 from costmodels.pipeline import pipeline_time
-from costmodels.plan import Plan
+from costmodels.pipeline_split import split_pipeline_time
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
+from costmodels.runnable import check_schedule
 from costmodels.runtime import load_runtime
 from costmodels.runtime_rules import check_runtime
 from costmodels.split import balanced_stages, check_stage_rows
@@ -81,6 +83,8 @@ def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> t
         raise PlanError(f"schedule 'interleaved-1f1b' needs the number of micro-batches ({m} = global "
                         f"batch / (dp·micro_batch_size)) to be a multiple of pp={plan.pp}; change the "
                         "batch, micro_batch_size or pp")
+    if plan.schedule in SPLIT_BACKWARD_SCHEDULES:
+        check_schedule(plan, m)      # torch's micro-batch rules for its zero-bubble schedules
     if plan.stages is not None:
         return plan.stages
     return balanced_stages(table, plan.pp * plan.vpp)
@@ -143,6 +147,7 @@ class ChunkCost:
     zero_bytes: float
     params: float         # parameters of the chunk on this GPU (after tp)
     zero_total_s: float = 0.0   # ZeRO-3 gathers, all of it (hidden or not)
+    bwd_w_s: float = 0.0        # of bwd_s: the weight-gradient (W) matmuls
 
     @property
     def total_s(self) -> float:
@@ -159,6 +164,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
     rt = co.times
     f = rt.range_sum("fwd_s", start, end)
     bw = rt.range_sum("bwd_s", start, end)
+    bw_w = rt.range_sum("bwd_w_s", start, end)
     rec = rt.range_sum("recompute_s", start, end)
     tp_s = (rt.range_sum("tp_fwd_s", start, end) + rt.range_sum("tp_bwd_s", start, end)
             + rt.range_sum("tp_recompute_s", start, end))
@@ -166,11 +172,13 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
             + rt.range_sum("tp_bytes_recompute", start, end))
     pp_s = pp_b = 0.0
     nvs = plan.pp * plan.vpp
+    turn = plan.pp - 1 if plan.schedule in V_SCHEDULES else None   # V: stages pp−1, pp on one rank
     if plan.pp > 1:
-        if virtual_stage < nvs - 1:       # send the output forward
+        if virtual_stage < nvs - 1 and virtual_stage != turn:       # send the output forward
             pp_s += float(co.cut_p2p_s[end])
             pp_b += float(co.cut_p2p_bytes[end])
-        if virtual_stage > 0 and start > 0:  # send the input gradient backward
+        if virtual_stage > 0 and start > 0 and (turn is None or virtual_stage != turn + 1):
+            # send the input gradient backward
             pp_s += float(co.cut_p2p_s[start])
             pp_b += float(co.cut_p2p_bytes[start])
     params = float(arr.params[start:end].sum()) / plan.tp
@@ -186,7 +194,7 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
         z_all = gf + gb
     return ChunkCost(fwd_s=f, bwd_s=bw, recompute_s=rec, tp_s=tp_s, pp_s=pp_s, zero_s=z_s,
                      tp_bytes=tp_b, pp_bytes=pp_b, zero_bytes=z_b, params=params,
-                     zero_total_s=z_all)
+                     zero_total_s=z_all, bwd_w_s=bw_w)
 
 
 def zero1_broadcast(params_per_gpu: float, plan: Plan, profile: HardwareProfile, tier: str,
@@ -220,9 +228,15 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     tiers = plan_tiers(plan, profile.gpus_per_node)
     arr = table_arrays(table)
     chunks = [chunk_cost(table, profile, plan, s, e, c, precision) for c, (s, e) in enumerate(stages)]
-    rank_chunks = [[c for c in range(len(stages)) if c % p == r] for r in range(p)]
+    rank_chunks = [list(plan.stages_of_rank(r)) for r in range(p)]
     T = [sum(chunks[c].total_s for c in cs) for cs in rank_chunks]
-    pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
+    if plan.schedule in SPLIT_BACKWARD_SCHEDULES:
+        pipe_s, bubble_s = split_pipeline_time(
+            plan.schedule, *([[fn(chunks[c]) for c in cs] for cs in rank_chunks]
+                             for fn in (lambda c: _fwd_total(c, plan), lambda c: _bwd_total(c, plan),
+                                        lambda c: c.bwd_w_s)), m)
+    else:
+        pipe_s, bubble_s = pipeline_time([[chunks[c].total_s for c in cs] for cs in rank_chunks], m, v)
 
     # data-parallel gradient sync, overlapped with the tail of the backward (coefficients docstring)
     co = row_coefficients(table, profile, plan, precision)
@@ -299,10 +313,15 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
 
     stages_detail = []
     for r in range(p):
-        stages_detail.append({"stage": r, "rows": [list(stages[c]) for c in rank_chunks[r]],
-                              "fwd_s": [_fwd_total(chunks[c], plan) for c in rank_chunks[r]],
-                              "bwd_s": [_bwd_total(chunks[c], plan) for c in rank_chunks[r]],
-                              "memory_bytes": mems[r]})
+        detail = {"stage": r, "rows": [list(stages[c]) for c in rank_chunks[r]],
+                  "fwd_s": [_fwd_total(chunks[c], plan) for c in rank_chunks[r]],
+                  "bwd_s": [_bwd_total(chunks[c], plan) for c in rank_chunks[r]],
+                  "memory_bytes": mems[r]}
+        if plan.schedule in SPLIT_BACKWARD_SCHEDULES:   # B and W apart (bwd_s = their sum)
+            detail["virtual_stages"] = list(rank_chunks[r])
+            detail["bwd_w_s"] = [chunks[c].bwd_w_s for c in rank_chunks[r]]
+            detail["bwd_b_s"] = [b - w for b, w in zip(detail["bwd_s"], detail["bwd_w_s"])]
+        stages_detail.append(detail)
     return Estimate(
         plan=plan, model=table.model, hardware=profile.name, gpus=int(gpus), global_batch=int(global_batch),
         seq=table.seq, num_micro_batches=m, step_time_s=step, tokens_per_s=tokens / step,

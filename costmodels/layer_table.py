@@ -28,6 +28,14 @@ selective recompute treat them (Korthikanti et al. 2022, §4):
   bytes per block); gone with flash attention.
 * ``boundary_bytes``: the row's output; what a pipeline stage sends on, and what full recompute
   keeps per layer.
+
+``bwd_weight_flops`` is the part of ``bwd_flops`` that computes weight gradients (W), the rest
+being the input gradients (B) the previous pipeline stage waits for; the zero-bubble schedules
+run the two apart. The trace counts it as the FLOPs of every forward product with a trainable
+weight operand (a linear's ``dW = dYᵀ·X`` costs what its forward did; attention's Q·Kᵀ and
+scores·V have no weight: all B). A table written before the field existed (or any row that
+leaves it out, ``None``) is read as ``bwd_flops / 2``: the share of a model made of linear layers,
+whose backward is one dX and one dW product per forward product (``LayerRow.weight_grad_flops``).
 """
 from __future__ import annotations
 
@@ -73,6 +81,12 @@ class LayerRow:
     act_attention_mask_bytes: int = 0  # of saved_activation_bytes, outside act_tp_bytes: the causal
                                     # mask materialised attention saves (masked_fill's bool s×s),
                                     # which flash attention never makes
+    bwd_weight_flops: float | None = None  # of bwd_flops: the weight gradients (None: bwd_flops / 2)
+
+    @property
+    def weight_grad_flops(self) -> float:
+        """The backward's weight-gradient FLOPs, ``bwd_flops / 2`` when not measured (docstring)."""
+        return self.bwd_flops / 2 if self.bwd_weight_flops is None else float(self.bwd_weight_flops)
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,11 @@ from typing import Any
 
 from costmodels.errors import ProfileError
 from costmodels.files import tomllib
-from costmodels.plan import SCHEDULES
 
 RUNTIME_VERSION = 1
 RUNTIMES_DIR = Path(__file__).resolve().parent / "runtime_profiles"
 DEFAULT_RUNTIME = "autopar"
-ALL_SCHEDULES = SCHEDULES   # every schedule a plan can name (costmodels.plan)
+ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "zb-v", "dualpipe-v")
 ALL_PRECISIONS = ("bf16-mixed", "amp", "fp32")
 # [section] -> figure -> (attribute, minimum, maximum, integer)
 FIGURES = {

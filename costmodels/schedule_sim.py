@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from costmodels.errors import PlanError
 from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.schedule_orders import rank_actions
+from costmodels.schedule_program import durations, op_ends, program
 
 
 @dataclass(frozen=True)
@@ -175,57 +176,10 @@ def _simulate(schedule, pp, vpp, m, fwd, bwd, total_micro_batches, extra) -> Tim
 
 
 def _simulate_split(schedule, pp, vpp, m, fwd, bwd, wgt, total_micro_batches) -> Timeline:
-    """The split-backward schedules: torch's action lists placed in time (module docstring)."""
-    acts = [rank_actions(schedule, pp, vpp, m, r) for r in range(pp)]
-    where = {s: (r, c) for r in range(pp) for c, s in enumerate(stages_of_rank(schedule, pp, vpp, r))}
-    nv = pp * vpp
+    """The split-backward schedules: torch's orders, compiled (``schedule_program``), in time."""
     w = wgt or [[0.0] * vpp for _ in range(pp)]
-    released: dict[tuple[str, int, int], float] = {}   # F output / input gradient -> when sent
-    free = [0.0] * pp
-    pos = [0] * pp
-    ops: list[Op] = []
-    remaining = sum(len(a) for a in acts)
-    while remaining:
-        progressed = False
-        for r in range(pp):
-            while pos[r] < len(acts[r]):
-                action = acts[r][pos[r]]
-                deps = [_deps(k, s, mb, nv) for k, s, mb in action]
-                if any(d not in released for ds in deps for d in ds):
-                    break
-                t = free[r]
-                for (kind, s, mb), ds in zip(action, deps):
-                    c = where[s][1]
-                    start = max([t] + [released[d] for d in ds])
-                    if kind == "F":
-                        t = start + fwd[r][c]
-                        ops.append(Op(r, "F", c, mb, start, t))
-                    elif kind == "W":
-                        t = start + w[r][c]
-                        ops.append(Op(r, "W", c, mb, start, t))
-                    else:
-                        t = start + bwd[r][c] - w[r][c]
-                        ops.append(Op(r, "B", c, mb, start, t))
-                        if kind == "BW":
-                            ops.append(Op(r, "W", c, mb, t, t + w[r][c]))
-                            t += w[r][c]
-                for kind, s, mb in action:
-                    if kind != "W":
-                        released[("F" if kind == "F" else "B", s, mb)] = t
-                free[r] = t
-                pos[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"schedule {schedule} pp={pp} m={m} deadlocks")  # a transcription bug
-    return Timeline(schedule, pp, vpp, m, total_micro_batches or m, ops, max(free))
-
-
-def _deps(kind: str, stage: int, mb: int, nv: int) -> list[tuple[str, int, int]]:
-    """What an op waits for: a forward for the previous stage's output, a backward for its own
-    forward and the next stage's input gradient; a W for nothing its rank has not done."""
-    if kind == "F":
-        return [("F", stage - 1, mb)] if stage > 0 else []
-    if kind == "W":
-        return []
-    return [("F", stage, mb)] + ([("B", stage + 1, mb)] if stage < nv - 1 else [])
+    ends = op_ends(schedule, pp, vpp, m, durations(fwd, bwd, w))
+    prog = program(schedule, pp, vpp, m)
+    slots = durations(fwd, bwd, w)
+    ops = [Op(o.rank, o.kind, o.chunk, o.micro_batch, e - slots[o.slot], e) for o, e in zip(prog, ends)]
+    return Timeline(schedule, pp, vpp, m, total_micro_batches or m, ops, max(ends))

@@ -87,6 +87,13 @@ def _row(r: Any, i: int, row_fields, required) -> dict:
         raise SpecError(f"{where}the saved bytes must nest: act_attention_core_bytes ({core:g}) <= "
                         f"act_tp_bytes ({tp:g}) and act_tp_bytes + act_attention_mask_bytes ({mask:g}) "
                         f"<= saved_activation_bytes ({saved:g}); {FIX}")
+    if r.get("bwd_weight_flops") is not None:
+        number_field(r["bwd_weight_flops"], "bwd_weight_flops", high=MAX_FLOPS, **e)
+        if r["bwd_weight_flops"] > out.get("bwd_flops", 0):
+            raise SpecError(f"{where}field bwd_weight_flops ({r['bwd_weight_flops']:g}) is the weight-"
+                            f"gradient part of bwd_flops ({out.get('bwd_flops', 0):g}) and cannot exceed "
+                            f"it; {FIX}")
+        out["bwd_weight_flops"] = r["bwd_weight_flops"]
     if "tp_replicated_tensors" in r:
         out["tp_replicated_tensors"] = int_field(r["tp_replicated_tensors"], "tp_replicated_tensors",
                                                  low=0, high=10 ** 6, **e)

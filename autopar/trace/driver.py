@@ -164,7 +164,8 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
                                          what=f"{spec} ({info.name})")
 
     # measure: one forward and backward, measured blocks run node by node, the others replayed
-    rec = Recorder(param_keys={storage_key(t) for t in list(model.parameters()) + list(model.buffers())})
+    rec = Recorder(param_keys={storage_key(t) for t in list(model.parameters()) + list(model.buffers())},
+                   weight_keys={storage_key(t) for t in model.parameters() if t.requires_grad})
     row_of_node = {n: node_row[n.name] for n in top.graph.nodes}
     call_row = {info.call_node: r for r, info in enumerate(rows) if info.kind == "block"}
 

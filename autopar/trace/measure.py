@@ -32,6 +32,7 @@ Tag = tuple  # (row_index, node_name)
 
 _aten = torch.ops.aten
 _MM = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm, _aten.convolution}
+_WEIGHTED = _MM | {_aten._grouped_mm}   # products whose weight operand gets a gradient
 
 
 def storage_key(t: torch.Tensor):
@@ -71,10 +72,12 @@ class SavedRecord:
 @dataclass
 class Recorder:
     param_keys: set
+    weight_keys: set = field(default_factory=set)   # storages of parameters that train (dW counted)
     tag: Tag = (0, "")
     phase: str = "fwd"
     fwd_flops: dict = field(default_factory=dict)
     bwd_flops: dict = field(default_factory=dict)
+    wgt_flops: dict = field(default_factory=dict)   # tag -> the backward's weight-gradient FLOPs
     matmuls: dict = field(default_factory=dict)     # tag -> [(m, n, k), ...] forward only
     out_bytes: dict = field(default_factory=dict)   # tag -> bytes of the node's output
     creator: dict = field(default_factory=dict)     # storage key -> tag
@@ -87,6 +90,15 @@ class Recorder:
     def add_flops(self, n: int) -> None:
         d = self.fwd_flops if self.phase == "fwd" else self.bwd_flops
         d[self.tag] = d.get(self.tag, 0) + n
+
+    def add_weight_grad_flops(self, n: int, args) -> None:
+        """A forward matmul (mm, addmm, bmm, convolution, grouped mm) with a trainable parameter
+        as an operand: its weight gradient (dW = dYᵀ·X, or the convolution's) costs the same FLOPs
+        as the forward product, so the backward's weight-gradient share grows by ``n``; a matmul
+        of two activations (attention's Q·Kᵀ, scores·V) has none (all its backward is B)."""
+        if self.weight_keys and any(isinstance(a, torch.Tensor) and storage_key(a) in self.weight_keys
+                                    for a in args):
+            self.wgt_flops[self.tag] = self.wgt_flops.get(self.tag, 0) + n
 
     def add_matmul(self, func, args, out) -> None:
         try:
@@ -195,6 +207,8 @@ class Counter(FlopCounterMode):
             self.rec.add_flops(n)
             if self.rec.phase == "fwd" and func_packet in _MM:
                 self.rec.add_matmul(func_packet, args, out)
+            if self.rec.phase == "fwd" and func_packet in _WEIGHTED:
+                self.rec.add_weight_grad_flops(n, args)
         return out
 
 

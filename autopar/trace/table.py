@@ -92,11 +92,14 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     nrows = len(rows)
     fwd = [0.0] * nrows
     bwd = [0.0] * nrows
+    wgt = [0.0] * nrows
     mm: list[list] = [[] for _ in rows]
     for (r, _), v in rec.fwd_flops.items():
         fwd[r] += v
     for (r, _), v in rec.bwd_flops.items():
         bwd[r] += v
+    for (r, _), v in rec.wgt_flops.items():
+        wgt[r] += v
     for (r, _), v in rec.matmuls.items():
         mm[r].extend(v)
 
@@ -142,7 +145,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     for r, info in enumerate(rows):
         if info.kind == "block" and info.rep != r:
             q = info.rep
-            fwd[r], bwd[r], mm[r] = fwd[q], bwd[q], list(mm[q])
+            fwd[r], bwd[r], wgt[r], mm[r] = fwd[q], bwd[q], wgt[q], list(mm[q])
             per_row[r] = per_row[q]
             act_tp[r], act_core[r], tp_comm[r] = act_tp[q], act_core[q], tp_comm[q]
             act_mask[r] = act_mask[q]
@@ -153,7 +156,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     bounds = _boundaries(result)
     out_rows = tuple(LayerRow(
         name=info.name, kind=info.kind, params=int(params[r]), fwd_flops=float(fwd[r]),
-        bwd_flops=float(bwd[r]), saved_activation_bytes=int(sum(s.nbytes for s in per_row[r])),
+        bwd_flops=float(bwd[r]), bwd_weight_flops=float(min(wgt[r], bwd[r])),
+        saved_activation_bytes=int(sum(s.nbytes for s in per_row[r])),
         act_tp_bytes=int(act_tp[r]), act_attention_core_bytes=int(act_core[r]),
         boundary_bytes=int(bounds[r]), tp_pairs=pairs.get(r, ()), tied_params=tied[r],
         tp_comm_bytes=int(tp_comm[r]), matmul_dims=tuple(mm[r]),
