@@ -50,7 +50,7 @@ from costmodels.error_bands import band_for
 from costmodels.errors import PlanError
 from costmodels.hardware import HardwareProfile, load_profile
 from costmodels.layer_table import LayerTable
-from costmodels.memory import STATE_BYTES, check_precision, in_flight, stage_memory
+from costmodels.memory import STATE_BYTES, check_precision, in_flight, split_in_flight, stage_memory, w_input_bytes
 from costmodels.pipeline import pipeline_time
 from costmodels.pipeline_split import split_pipeline_time
 from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
@@ -272,14 +272,23 @@ def estimate(table: LayerTable, profile: HardwareProfile | str, plan: Plan, gpus
     # memory per pipeline rank
     act_rows = co.act_bytes
     mems = []
+    w_rows = w_input_bytes(arr, plan.tp, plan.micro_batch_size)
     for r in range(p):
-        infl = in_flight(plan.schedule, p, v, m, r)
-        later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
+        w_held = 0.0
+        if plan.schedule in SPLIT_BACKWARD_SCHEDULES:   # read off the simulated order
+            infl, w_held = split_in_flight(plan.schedule, p, v, m, r,
+                                           [float(act_rows[s:e].sum()) for s, e in (stages[c] for c in rank_chunks[r])],
+                                           [float(w_rows[s:e].sum()) for s, e in (stages[c] for c in rank_chunks[r])])
+            later = None
+        else:
+            infl = in_flight(plan.schedule, p, v, m, r)
+            later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
         mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profile.memory_reserve_bytes, act_rows=act_rows,
-                                 precision=precision, m=m, pp=p, vpp=v, inflight_later=later))
+                                 precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
+                                 w_inputs=w_held))
     rm = int(np.argmax([mm["total"] for mm in mems]))
     memory = mems[rm]
 

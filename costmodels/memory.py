@@ -90,8 +90,23 @@ Micro-batches in flight on pipeline rank r (0-based) of p, m micro-batches (``in
                        (so rank 0 holds L·(1 + (p−1)/(p·v)) layers' worth, as Korthikanti
                        et al. §4.2.3 state)
 
+    interleaved-zb, zb-v, dualpipe-v   read off the simulated order (``split_in_flight``): a
+                       micro-batch holds its activations from its forward to the end of its W
+                       (torch's B pass keeps the autograd graph for W), and between B and W also
+                       the output gradients W needs (``w_input_bytes``: the weighted products'
+                       outputs, ``bwd_weight_flops / (2·hidden)`` elements per row — exact for
+                       products whose inner size is the hidden size, 4× high for the MLP's down
+                       projection); the rank's peak is the moment (right after a forward) where
+                       the bytes held are most. At the peak rank r holds, uniform stages:
+                       interleaved-zb p micro-batches of every chunk (p·v, every rank: W lags
+                       B by r steps); zb-v 2p (2p − 1 − r of chunk 0 and r + 1 of chunk 1, or
+                       2p − r and r): the V balances ranks, each holding p·(layers/p) like
+                       1F1B's rank 0; dualpipe-v 2p + 1 (2p − r and r + 1). The moments repeat
+                       after three periods (``schedule_program.period``), so the order is
+                       counted up to min(m, 3 periods).
+
 Activation bytes of rank r = Σ over its chunks c of in_flight_c · Σ_{rows of c} A_i (+ the full
-recompute working set). Reserve = the profile's ``memory_reserve_bytes``. Total = sum; the plan
+recompute working set, + the W inputs held). Reserve = the profile's ``memory_reserve_bytes``. Total = sum; the plan
 fits when the most loaded GPU's total ≤ ``hbm_bytes``.
 """
 from __future__ import annotations
@@ -100,6 +115,8 @@ import numpy as np
 
 from costmodels.compute import RUNTIME_PRECISIONS, TableArrays, activation_bytes_none
 from costmodels.errors import PlanError
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES
+from costmodels.schedule_program import in_flight_states, period
 
 PRECISIONS = ("bf16-mixed", "amp", "fp32")
 # bytes per parameter: (weights, gradients, optimizer state)
@@ -198,15 +215,44 @@ def in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> list[int]:
     return counts
 
 
+def w_input_bytes(arr: TableArrays, tp: int, b: int) -> np.ndarray:
+    """Per row and micro-batch, the output gradients a deferred weight-gradient pass needs (held
+    from the micro-batch's B to its W): ``bwd_weight_flops / (2·hidden)`` elements (each weighted
+    product's output, module docstring), sharded by tp like the TP regions."""
+    h = float(arr.table.hidden or 0)
+    if not h:
+        return np.zeros(arr.n)
+    k = b / arr.table.micro_batch
+    return k * arr.wgt_flops / (2.0 * h) * arr.table.act_dtype_bytes / tp
+
+
+def split_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int, chunk_act: list[float],
+                    chunk_w: list[float]) -> tuple[list[int], float]:
+    """(micro-batches whose activations chunk c of ``rank`` holds, bytes of W inputs held) at
+    the rank's peak under a split-backward schedule, ``chunk_act[c]`` / ``chunk_w[c]`` the bytes
+    of one micro-batch's activations / W inputs of chunk c (module docstring)."""
+    if schedule not in SPLIT_BACKWARD_SCHEDULES:
+        raise PlanError(f"schedule '{schedule}' does not split the backward")
+    per = period(schedule, pp, m)
+    states = in_flight_states(schedule, pp, vpp, min(m, 3 * per))[rank]
+
+    def held(state):
+        return sum(n * a + w * x for (n, w), a, x in zip(state, chunk_act, chunk_w))
+
+    best = max(states, key=held)
+    return [n for n, _ in best], sum(w * x for (_, w), x in zip(best, chunk_w))
+
+
 def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp: int, zero: int,
                  sp: bool, b: int, recompute: str, attention: str, inflight: list[int],
                  reserve: float, act_rows: np.ndarray | None = None, precision: str = "bf16-mixed",
                  m: int = 1, pp: int = 1, vpp: int = 1,
-                 inflight_later: list[int] | None = None) -> dict[str, float]:
+                 inflight_later: list[int] | None = None, w_inputs: float = 0.0) -> dict[str, float]:
     """Memory breakdown of one GPU whose pipeline rank runs ``chunks`` (row ranges, one per
     virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight at its first backward.
     amp / fp32 only: ``m`` micro-batches per step, ``pp``/``vpp`` the plan's, and
-    ``inflight_later[c]`` in flight at a later backward (``in_flight(..., m - 1, rank)``)."""
+    ``inflight_later[c]`` in flight at a later backward (``in_flight(..., m - 1, rank)``);
+    ``w_inputs`` the bytes held for deferred weight-gradient passes (``split_in_flight``)."""
     sizes = np.concatenate([arr.params[s:e] for s, e in chunks])
     params = float(sizes.sum()) / tp
     p, g, o = model_state_bytes(params, dp, zero, precision)
@@ -216,11 +262,11 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
     if act_rows is None:
         act_rows = activation_bytes(arr, tp, sp, b, recompute, attention, precision)
     work = recompute_working_bytes(arr, tp, sp, b, recompute, attention, chunks)
-    act = work + sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
+    act = work + w_inputs + sum(n * float(act_rows[s:e].sum()) for (s, e), n in zip(chunks, inflight))
     if precision in RUNTIME_PRECISIONS:
         later = None
         if m > 1:
-            later = work + sum(n * float(act_rows[s:e].sum())
+            later = work + w_inputs + sum(n * float(act_rows[s:e].sum())
                                for (s, e), n in zip(chunks, inflight_later or inflight))
         p, g, act, gather = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp,
                                           dp=dp, zero=zero, sp=sp, b=b, precision=precision, m=m,

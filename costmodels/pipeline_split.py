@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from costmodels.schedule_orders import rounds_of
-from costmodels.schedule_program import makespan
+from costmodels.schedule_program import makespan, period
 
 
 def rank_work(fwd, bwd) -> list[float]:
@@ -46,17 +45,12 @@ def split_pipeline_time(schedule: str, fwd: Sequence[Sequence[float]], bwd: Sequ
     See the module docstring."""
     pp, vpp = len(fwd), len(fwd[0])
     t_max = max(rank_work(fwd, bwd))
-    if schedule == "interleaved-zb":
-        period = rounds_of(pp, m)[1]
-        if rounds_of(pp, 3 * period)[1] != period or rounds_of(pp, 2 * period)[1] != period:
-            period = m        # rounds of another size at 2 or 3 periods: simulate it whole
-    else:
-        period = pp
-    m1 = 3 * period
+    per = period(schedule, pp, m)
+    m1 = 3 * per
     if m <= m1:
         total = makespan(schedule, pp, vpp, m, fwd, bwd, wgt)
     else:
         t1 = makespan(schedule, pp, vpp, m1, fwd, bwd, wgt)
-        delta = t1 - makespan(schedule, pp, vpp, 2 * period, fwd, bwd, wgt)
-        total = t1 + (m - m1) / period * max(delta, period * t_max)
+        delta = t1 - makespan(schedule, pp, vpp, 2 * per, fwd, bwd, wgt)
+        total = t1 + (m - m1) / per * max(delta, per * t_max)
     return total, total - m * t_max

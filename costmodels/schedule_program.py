@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from costmodels.plan import stages_of_rank
-from costmodels.schedule_orders import rank_actions
+from costmodels.schedule_orders import rank_actions, rounds_of
 
 KINDS = ("F", "B", "W")
 
@@ -79,6 +79,19 @@ def _needs(kind: str, stage: int, mb: int, nv: int) -> list[tuple[str, int, int]
     return [("F", stage, mb)] + ([("B", stage + 1, mb)] if stage < nv - 1 else [])
 
 
+def period(schedule: str, pp: int, m: int) -> int:
+    """Micro-batches per period of the schedule's steady state: a round (``mpr``) for
+    interleaved-zb, ``pp`` for the V schedules; ``m`` itself when the rounds at 2 and 3 periods
+    would differ in size from the step's (then nothing repeats that can be extrapolated)."""
+    if schedule != "interleaved-zb":
+        return pp
+    mpr = rounds_of(pp, m)[1]
+    for k in (2, 3):
+        if max(1, k * mpr // pp) * mpr != k * mpr or (k * mpr) // max(1, k * mpr // pp) != mpr:
+            return m
+    return mpr
+
+
 @lru_cache(maxsize=512)
 def _compiled(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple, ...]:
     return tuple((o.rank, o.slot, o.waits) for o in program(schedule, pp, vpp, m))
@@ -93,15 +106,19 @@ def durations(fwd, bwd, wgt) -> list[float]:
     return out
 
 
-def op_ends(schedule: str, pp: int, vpp: int, m: int, dur: list[float]) -> list[float]:
-    """When each op of ``program(...)`` ends, given the duration slots ``dur``."""
+def op_ends(schedule: str, pp: int, vpp: int, m: int, dur: list[float],
+            starts: list[float] | None = None) -> list[float]:
+    """When each op of ``program(...)`` ends, given the duration slots ``dur`` (and, into
+    ``starts`` when given, when each starts)."""
     free = [0.0] * pp
-    ends = []
+    ends: list[float] = []
     for r, slot, waits in _compiled(schedule, pp, vpp, m):
         t = free[r]
         for i in waits:
             if ends[i] > t:
                 t = ends[i]
+        if starts is not None:
+            starts.append(t)
         t += dur[slot]
         ends.append(t)
         free[r] = t
@@ -113,31 +130,31 @@ def makespan(schedule: str, pp: int, vpp: int, m: int, fwd, bwd, wgt) -> float:
     return max(op_ends(schedule, pp, vpp, m, durations(fwd, bwd, wgt)))
 
 
-@lru_cache(maxsize=512)
-def in_flight_states(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """The moments at which ``rank`` may hold most: per chunk, (micro-batches whose activations
-    are held, of which waiting for their W only), right after each forward (the only op that adds
-    to what is held), dominated moments dropped.
+@lru_cache(maxsize=256)
+def in_flight_states(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[tuple[tuple[int, int], ...], ...], ...]:
+    """Per rank, the moments at which it may hold most: per chunk, (micro-batches whose
+    activations are held, of which waiting for their W only), right after each forward (the only
+    op that adds to what is held); repeated and dominated moments dropped.
 
     A micro-batch's activations for a chunk are held from its forward to the end of its W: torch's
     input-gradient pass (``stage_backward_input``) keeps the autograd graph (``retain_graph``)
     for the weight-gradient pass, which frees it; between its B and its W a micro-batch also holds
     the output gradients the weight gradients need (``costmodels.memory``)."""
-    held = [0] * len(stages_of_rank(schedule, pp, vpp, rank))
-    wait_w = [0] * len(held)
-    states = set()
+    n = vpp
+    held = [[0] * n for _ in range(pp)]
+    wait_w = [[0] * n for _ in range(pp)]
+    states: list[set] = [set() for _ in range(pp)]
     for o in program(schedule, pp, vpp, m):
-        if o.rank != rank:
-            continue
+        h, w = held[o.rank], wait_w[o.rank]
         if o.kind == "F":
-            held[o.chunk] += 1
-            states.add(tuple(zip(held, wait_w)))
+            h[o.chunk] += 1
+            states[o.rank].add(tuple(zip(h, w)))
         elif o.kind == "B":
-            wait_w[o.chunk] += 1
+            w[o.chunk] += 1
         else:
-            held[o.chunk] -= 1
-            wait_w[o.chunk] -= 1
-    return tuple(sorted(s for s in states if not any(_dominates(t, s) for t in states)))
+            h[o.chunk] -= 1
+            w[o.chunk] -= 1
+    return tuple(tuple(sorted(s for s in st if not any(_dominates(t, s) for t in st))) for st in states)
 
 
 def _dominates(t, s) -> bool:

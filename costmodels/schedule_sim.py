@@ -178,8 +178,8 @@ def _simulate(schedule, pp, vpp, m, fwd, bwd, total_micro_batches, extra) -> Tim
 def _simulate_split(schedule, pp, vpp, m, fwd, bwd, wgt, total_micro_batches) -> Timeline:
     """The split-backward schedules: torch's orders, compiled (``schedule_program``), in time."""
     w = wgt or [[0.0] * vpp for _ in range(pp)]
-    ends = op_ends(schedule, pp, vpp, m, durations(fwd, bwd, w))
-    prog = program(schedule, pp, vpp, m)
-    slots = durations(fwd, bwd, w)
-    ops = [Op(o.rank, o.kind, o.chunk, o.micro_batch, e - slots[o.slot], e) for o, e in zip(prog, ends)]
+    starts: list[float] = []
+    ends = op_ends(schedule, pp, vpp, m, durations(fwd, bwd, w), starts)
+    ops = [Op(o.rank, o.kind, o.chunk, o.micro_batch, a, e)
+           for o, a, e in zip(program(schedule, pp, vpp, m), starts, ends)]
     return Timeline(schedule, pp, vpp, m, total_micro_batches or m, ops, max(ends))
