@@ -23,10 +23,15 @@ def add_memory(sm) -> None:
     # full recompute: one block's activations are rebuilt at a time (the largest one)
     w = (int(math.ceil(float(co.act_none_bytes[co.is_block].max())))
          if (t.full_recompute and co.is_block.any()) else 0)
-    sm.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
+    sm.exprs = []   # every rank's memory must be ≤ HBM (one expression per rank and peak moment)
+    X = sm._sums("pX", up(t.w_input_bytes)) if t.states is not None else None
     for r in range(sm.pp):
         vs = list(sm.rank_stages[r])
-        base = reserve + sum(sm.Sig[v] + int(t.inflight[v]) * sm.U[v] for v in vs)
+        if t.states is None:
+            held = [sum(int(t.inflight[v]) * sm.U[v] for v in vs)]
+        else:   # split-backward schedules: each moment that may be the peak (memory.split_in_flight)
+            held = [sum(n * sm.U[v] + w * X[v] for (n, w), v in zip(state, vs)) for state in t.states[r]]
+        base = reserve + sum(sm.Sig[v] for v in vs)
         if w:
             hb = [sm._has(sm.K[v], f"hb{v}") for v in vs]
             anyb = md.NewBoolVar(f"anyb{r}")
@@ -34,9 +39,11 @@ def add_memory(sm) -> None:
             base = base + w * anyb
         if t.zero3_buffer:
             base = base + top2_rows(sm, vs, r)
-        sm.exprs.append(base)
+        sm.exprs.extend(base + h for h in held)
     if sm.objective == "memory":
-        hi = (reserve + sum(up(co.state_bytes)) + max(t.inflight) * sum(up(co.act_bytes)) + w
+        most = max([max(t.inflight)] + [n for st in (t.states or []) for moment in st for n, _ in moment])
+        hi = (reserve + sum(up(co.state_bytes)) + most * sum(up(co.act_bytes)) + w
+              + (most * sum(up(t.w_input_bytes)) if t.states is not None else 0)
               + 2 * int(math.ceil(float(co.weight_bytes.max()) + 1)))
         sm.M = md.NewIntVar(0, hi, "M")
         for e in sm.exprs:

@@ -90,6 +90,10 @@ class SplitResult:
     objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
     wall_s: float
     bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
+    # the objective was a lower bound on the estimate, exact only where it equals it (the fast
+    # program of autopar.search.split_schedules); slack_s: the rounding it may differ by
+    bound_only: bool = False
+    slack_s: float = 0.0
 
 
 class SplitModel:
@@ -388,7 +392,9 @@ class SplitModel:
                 obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
                 bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
-            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound)
+            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
+                               bound_only=self.sched is not None and self.sched.bound_only,
+                               slack_s=self.slack() * self.unit / self.scale)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
         bound = None

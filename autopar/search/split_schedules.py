@@ -32,7 +32,6 @@ above that bound, solves again with ``exact=True``: ``makespan(m0)`` as equaliti
 from __future__ import annotations
 
 from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
-from costmodels.schedule_orders import rounds_of
 
 
 def is_split(config) -> bool:
@@ -42,20 +41,11 @@ def is_split(config) -> bool:
 def periods(schedule: str, pp: int, m: int) -> tuple[int, int, int] | None:
     """``(m0, m1, period)`` of ``costmodels.pipeline_split``'s extrapolation, or None when it
     simulates all ``m`` micro-batches (``m ≤ m1``). Mirrors ``split_pipeline_time``."""
-    if schedule == "interleaved-zb":
-        period = rounds_of(pp, m)[1]
-        try:
-            same = rounds_of(pp, 3 * period)[1] == period and rounds_of(pp, 2 * period)[1] == period
-        except Exception:   # rounds that do not divide: the estimate simulates m whole
-            same = False
-        if not same:
-            period = m
-    else:
-        period = pp
-    m1 = 3 * period
-    if m <= m1:
+    from costmodels.schedule_program import period
+    per = period(schedule, pp, m)
+    if m <= 3 * per:
         return None
-    return 2 * period, m1, period
+    return 2 * per, 3 * per, per
 
 
 def rank_stages(config) -> list[tuple[int, ...]]:
@@ -74,6 +64,7 @@ class SplitScheduleTime:
         self.schedule, self.pp, self.vpp, self.m = c.schedule, c.pp, c.vpp, sm.t.m
         self.per = periods(self.schedule, self.pp, self.m)
         self.scale = 2 * (self.per[2] if (exact and self.per) else 1)
+        self.bound_only = bool(self.per) and not exact   # the objective: a lower bound (docstring)
 
     # per-stage durations, in half units --------------------------------------------------------
     def _durations(self):

@@ -25,6 +25,11 @@ class Terms:
     inflight: list[int]        # φ_v per virtual stage v (memory.in_flight)
     reserve: float             # R  bytes
     hbm: float                 # bytes per GPU
+    # split-backward schedules (memory.split_in_flight): per rank, the moments that may be its
+    # peak, per chunk (micro-batches held, of which waiting for their W), and per row the bytes a
+    # deferred W pass holds (memory.w_input_bytes)
+    states: list | None = None
+    w_input_bytes: np.ndarray | None = None
 
     @property
     def pp(self) -> int:
