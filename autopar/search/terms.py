@@ -90,7 +90,8 @@ class Terms:
         S, co = self.n_virtual, self.coef
         total = float(co.row_s.sum())
         if self.pp > 1 and S > 1:   # each cut: an activation out and its gradient back, same size
-            total += (S - 1) * (2 * float(co.cut_p2p_s[1:self.n].min()))
+            # (V placement: the turn between stages pp − 1 and pp stays on one rank, no send)
+            total += (S - 1 - self.v_placement) * (2 * float(co.cut_p2p_s[1:self.n].min()))
         if self.zero3_gathers:   # Σ_v max(a_v, b_v) ≥ max(Σ a_v, Σ b_v)
             gf, gb, s_ = float(co.zero_fwd_s.sum()), float(co.zero_bwd_s.sum()), co.slowdown
             total += (max(s_ * gf, gf - float(co.fwd_window_s.sum()))
