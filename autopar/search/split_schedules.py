@@ -84,34 +84,41 @@ class SplitScheduleTime:
 
     def _graph(self, m: int, name: str, exact: bool):
         """The longest path through the op graph of ``m`` micro-batches: an integer variable
-        ``M`` equal to the simulator's makespan at the optimum (``exact``: always)."""
+        ``M`` equal to the simulator's makespan at the optimum (``exact``: always).
+
+        An op only gets a variable where it waits for another rank: a wait on its own rank is
+        implied by the rank's order, and an op that waits for nothing else ends ``d`` after the
+        one before it (an expression, no variable) — W passes always, most of the V's turn."""
         from costmodels.schedule_program import program
         md = self.sm.model
         stages = rank_stages(self.sm.t.config)
+        ops = program(self.schedule, self.pp, self.vpp, m)
         ub = self.ub * m
-        ends, last = [], [None] * self.pp
-        for i, o in enumerate(program(self.schedule, self.pp, self.vpp, m)):
-            v = stages[o.rank][o.chunk]
-            d = {"F": self.F, "B": self.B, "W": self.W}[o.kind][v]
-            before = [ends[w] for w in o.waits] + ([last[o.rank]] if last[o.rank] is not None else [])
-            e = md.NewIntVar(0, ub, f"{name}e{i}")
-            if exact:
+        kinds = {"F": self.F, "B": self.B, "W": self.W}
+        ends, last = [], [0] * self.pp
+        for i, o in enumerate(ops):
+            d = kinds[o.kind][stages[o.rank][o.chunk]]
+            waits = [ends[w] for w in o.waits if ops[w].rank != o.rank]
+            if not waits:
+                e = last[o.rank] + d
+            elif exact:
                 s = md.NewIntVar(0, ub, f"{name}s{i}")
-                md.AddMaxEquality(s, before + [0])
+                md.AddMaxEquality(s, waits + [last[o.rank]])
+                e = md.NewIntVar(0, ub, f"{name}e{i}")
                 md.Add(e == s + d)
             else:
-                md.Add(e >= d)
-                for b in before:
-                    md.Add(e >= b + d)
+                e = md.NewIntVar(0, ub, f"{name}e{i}")
+                md.Add(e >= last[o.rank] + d)
+                for w in waits:
+                    md.Add(e >= w + d)
             ends.append(e)
             last[o.rank] = e
         M = md.NewIntVar(0, ub, f"{name}M")
         if exact:
-            md.AddMaxEquality(M, [x for x in last if x is not None])
+            md.AddMaxEquality(M, last)
         else:
             for x in last:
-                if x is not None:
-                    md.Add(M >= x)
+                md.Add(M >= x)
         return M
 
     def pipeline(self):
