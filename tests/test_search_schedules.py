@@ -41,6 +41,7 @@ def test_fixed_split_objective_and_memory_equal_estimate(schedule):
         costs = Costs(table, prof, batch)
         configs = list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
                                       fix={"schedule": schedule, "runtime": runtime}))
+        assert configs
         for c in rng.sample(configs, min(8, len(configs))):
             stages = _random_split(rng, len(table.rows), c.pp * c.vpp)
             est = estimate(table, prof, c.plan(stages), gpus, batch)

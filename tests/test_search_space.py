@@ -90,9 +90,10 @@ def test_uneven_interleaving_only_where_the_runtime_runs_it():
     assert (2, 3) in uneven and (2, 4) not in uneven      # pp=2 has even ones (126 = 2·3·21)
     pinned = {c.vpp for c in configurations(SHAPE, 64, 96, 8, {"pp": 2, "vpp": 5})}
     assert pinned == {5}                                  # pinned: searched even where uneven
-    cs = list(configurations(SHAPE, 64, 96, 8))
+    cs = list(configurations(SHAPE, 64, 96, 8, zero_bubble=True))
     uneven = {(c.pp, c.vpp) for c in cs if c.vpp > 1 and c.schedule not in V_SCHEDULES}
     assert all(96 % (p * v) == 0 for p, v in uneven)       # every pp here has an even vpp
+    uneven = {(c.pp, c.vpp) for c in cs if c.vpp > 1 and c.schedule == "interleaved-1f1b"}
     # the V schedules have one vpp, 2: listed wherever 2·pp ≤ rows, even or not (96 % 64 ≠ 0)
     assert {c.pp for c in cs if c.schedule == "zb-v"} == {2, 4, 8, 16, 32}
     mega = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8, {"runtime": "megatron"}) if c.vpp > 1}
@@ -159,7 +160,7 @@ def test_zero_bubble_schedules_join_the_space_where_the_runtime_runs_them():
     as interleaved 1F1B, and also micro-batch counts that are not a multiple of pp (torch's
     rounds), which interleaved 1F1B refuses."""
     for runtime in ("autopar", "fsdp"):
-        cs = list(configurations(SHAPE, 64, 96, 8, {"runtime": runtime}))
+        cs = list(configurations(SHAPE, 64, 96, 8, {"runtime": runtime}, zero_bubble=True))
         got = {c.schedule for c in cs}
         assert {"interleaved-zb", "zb-v", "dualpipe-v"} <= got
         assert {c.vpp for c in cs if c.schedule in V_SCHEDULES} == {2}
@@ -167,12 +168,13 @@ def test_zero_bubble_schedules_join_the_space_where_the_runtime_runs_them():
         izb = {(c.pp, c.vpp) for c in cs if c.schedule == "interleaved-zb"}
         assert ilv and ilv <= izb
     for runtime in ("megatron", "deepspeed"):
-        got = {c.schedule for c in configurations(SHAPE, 64, 96, 8, {"runtime": runtime})}
+        got = {c.schedule for c in configurations(SHAPE, 64, 96, 8, {"runtime": runtime}, zero_bubble=True)}
         assert not got & {"interleaved-zb", "zb-v", "dualpipe-v"}
     # pp = 4, 6 micro-batches: interleaved 1F1B refuses (6 % 4), torch's interleaved-zb runs one
     # round of 6, zb-v runs any count, DualPipeV needs 2·pp = 8
     fix = {"pp": 4, "tp": 1, "micro_batch_size": 1}
-    cs = [c for c in configurations(Shape(rows=34, layers=32, heads=8, kv_heads=8), 16, 24, 8, fix)]
+    cs = [c for c in configurations(Shape(rows=34, layers=32, heads=8, kv_heads=8), 16, 24, 8, fix,
+                                    zero_bubble=True)]
     got = {c.schedule for c in cs}
     assert "interleaved-zb" in got and "zb-v" in got and not got & {"interleaved-1f1b", "dualpipe-v"}
 
@@ -181,3 +183,19 @@ def test_pinned_zero_bubble_schedule_is_the_only_one_listed():
     cs = list(configurations(SHAPE, 64, 96, 8, parse_fix("schedule=zbv")))
     assert cs and {c.schedule for c in cs} == {"zb-v"} and {c.vpp for c in cs} == {2}
     assert {c.pp for c in cs} >= {2, 4, 8}
+
+
+def test_zero_bubble_schedules_only_when_asked_or_pinned():
+    """The default space keeps its schedules (the split program is exact but slow at scale);
+    --zero-bubble adds the three, a pinned one is searched without it, and the search says what
+    it left out."""
+    from autopar.search.scope import space_exclusions
+    plain = {c.schedule for c in configurations(SHAPE, 64, 96, 8)}
+    assert plain == {"gpipe", "1f1b", "interleaved-1f1b"}
+    asked = {c.schedule for c in configurations(SHAPE, 64, 96, 8, zero_bubble=True)}
+    assert asked == plain | {"interleaved-zb", "zb-v", "dualpipe-v"}
+    assert {c.schedule for c in configurations(SHAPE, 64, 96, 8, parse_fix("schedule=dualpipe-v"))} == {"dualpipe-v"}
+    said = " ".join(space_exclusions({}))
+    assert "zero-bubble schedules interleaved-zb, zb-v, dualpipe-v (--zero-bubble" in said
+    assert "zero-bubble" not in " ".join(space_exclusions({}, zero_bubble=True))
+    assert "zero-bubble" not in " ".join(space_exclusions({"runtime": "megatron"}))

@@ -10,7 +10,8 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
            fix: dict[str, Any] | str | None = None, top: int = 5, objective: str = "step_time",
            target_step_time_s: float | None = None, target_tokens_per_s: float | None = None,
            allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
-           time_limit_s: float = 600.0, progress: bool = False, table=None, runtime: str | None = None):
+           time_limit_s: float = 600.0, progress: bool = False, table=None, runtime: str | None = None,
+           zero_bubble: bool = False):
     """Top-``top`` plans for ``model`` on ``gpus`` × ``hardware`` at ``global_batch`` sequences.
 
     ``fix``: pinned plan fields (a dict or ``"tp=8,schedule=1f1b"``). ``objective``:
@@ -19,7 +20,9 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     give ``target_step_time_s`` or ``target_tokens_per_s``). ``table``: a LayerTable to use instead
     of tracing ``model``. ``runtime``: the software that will run the plans (a runtime profile,
     ``costmodels.runtime``; default autopar's): the search then proposes only what it can run and
-    scores them as it runs them. Raises ``NoFeasiblePlanError`` with the explanation when nothing
+    scores them as it runs them. ``zero_bubble``: also search interleaved-zb, zb-v and
+    dualpipe-v (slower: ``autopar.search.space._schedules``; a pinned one is searched either
+    way). Raises ``NoFeasiblePlanError`` with the explanation when nothing
     fits.
     """
     from autopar.search.costs import Costs
@@ -51,4 +54,4 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
                       objective=objective, target_step_time_s=target_step_time_s,
                       allow_cross_node_tp=allow_cross_node_tp, max_micro_batch=max_micro_batch,
                       time_limit_s=time_limit_s, progress=Progress(progress),
-                      context={"model": model, "hardware": profile.name})
+                      context={"model": model, "hardware": profile.name}, zero_bubble=zero_bubble)

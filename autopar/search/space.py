@@ -47,6 +47,7 @@ from costmodels.plan import (
     PLAN_FIELDS,
     RECOMPUTE,
     SCHEDULES,
+    SPLIT_BACKWARD_SCHEDULES,
     V_SCHEDULES,
     Plan,
 )
@@ -261,8 +262,9 @@ def gpu_counts(max_gpus: int, gpus_per_node: int) -> list[int]:
 
 def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
                    fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
-                   max_micro_batch: int | None = None) -> Iterator[Config]:
-    """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``."""
+                   max_micro_batch: int | None = None, zero_bubble: bool = False) -> Iterator[Config]:
+    """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``; the
+    zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``)."""
     fix = dict(fix or {})
     fix.pop("stages", None)
     dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
@@ -286,7 +288,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                 if per_replica % mbs:
                     continue
                 m = per_replica // mbs
-                for schedule, vpp in _schedules(shape, pp, m, fix, rt):
+                for schedule, vpp in _schedules(shape, pp, m, fix, rt, zero_bubble):
                     for zero in allowed("zero", [0, 1, 2, 3] if dp > 1 else [0]):
                         for recompute in allowed("recompute", _recomputes(fix)):
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
@@ -313,11 +315,18 @@ def _recomputes(fix: dict[str, Any]) -> list[str]:
     return list(RECOMPUTE)
 
 
-def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
-               rt: RuntimeProfile) -> list[tuple[str, int]]:
+def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any], rt: RuntimeProfile,
+               zero_bubble: bool = False) -> list[tuple[str, int]]:
     """(schedule, vpp) pairs for a pipeline depth (module docstring). The micro-batch rules of
     each schedule are ``costmodels.runnable``'s (``configurations`` asks ``is_runnable``);
-    interleaved 1F1B's multiple of pp is checked here too, before listing its vpps."""
+    interleaved 1F1B's multiple of pp is checked here too, before listing its vpps.
+
+    The zero-bubble schedules (``SPLIT_BACKWARD_SCHEDULES``) are listed only with
+    ``zero_bubble`` (``autopar search --zero-bubble``) or when ``--fix`` pins one: their split
+    program (the simulator's op graph, ``autopar.search.split_schedules``) is exact but costs
+    CP-SAT seconds per configuration at pp ≥ 8, and their split-independent bounds cannot see
+    the bubble they leave, so adding them to every search multiplies its time (gpt3-175b on 1024
+    GPUs: 7.5 s → 200 s, README)."""
     out = []
     if pp == 1:
         out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s not in MULTI_STAGE_SCHEDULES]
@@ -332,6 +341,8 @@ def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
             probe = Config(1, 1, pp, 2, 1, 0, "none", False, "zb-v")
             if not interleaving_rule(rt, probe, shape.layers):
                 out.extend((s, 2) for s in V_SCHEDULES)
+    if not (zero_bubble or fix.get("schedule") in SPLIT_BACKWARD_SCHEDULES):
+        out = [o for o in out if o[0] not in SPLIT_BACKWARD_SCHEDULES]
     if "schedule" in fix:
         out = [o for o in out if o[0] == fix["schedule"]]
     if "vpp" in fix:

@@ -114,6 +114,9 @@ class SplitScheduleTime:
             ends.append(e)
             last[o.rank] = e
         M = md.NewIntVar(0, ub, f"{name}M")
+        # redundant cut (the busiest rank works m·T however its ops interleave): it ties the LP
+        # bound to the integral rank-time cut of SplitModel._rank_time
+        md.Add(M >= 2 * m * self.sm.T)
         if exact:
             md.AddMaxEquality(M, last)
         else:
