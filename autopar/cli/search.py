@@ -156,6 +156,10 @@ def print_table(data: dict) -> None:
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
+    from autopar.search.schedule_gain import gain_text
+    gain = gain_text(plans[0]) if plans else None
+    if gain:
+        c.print(f"#1 {gain}")
     if s.get("optimal_over"):
         c.print(f"optimal over {s['optimal_over']}")
     c.print("step s ± : the 90th percentile of the cost model's error on published runs of the "

@@ -147,8 +147,12 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     optimal = frontier.run(progress) and frontier.proved()
     progress.done()
     results = frontier.results
+    from autopar.search.schedule_gain import schedule_gain
     for i, cand in enumerate(results):
         cand.prediction["rank"] = i + 1
+        gain = schedule_gain(costs, cand.plan)   # what a zero-bubble schedule bought (bubble)
+        if gain is not None:
+            cand.prediction["schedule_gain"] = gain
     ctx = context or {}
     if not results:
         if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autopar.search.schedule_gain import gain_text
 from costmodels.breakdown import bottleneck as find_bottleneck
 from costmodels.breakdown import term_label
 from costmodels.plan import PLAN_FIELDS, Plan
@@ -48,6 +49,7 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
             "memory_total_bytes": mem.get("total"), "hbm_bytes": best.get("hbm_bytes"),
             "memory_dominant": max(mem_terms, key=mem_terms.get) if mem_terms else None,
             "mfu": best.get("mfu"),
+            "schedule_gain": gain_text(best),
         },
         "runners_up": [],
         "objective": data.get("objective", "step_time"),
@@ -67,7 +69,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gap_s": gap, "gap_fraction": gap / step if step > 0 else None,
                  "loses_on": [{"term": k, "extra_s": d} for k, d in losses[:3]],
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
-                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]}}
+                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]},
+                 "schedule_gain": gain_text(p)}
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):
             entry["tflops_per_gpu_gap"] = float(best["tflops_per_gpu"]) - float(p["tflops_per_gpu"])
         if data.get("objective") in ("throughput_per_gpu", "fewest_gpus") and "gpus" in p and "gpus" in best:
@@ -93,6 +96,8 @@ def render_explanation(ex: dict) -> str:
                       key=lambda kv: -kv[1])
         if rest:
             lines.append("  then: " + ", ".join(f"{term_label(k)} {v:.3g} s" for k, v in rest))
+    if b.get("schedule_gain"):
+        lines.append(f"  schedule: {b['schedule_gain']}")
     if b.get("memory_total_bytes") is not None and b.get("hbm_bytes"):
         lines.append(f"  memory: {b['memory_total_bytes'] / GiB:.1f} of {b['hbm_bytes'] / GiB:.1f} GiB on the "
                      f"most loaded GPU, mostly {b['memory_dominant']}")
@@ -112,5 +117,7 @@ def render_explanation(ex: dict) -> str:
             s += f"; loses on {loses}"
         if gains:
             s += f"; gains on {gains}"
+        if r.get("schedule_gain"):
+            s += f"; {r['schedule_gain']}"
         lines.append(s)
     return "\n".join(lines)
