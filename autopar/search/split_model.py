@@ -14,7 +14,8 @@ Decision variables
   micro-batches; ``vpp > 1`` only with the interleaved schedule, ``pp ≥ 2``,
   ``layers % (pp·vpp) = 0`` and ``m % pp = 0``; ``pp·vpp ≤ n``;
 * the split points ``0 = x_0 < x_1 < … < x_S = n``, ``S = pp·vpp``: virtual stage ``v`` runs rows
-  ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp``.
+  ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp`` (V schedules: ranks ``v`` and ``2·pp − 1 − v``,
+  ``costmodels.plan.stages_of_rank``; the V's turn sends nothing).
 
 Coefficients: each is a field of the cost model's ``RowCoefficients``
 (``costmodels.coefficients.row_coefficients``, whose arrays ``estimate.chunk_cost`` reads too)
@@ -58,7 +59,10 @@ Constraints (one method of ``SplitModel`` per family):
    are counted exactly through per-size prefix counts (``split_memory.top2_rows``);
 7. ``_objective``      minimise the step time ``P + D + O`` with the pipeline time ``P``
    (``pipeline.pipeline_time``) ``m·T + (Σ_r T_r − T)`` for vpp = 1 and ``m·Σ_c C_c + (pp − 1)·Ĉ``
-   interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory.
+   interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory. The
+   zero-bubble schedules (interleaved-zb, zb-v, dualpipe-v) take their pipeline time from the
+   simulator's op graph instead (``autopar.search.split_schedules``) and their memory at every
+   moment that may be a rank's peak (``split_memory``).
 
 Every coefficient is rounded per row to an integer (times in units of ``time_unit``: 1 ns for
 steps of seconds, finer for small models; bytes
