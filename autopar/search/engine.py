@@ -150,7 +150,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     from autopar.search.schedule_gain import schedule_gain
     for i, cand in enumerate(results):
         cand.prediction["rank"] = i + 1
-        gain = schedule_gain(costs, cand.plan)   # what a zero-bubble schedule bought (bubble)
+        gain = schedule_gain(costs, cand.config)   # what a zero-bubble schedule bought (bubble)
         if gain is not None:
             cand.prediction["schedule_gain"] = gain
     ctx = context or {}
