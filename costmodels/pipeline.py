@@ -35,6 +35,17 @@ more micro-batches in flight, e.g. columns of 1, 4, 4, 3 blocks) stall at every 
 column, which per-column maxima do not see: up to ~10–20 % below (the report's schedule check
 flags those). Chunks far apart (1 and 48 blocks on one rank) are worse still.
 
+The split-backward schedules (interleaved-zb, zb-v, dualpipe-v) are priced by
+``costmodels.pipeline_split``: the simulator's makespan, extrapolated past three periods (no
+formula in rank totals or column maxima holds 2 % once W fills part of the bubble on uneven
+stages). Its / the full simulation's ratio, "uneven" as pipeline_split's docstring defines it
+(tests/test_costmodels_pipeline_split.py; 300 draws each, pp 2–8, m up to 12·pp):
+
+    schedule           uneven
+    interleaved-zb     1.000 … 1.002
+    zb-v               1.000 … 1.008    (exact up to 3 periods; never below)
+    dualpipe-v         1.000 … 1.007
+
 GPipe and 1F1B take the same time and differ only in memory (memory.in_flight).
 ``bubble = pipeline time − m·T_max`` (the slowest rank's idle time).
 """
