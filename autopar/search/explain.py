@@ -49,12 +49,13 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
             "memory_total_bytes": mem.get("total"), "hbm_bytes": best.get("hbm_bytes"),
             "memory_dominant": max(mem_terms, key=mem_terms.get) if mem_terms else None,
             "mfu": best.get("mfu"),
-            "schedule_gain": gain_text(best),
         },
         "runners_up": [],
         "objective": data.get("objective", "step_time"),
         "optimal": data.get("optimal"),
     }
+    if gain_text(best):   # what a zero-bubble schedule bought (search.schedule_gain)
+        out["best"]["schedule_gain"] = gain_text(best)
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
@@ -69,8 +70,9 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gap_s": gap, "gap_fraction": gap / step if step > 0 else None,
                  "loses_on": [{"term": k, "extra_s": d} for k, d in losses[:3]],
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
-                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]},
-                 "schedule_gain": gain_text(p)}
+                 "differs_in": {k: [bf[k], pf[k]] for k in COMPARED_FIELDS if bf[k] != pf[k]}}
+        if gain_text(p):
+            entry["schedule_gain"] = gain_text(p)
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):
             entry["tflops_per_gpu_gap"] = float(best["tflops_per_gpu"]) - float(p["tflops_per_gpu"])
         if data.get("objective") in ("throughput_per_gpu", "fewest_gpus") and "gpus" in p and "gpus" in best:

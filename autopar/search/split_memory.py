@@ -27,19 +27,25 @@ def add_memory(sm) -> None:
     X = sm._sums("pX", up(t.w_input_bytes)) if t.states is not None else None
     for r in range(sm.pp):
         vs = list(sm.rank_stages[r])
-        if t.states is None:
-            held = [sum(int(t.inflight[v]) * sm.U[v] for v in vs)]
-        else:   # split-backward schedules: each moment that may be the peak (memory.split_in_flight)
-            held = [sum(n * sm.U[v] + w * X[v] for (n, w), v in zip(state, vs)) for state in t.states[r]]
-        base = reserve + sum(sm.Sig[v] for v in vs)
+        # the moments that may be the rank's peak, per stage (micro-batches held, of which
+        # waiting for their W): one for the other schedules, several for the split-backward ones
+        # (memory.split_in_flight picks the largest for a given split)
+        moments = [[(int(t.inflight[v]), 0) for v in vs]] if t.states is None else t.states[r]
+        anyb = top2 = None
         if w:
             hb = [sm._has(sm.K[v], f"hb{v}") for v in vs]
             anyb = md.NewBoolVar(f"anyb{r}")
             md.AddMaxEquality(anyb, hb)
-            base = base + w * anyb
         if t.zero3_buffer:
-            base = base + top2_rows(sm, vs, r)
-        sm.exprs.extend(base + h for h in held)
+            top2 = top2_rows(sm, vs, r)
+        for moment in moments:
+            base = reserve + sum(sm.Sig[v] + n * sm.U[v] + (nw * X[v] if nw else 0)
+                                 for (n, nw), v in zip(moment, vs))
+            if w:
+                base = base + w * anyb
+            if top2 is not None:
+                base = base + top2
+            sm.exprs.append(base)
     if sm.objective == "memory":
         most = max([max(t.inflight)] + [n for st in (t.states or []) for moment in st for n, _ in moment])
         hi = (reserve + sum(up(co.state_bytes)) + most * sum(up(co.act_bytes)) + w
