@@ -151,3 +151,15 @@ def test_top_plans_say_what_the_schedule_bought(tmp_path):
     PlansFile.read(res.plans_file()).write(str(path))
     text = render_explanation(explain_plans(PlansFile.read(str(path)).check_estimates().to_dict(filled=True)))
     assert "schedule: zb-v: bubble" in text and "under interleaved-1f1b (its own best split) would idle" in text
+
+
+def test_dualpipe_v_without_enough_micro_batches_says_what_batch_it_needs():
+    """llama3-405b on 16384 GPUs at batch 2048: tp ≤ 8 (kv heads) leaves dp·pp ≥ 2048, so no plan
+    has the 2·pp micro-batches DualPipeV needs — one line naming the batch that would do."""
+    from synthetic_tables import llama3_405b
+
+    from costmodels.errors import NoFeasiblePlanError
+    costs = Costs(llama3_405b(), load_profile("h100-80g-sxm"), 2048)
+    with pytest.raises(NoFeasiblePlanError) as e:
+        run_search(costs, gpus=16384, global_batch=2048, fix={"schedule": "dualpipe-v"})
+    assert "raise the global batch to 4096" in str(e.value) and "\n" not in str(e.value)

@@ -217,6 +217,14 @@ def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allo
     dps = [gpus // d for d in divisors(gpus)]
     if not any(global_batch % dp == 0 for dp in dps):
         bits.append(f"no data-parallel degree dividing {gpus} GPUs divides the global batch {global_batch}")
+    if fix.get("schedule") == "dualpipe-v" and tps:
+        # torch's ScheduleDualPipeV needs m ≥ 2·pp: B ≥ 2·dp·pp·mbs ≥ 2·gpus/tp
+        need = 2 * gpus // max(tps)
+        if global_batch < need:
+            return (f"schedule 'dualpipe-v' needs at least 2·pp micro-batches per step (torch's "
+                    f"ScheduleDualPipeV), so a global batch of at least 2·dp·pp ≥ 2·{gpus}/tp = {need} "
+                    f"on {gpus} GPUs (tp at most {max(tps)} here); raise the global batch to {need}, "
+                    "use fewer GPUs, or schedule zb-v (any micro-batch count)")
     if fix:
         bits.append(f"the pinned fields {', '.join(f'{k}={v}' for k, v in fix.items())} rule out "
                     "the rest")
