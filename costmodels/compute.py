@@ -70,9 +70,9 @@ buckets them once per step (neglected).
 
 Host (``host_block_s``, the runtime profile's ``[host] seconds_per_block_pass``; GPU profiles
 only, ``host_block_floor``): an eager runtime's host (Python, autograd, hooks, launches) needs
-about a fixed time to issue one block's kernels. The GPU runs them asynchronously, so the host's time hides behind the GPU's while the
-GPU is the slower of the two, and sets the pass when it is not (small micro-batches, small
-models)::
+about a fixed time to issue one block's kernels. The GPU runs them asynchronously, so the
+host's time hides behind the GPU's while the GPU is the slower of the two, and sets the pass
+when it is not (small micro-batches, small models)::
 
     fwd_i = max(fwd_i, h)    bwd_i = max(bwd_i, h)     block rows; full recompute re-runs fwd_i
 

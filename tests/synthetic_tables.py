@@ -123,3 +123,15 @@ def llama3_405b(seq: int = 8192) -> LayerTable:
 def tiny_gpt(layers: int = 4, hidden: int = 64, heads: int = 4, vocab: int = 256, seq: int = 32) -> LayerTable:
     return gpt_table(layers, hidden, heads, vocab, seq, model=f"gpt:layers={layers},hidden={hidden},"
                      f"heads={heads},vocab={vocab},seq={seq}")
+
+
+def no_host_runtime() -> str:
+    """autopar's runtime without its host floor per block pass (``[host]``): the toy tables of
+    the search tests are host-bound on a GPU profile under it (every block floored to the same
+    time), which would test the floor, not the search they are about. Registered once; its name."""
+    import dataclasses
+
+    from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
+    if "autopar-no-host" not in _REGISTERED:
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-no-host", host_block_s=0.0))
+    return "autopar-no-host"

@@ -88,3 +88,35 @@ def test_large_counts_are_capped():
     for pp, vpp in itertools.product((16, 32, 64, 128), (1, 2, 4)):
         n = drawn_micro_batches("interleaved-1f1b" if vpp > 1 else "1f1b", pp, vpp, 10**5)
         assert n >= pp and 2 * pp * vpp * n <= max(4000, 2 * pp * vpp * pp)
+
+
+def test_zero_bubble_plan_timeline_draws_w_passes_and_the_v(tmp_path):
+    """A zb-v plan's estimate (stages_detail with bwd_b_s / bwd_w_s) rendered: the SVG timeline
+    has weight-gradient blocks of both chunks (gid ops-W0 / ops-W1) beside F and B, the Markdown
+    timeline 'W' cells on every rank and each rank's two stages (V placement: r and 2·pp − 1 − r),
+    the caption names the split backward; the same plan under interleaved 1F1B has no W."""
+    import json
+
+    from synthetic_tables import gpt_table
+
+    from autopar.report import make_report
+    from costmodels.estimate import estimate
+    from costmodels.hardware import load_profile
+    from costmodels.plan import Plan
+    table = gpt_table(8, 256, 4, 1000, 128, model="gpt:layers=8,hidden=256,heads=4,vocab=1000,seq=128")
+    prof = load_profile("a100-80g-sxm")
+    files = {}
+    for sched in ("zb-v", "interleaved-1f1b"):
+        e = estimate(table, prof, Plan(pp=4, vpp=2, schedule=sched), 4, 8).to_dict()
+        files[sched] = tmp_path / f"{sched}.json"
+        files[sched].write_text(json.dumps([e]))
+    one = lambda *k: (None, "test")  # noqa: E731
+    html = make_report([str(files["zb-v"])], fmt="html", one_gpu_time=one)
+    assert all(f"ops-{k}{c}" in html for k in "FBW" for c in (0, 1))
+    assert "weight-gradient passes" in html
+    md = make_report([str(files["zb-v"])], fmt="md", one_gpu_time=one)
+    rows = [ln for ln in md.splitlines() if ln.startswith("rank ")]
+    assert len(rows) == 4 and all("W" in ln.split("|")[1] for ln in rows)
+    assert rows[0].startswith("rank   0 (stages 0, 7)") and rows[3].startswith("rank   3 (stages 3, 4)")
+    plain = make_report([str(files["interleaved-1f1b"])], fmt="html", one_gpu_time=one)
+    assert "ops-F0" in plain and "ops-W" not in plain

@@ -69,7 +69,7 @@ def test_fixed_split_objective_and_memory_equal_estimate(table_fn, gpus, batch, 
         est = estimate(table, prof, c.plan(stages), gpus, batch)
         terms = costs.terms(c)
         roomy = dataclasses.replace(terms, hbm=float(2 ** 60))
-        r = SplitModel(roomy, fixed_stages=stages).solve()
+        r = SplitModel(roomy, fixed_stages=stages, exact=True).solve()   # exact: split_schedules
         assert r.status == "optimal" and r.stages == stages
         tol = time_unit(terms.time_lower_bound()) * len(table.rows) * 4 * (terms.m + 2)
         assert abs(r.objective_s - est.step_time_s) <= tol, (c, r.objective_s, est.step_time_s)
@@ -132,7 +132,7 @@ def test_objective_equals_estimate_for_every_runtime(runtime):
             stages = _random_split(rng, len(table.rows), c.pp * c.vpp)
             est = estimate(table, prof, c.plan(stages), gpus, batch)
             terms = costs.terms(c)
-            r = SplitModel(dataclasses.replace(terms, hbm=float(2 ** 60)), fixed_stages=stages).solve()
+            r = SplitModel(dataclasses.replace(terms, hbm=float(2 ** 60)), fixed_stages=stages, exact=True).solve()
             assert r.status == "optimal" and r.stages == stages
             tol = time_unit(terms.time_lower_bound()) * len(table.rows) * 4 * (terms.m + 2)
             assert abs(r.objective_s - est.step_time_s) <= tol, (c, r.objective_s, est.step_time_s)

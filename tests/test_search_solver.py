@@ -145,12 +145,8 @@ def test_objectives_throughput_per_gpu_and_fewest_gpus():
     assert close(best["step_time_s"] * best["gpus"], brute[0][0][0])
     # autopar's host floor per block pass (runtime profile [host]) makes this 64-wide model
     # host-bound on every GPU count: a variant without it keeps more GPUs faster
-    import dataclasses
-
-    from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
-    if "autopar-no-host" not in _REGISTERED:
-        register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-no-host", host_block_s=0.0))
-    fix = {"runtime": "autopar-no-host"}
+    from synthetic_tables import no_host_runtime
+    fix = {"runtime": no_host_runtime()}
     one = run_search(costs, gpus=1, global_batch=8, top=1, fix=fix).plans[0].prediction["step_time_s"]
     res = run_search(costs, gpus=8, global_batch=8, objective="fewest_gpus", target_step_time_s=one * 0.7, top=2,
                      fix=fix)

@@ -28,6 +28,9 @@ def register(sub) -> None:
                         "fsdp, with options after a colon (megatron:overlap_grad_reduce) or a .toml "
                         "runtime profile; the search proposes only what it can run")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
+    p.add_argument("--zero-bubble", action="store_true",
+                   help="also search the zero-bubble schedules interleaved-zb, zb-v and dualpipe-v "
+                        "(minutes rather than seconds at 1000+ GPUs; --fix schedule=zb-v searches one)")
     p.add_argument("--max-micro-batch", type=int_arg(limit="micro_batch"), default=None,
                    help="cap the micro-batch size")
     p.add_argument("--time-limit", type=float_arg(high=7 * 24 * 3600.0), default=600.0,
@@ -82,7 +85,7 @@ def run(args) -> int:
                     target_tokens_per_s=args.target_tokens_per_s,
                     allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
                     time_limit_s=args.time_limit, progress=wants_progress(args), table=table,
-                    runtime=runtime)
+                    runtime=runtime, zero_bubble=args.zero_bubble)
     data = result.plans_file()
     if imported is not None:
         add_comparison(data, imported)
@@ -162,6 +165,10 @@ def print_table(data: dict) -> None:
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
+    from autopar.search.schedule_gain import gain_text
+    gain = gain_text(plans[0]) if plans else None
+    if gain:
+        c.print(f"#1 {gain}")
     if s.get("optimal_over"):
         c.print(f"optimal over {s['optimal_over']}")
     for line in (plans[0].get("cluster") or {}).get("why", []):   # pooled: why this split

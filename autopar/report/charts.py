@@ -21,6 +21,7 @@ from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.pools import POOL_COLORS, short_name, stage_label
 from autopar.report.timeline import Timeline
 from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.plan import V_SCHEDULES
 
 TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756",
                "dp_exposed": "#F58518", "tp_exposed": "#54A24B", "pp_exposed": "#B279A2",
@@ -31,6 +32,8 @@ COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA
 TIER_COLORS = ["#4C78A8", "#E45756", "#54A24B", "#B279A2", "#F58518"]
 FWD = ["#4C78A8", "#9ECAE9", "#2E5A87", "#72B7B2"]
 BWD = ["#F58518", "#FFBF79", "#B5441B", "#E45756"]
+WGT = ["#54A24B", "#A6D96A", "#2F6B2A", "#88D27A"]   # weight-gradient passes (split backward)
+PALETTES = {"F": FWD, "B": BWD, "W": WGT}
 _counter = itertools.count()
 _NUM = re.compile(r"(-?\d+\.\d)\d+")
 
@@ -175,12 +178,18 @@ def pool_memory_chart(r) -> str:
 
 # ---- pipeline timeline --------------------------------------------------------------------------
 def timeline_chart(r: PlanRecord, t: Timeline) -> str:
+    """Ranks as rows, one block per operation: forward (blues), backward (oranges) and, for the
+    zero-bubble schedules that split it, the weight-gradient pass W (greens) in its own colour;
+    one shade per chunk. Under a V schedule each rank's two chunks are stages r and 2·pp − 1 − r,
+    which the row labels say."""
     pp = t.pp
     fig = _figure(9.5, 1.3 + 0.26 * pp if pp > 1 else 1.8)
     ax = fig.add_subplot()
     scale, unit = _time_unit(t.makespan)
     label_blocks = len(t.ops) <= 256
-    for kind, palette in (("F", FWD), ("B", BWD)):
+    kinds = [k for k in PALETTES if any(o.kind == k for o in t.ops)]
+    for kind in kinds:
+        palette = PALETTES[kind]
         for c in range(t.vpp):
             ops = [o for o in t.ops if o.kind == kind and o.chunk == c]
             if not ops:
@@ -196,6 +205,7 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
             # segments to update them is the slowest part of the chart
             patch = PathPatch(Path(verts, codes), facecolor=palette[c % len(palette)],
                               edgecolor="white", linewidth=0.3, transform=ax.transData)
+            patch.set_gid(f"ops-{kind}{c}")   # the SVG names each kind's blocks (tests read it)
             patch.set_clip_path(ax.patch)
             ax.add_artist(patch)
             if label_blocks:
@@ -203,21 +213,29 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
                     ax.text((o.start + o.end) / 2 * scale, pp - 1 - o.rank, str(o.micro_batch),
                             ha="center", va="center", fontsize=5, color="white")
     ax.set_ylim(-0.6, pp - 0.4)
-    ax.set_yticks(range(pp), [stage_label(r, pp - 1 - i) for i in range(pp)], fontsize=6 if pp <= 32 else 4)
+    ax.set_yticks(range(pp), [rank_label(t, pp - 1 - i) if t.schedule in V_SCHEDULES else stage_label(r, pp - 1 - i)
+                              for i in range(pp)], fontsize=6 if pp <= 32 else 4)
     ax.set_xlim(0, t.makespan * scale)
     ax.set_xlabel(f"time ({unit})")
     shown = (f"first {t.micro_batches} of {t.total_micro_batches} micro-batches drawn"
              if t.capped else f"{t.micro_batches} micro-batches")
     ax.set_title(f"#{r.id} {r.label()} · {shown} · idle {100 * t.idle_fraction:.0f}%", fontsize=9, loc="left")
-    if t.vpp > 1:
-        handles = [Patch(color=FWD[0], label="forward (shade: virtual chunk)"),
-                   Patch(color=BWD[0], label="backward (shade: virtual chunk)")]
-    else:
-        handles = [Patch(color=FWD[0], label="forward"), Patch(color=BWD[0], label="backward")]
+    shade = " (shade: virtual chunk)" if t.vpp > 1 else ""
+    names = {"F": "forward", "B": "backward (input gradient)" if "W" in kinds else "backward",
+             "W": "weight gradient"}
+    handles = [Patch(color=PALETTES[k][0], label=names[k] + shade) for k in kinds]
     ax.legend(handles=handles, fontsize=6, ncols=min(8, len(handles)), loc="lower right",
               bbox_to_anchor=(1.0, 1.08), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
+
+
+def rank_label(t: Timeline, rank: int) -> str:
+    """A row of the timeline: the pipeline rank, with its two stages under a V schedule (the
+    model runs down the ranks and back up: rank r holds stages r and 2·pp − 1 − r)."""
+    if t.schedule in V_SCHEDULES:
+        return f"rank {rank} · stages {rank}, {2 * t.pp - 1 - rank}"
+    return f"stage {rank}"
 
 
 # ---- communication --------------------------------------------------------------------------------

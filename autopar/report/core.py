@@ -10,6 +10,7 @@ from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, tim
 from costmodels.checks import quote
 from costmodels.errors import PlanError
 from costmodels.files import check_output_path, write_text_atomic
+from costmodels.plan import V_SCHEDULES
 
 FORMATS = ("html", "md", "csv")
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".csv": "csv"}
@@ -60,9 +61,15 @@ class Report:
         return s
 
     def timeline_caption(self, t: Timeline, r: PlanRecord | None = None) -> str:
-        s = (f"Forward (blues) and backward (oranges; one shade per virtual chunk) of each micro-batch "
-             f"on each pipeline stage under {t.schedule}; the gaps are the pipeline bubble (idle "
-             f"{100 * t.idle_fraction:.1f}% of the drawn span).")
+        split = any(o.kind == "W" for o in t.ops)
+        passes = ("Forward (blues), input-gradient backward (oranges) and weight-gradient passes "
+                  "(greens; the backward split in two, W deferred to fill the bubble)" if split
+                  else "Forward (blues) and backward (oranges)")
+        where = ("on each pipeline rank (rank r runs stages r and 2·pp − 1 − r: the V placement)"
+                 if t.schedule in V_SCHEDULES else "on each pipeline stage")
+        s = (f"{passes} of each micro-batch, one shade per virtual chunk, {where} under "
+             f"{t.schedule}; the gaps are the pipeline bubble (idle {100 * t.idle_fraction:.1f}% of "
+             "the drawn span).")
         if t.capped:
             s += (f" The step has {t.total_micro_batches} micro-batches; only the first "
                   f"{t.micro_batches} are simulated and drawn (warm-up, steady state and drain), so the "

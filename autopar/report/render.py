@@ -10,6 +10,7 @@ from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, sta
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
 from costmodels.error_bands import band_suffix
+from costmodels.plan import V_SCHEDULES
 
 RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
                 "SP", "step time (± check error)", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")
@@ -155,10 +156,12 @@ def to_markdown(report) -> str:
 
 
 def ascii_timeline(t, width: int = 100) -> str:
-    """Stages as text rows: F/B blocks in time, '.' idle (forward upper-case digit of the
-    micro-batch mod 10 would be too busy for large counts, so only the kind is drawn)."""
+    """Ranks as text rows: F / B / W blocks in time (W: the weight-gradient pass of the
+    zero-bubble schedules), '.' idle (the micro-batch number would be too busy for large counts,
+    so only the kind is drawn); under a V schedule each row names the rank's two stages."""
     scale = width / t.makespan if t.makespan > 0 else 1
     lines = []
+    v = t.schedule in V_SCHEDULES
     for rank in range(t.pp):
         row = ["."] * width
         for o in t.ops:
@@ -166,8 +169,9 @@ def ascii_timeline(t, width: int = 100) -> str:
                 continue
             a, b = int(o.start * scale), max(int(o.start * scale) + 1, int(o.end * scale))
             for i in range(a, min(b, width)):
-                row[i] = "F" if o.kind == "F" else "B"
-        lines.append(f"stage {rank:>3} |{''.join(row)}|")
+                row[i] = o.kind if o.kind in ("F", "B", "W") else "B"
+        name = f"rank {rank:>3} (stages {rank}, {2 * t.pp - 1 - rank})" if v else f"stage {rank:>3}"
+        lines.append(f"{name} |{''.join(row)}|")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodels.errors import PlanError
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES
 from costmodels.schedule_sim import Op, Timeline, simulate, stage_order, warmup  # noqa: F401  (re-exported)
 
 MAX_BLOCKS = 4000  # operations drawn at most per timeline (keeps the SVG light)
@@ -23,7 +24,7 @@ def drawn_micro_batches(schedule: str, pp: int, vpp: int, m: int) -> int:
         cap = max(pp, MAX_BLOCKS // (2 * pp * vpp))
     if m <= cap:
         return m
-    if schedule == "interleaved-1f1b":
+    if schedule in ("interleaved-1f1b", "interleaved-zb"):   # whole groups / rounds of pp
         cap = max(pp, cap // pp * pp)
     return cap
 
@@ -52,6 +53,23 @@ def stage_times(stages_detail: list[dict], pp: int, vpp: int) -> tuple[list[list
     return fwd, bwd
 
 
+def weight_times(stages_detail: list[dict], pp: int, vpp: int) -> list[list[float]] | None:
+    """Per-rank, per-chunk weight-gradient seconds (``bwd_w_s``, the W part of ``bwd_s``) of a
+    split-backward schedule's estimate, or None when the input has none (an older file: the
+    timeline then draws each backward whole)."""
+    out = []
+    for s in sorted(stages_detail, key=lambda s: s.get("stage", 0)):
+        v = s.get("bwd_w_s")
+        if v is None:
+            return None
+        if not (isinstance(v, (list, tuple)) and len(v) == vpp and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)):
+            raise PlanError(f"'stages_detail' stage {s.get('stage')}: 'bwd_w_s'={v!r} must be a list of "
+                            f"{vpp} non-negative numbers (one per virtual chunk)")
+        out.append([float(x) for x in v])
+    return out
+
+
 def timeline_for(record) -> Timeline | None:
     """The drawn timeline of one report plan, or None when it carries no ``stages_detail``."""
     p = record.plan
@@ -61,7 +79,12 @@ def timeline_for(record) -> Timeline | None:
     fwd, bwd = stage_times(detail, p.pp, p.vpp)
     m_total = int(record.get("num_micro_batches") or p.num_micro_batches(int(record["global_batch"])))
     m = drawn_micro_batches(p.schedule, p.pp, p.vpp, m_total)
-    return simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd, total_micro_batches=m_total)
+    return simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd, total_micro_batches=m_total,
+                    wgt=_wgt(p, detail))
+
+
+def _wgt(plan, detail):
+    return weight_times(detail, plan.pp, plan.vpp) if plan.schedule in SPLIT_BACKWARD_SCHEDULES else None
 
 
 MAX_CHECK_OPS = 400_000  # full-step simulations larger than this are skipped
@@ -104,9 +127,9 @@ def schedule_check(record) -> ScheduleCheck | None:
     if not detail or p.pp < 2 or "bubble" not in bd:
         return None
     m = int(record.get("num_micro_batches") or p.num_micro_batches(int(record["global_batch"])))
-    if 2 * m * p.pp * p.vpp > MAX_CHECK_OPS:
+    if 3 * m * p.pp * p.vpp > MAX_CHECK_OPS:
         return None
     fwd, bwd = stage_times(detail, p.pp, p.vpp)
-    t = simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd)
+    t = simulate(p.schedule, p.pp, p.vpp, m, fwd, bwd, wgt=_wgt(p, detail))
     busiest = max(m * sum(fwd[r][c] + bwd[r][c] for c in range(p.vpp)) for r in range(p.pp))
     return ScheduleCheck(m, t.makespan, busiest, float(bd["bubble"]), float(record["step_time_s"]))

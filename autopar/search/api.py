@@ -11,7 +11,7 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
            target_step_time_s: float | None = None, target_tokens_per_s: float | None = None,
            allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
            time_limit_s: float = 600.0, progress: bool = False, table=None, runtime: str | None = None,
-           cluster_file=None):
+           cluster_file=None, zero_bubble: bool = False):
     """Top-``top`` plans for ``model`` on ``gpus`` × ``hardware`` at ``global_batch`` sequences.
 
     ``fix``: pinned plan fields (a dict or ``"tp=8,schedule=1f1b"``). ``objective``:
@@ -24,6 +24,8 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     fits. ``hardware`` may name pools (``a100-80g-sxm:256,h100-80g-sxm:128``) or be a
     ``costmodels.cluster.Cluster``, or ``cluster_file`` a cluster.toml: the search then places
     stages on pools (``autopar.search.pools``); ``gpus`` may then be None (the pools' sum).
+    ``zero_bubble``: also search interleaved-zb, zb-v and dualpipe-v (slower:
+    ``autopar.search.space._schedules``; a pinned one is searched either way).
     """
     from autopar.search.costs import Costs
     from autopar.search.engine import Progress, run_search
@@ -64,4 +66,4 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
                       objective=objective, target_step_time_s=target_step_time_s,
                       allow_cross_node_tp=allow_cross_node_tp, max_micro_batch=max_micro_batch,
                       time_limit_s=time_limit_s, progress=Progress(progress),
-                      context={"model": model, "hardware": profile.name})
+                      context={"model": model, "hardware": profile.name}, zero_bubble=zero_bubble)

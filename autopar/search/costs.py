@@ -13,8 +13,10 @@ from autopar.search.terms import Terms
 from costmodels.coefficients import row_coefficients
 from costmodels.compute import host_block_floor, optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
-from costmodels.memory import in_flight
+from costmodels.memory import in_flight, w_input_bytes
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.runtime import load_runtime
+from costmodels.schedule_program import in_flight_states, period
 
 
 class Costs:
@@ -50,6 +52,8 @@ class Costs:
         tmax = max(total / c.pp, mx)
         opt = optimizer_step_s(float(self.arr.params.sum()) / c.tp / c.pp
                                / optimizer_shards(c.dp, c.zero), self.profile)
+        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
+            return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt
 
     # ---- level 1: the split program's data ----------------------------------------------------
@@ -59,12 +63,21 @@ class Costs:
         (chunk j of pipeline rank r) and the GPU's memory limits."""
         m = self.m(c)
         inflight = [0] * (c.pp * c.vpp)
+        states = w_bytes = None
+        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:
+            # every moment that may be the peak (memory.split_in_flight picks the largest for a
+            # given split); φ_v from the one holding most micro-batches (the memory bound's)
+            states = list(in_flight_states(c.schedule, c.pp, c.vpp, min(m, 3 * period(c.schedule, c.pp, m))))
+            w_bytes = w_input_bytes(self.arr, c.tp, c.micro_batch_size)
         for r in range(c.pp):
-            for j, count in enumerate(in_flight(c.schedule, c.pp, c.vpp, m, r)):
-                inflight[j * c.pp + r] = count
+            stages = stages_of_rank(c.schedule, c.pp, c.vpp, r)
+            counts = (in_flight(c.schedule, c.pp, c.vpp, m, r) if states is None
+                      else [n for n, _ in max(states[r], key=lambda st: sum(n for n, _ in st))])
+            for j, count in enumerate(counts):
+                inflight[stages[j]] = count
         return Terms(config=c, coef=row_coefficients(self.table, self.profile, c), m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes,
-                     hbm=self.profile.hbm_bytes)
+                     hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)
 
     # ---- the evaluator -----------------------------------------------------------------------
     def evaluate(self, plan) -> dict:

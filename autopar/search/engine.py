@@ -124,10 +124,11 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                allow_cross_node_tp: bool = False, max_micro_batch: int | None = None,
                time_limit_s: float = 600.0, solve_limit_s: float = 2.0,
                progress: Progress | None = None,
-               context: dict | None = None) -> SearchResult:
+               context: dict | None = None, zero_bubble: bool = False) -> SearchResult:
     """Search over ``costs`` (a ``autopar.search.costs.Costs``: table + profile + batch): fill a
     ``Frontier`` with every configuration, run it to ``top`` plans or ``time_limit_s``, and
-    explain why when no plan comes out."""
+    explain why when no plan comes out. ``zero_bubble``: also search the zero-bubble schedules
+    (``autopar.search.space._schedules``; a pinned one is searched either way)."""
     t0 = time.perf_counter()
     _check_request(objective, target_step_time_s, top)
     fix = dict(fix or {})
@@ -138,7 +139,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     shape = Shape.of(costs.table)
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
-                          max_micro_batch)
+                          max_micro_batch, zero_bubble)
     if frontier.stats.configurations == 0:
         raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
                                                             allow_cross_node_tp, objective))
@@ -146,8 +147,12 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     optimal = frontier.run(progress) and frontier.proved()
     progress.done()
     results = frontier.results
+    from autopar.search.schedule_gain import schedule_gain
     for i, cand in enumerate(results):
         cand.prediction["rank"] = i + 1
+        gain = schedule_gain(costs, cand.config)   # what a zero-bubble schedule bought (bubble)
+        if gain is not None:
+            cand.prediction["schedule_gain"] = gain
     ctx = context or {}
     if not results:
         if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer
@@ -169,7 +174,8 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                         search_time_s=time.perf_counter() - t0, stats=frontier.stats,
                         runtime=load_runtime(fix.get("runtime")).name,
                         excluded=space_exclusions(fix, allow_cross_node_tp=allow_cross_node_tp,
-                                                  max_micro_batch=max_micro_batch, objective=objective))
+                                                  max_micro_batch=max_micro_batch, objective=objective,
+                                                  zero_bubble=zero_bubble))
 
 
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
@@ -183,14 +189,14 @@ def _check_request(objective: str, target_step_time_s: float | None, top: int) -
 
 
 def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch: int, fix: dict,
-                          allow_cross_node_tp: bool, max_micro_batch: int | None) -> None:
+                          allow_cross_node_tp: bool, max_micro_batch: int | None, zero_bubble: bool = False) -> None:
     """Level 0 of every configuration for the GPU counts; with pinned stages only those with as
     many virtual stages, the stages checked once (the same one-line PlanError as 'autopar
     estimate')."""
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
-                                allow_cross_node_tp, max_micro_batch):
+                                allow_cross_node_tp, max_micro_batch, zero_bubble):
             frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:
@@ -211,6 +217,14 @@ def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allo
     dps = [gpus // d for d in divisors(gpus)]
     if not any(global_batch % dp == 0 for dp in dps):
         bits.append(f"no data-parallel degree dividing {gpus} GPUs divides the global batch {global_batch}")
+    if fix.get("schedule") == "dualpipe-v" and tps:
+        # torch's ScheduleDualPipeV needs m ≥ 2·pp: B ≥ 2·dp·pp·mbs ≥ 2·gpus/tp
+        need = 2 * gpus // max(tps)
+        if global_batch < need:
+            return (f"schedule 'dualpipe-v' needs at least 2·pp micro-batches per step (torch's "
+                    f"ScheduleDualPipeV), so a global batch of at least 2·dp·pp ≥ 2·{gpus}/tp = {need} "
+                    f"on {gpus} GPUs (tp at most {max(tps)} here); raise the global batch to {need}, "
+                    "use fewer GPUs, or schedule zb-v (any micro-batch count)")
     if fix:
         bits.append(f"the pinned fields {', '.join(f'{k}={v}' for k, v in fix.items())} rule out "
                     "the rest")
@@ -232,7 +246,7 @@ def all_splits(n_rows: int, n_stages: int) -> Iterable[tuple[tuple[int, int], ..
 
 def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = None,
                     objective: str = "step_time", allow_cross_node_tp: bool = False,
-                    max_micro_batch: int | None = None) -> list[tuple[tuple, Any, dict]]:
+                    max_micro_batch: int | None = None, zero_bubble: bool = False) -> list[tuple[tuple, Any, dict]]:
     """Exhaustive enumeration through the evaluator: every configuration × every split, scored by
     ``costs.evaluate`` (the cost model). Returns ``[(key, plan, prediction)]`` of the plans that
     fit, best first — the best split per configuration. For small spaces (tests)."""
@@ -242,7 +256,7 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
     out = []
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
-                                allow_cross_node_tp, max_micro_batch):
+                                allow_cross_node_tp, max_micro_batch, zero_bubble):
             best = None
             splits = [fix["stages"]] if fix.get("stages") else all_splits(shape.rows, c.pp * c.vpp)
             for st in splits:

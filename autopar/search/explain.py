@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autopar.search.schedule_gain import gain_text
 from costmodels.breakdown import bottleneck as find_bottleneck
 from costmodels.breakdown import term_label
 from costmodels.plan import PLAN_FIELDS, Plan
@@ -56,6 +57,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
     why = (best.get("cluster") or {}).get("why")
     if why:   # a pooled plan (heterogeneous cluster): why each pool got its share of the split
         out["best"]["pools_why"] = list(why)
+    if gain_text(best):   # what a zero-bubble schedule bought (search.schedule_gain)
+        out["best"]["schedule_gain"] = gain_text(best)
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
@@ -72,6 +75,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
                  "differs_in": {k: [bf.get(k), pf.get(k)] for k in COMPARED_FIELDS
                                 if bf.get(k) != pf.get(k)}}
+        if gain_text(p):
+            entry["schedule_gain"] = gain_text(p)
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):
             entry["tflops_per_gpu_gap"] = float(best["tflops_per_gpu"]) - float(p["tflops_per_gpu"])
         if data.get("objective") in ("throughput_per_gpu", "fewest_gpus") and "gpus" in p and "gpus" in best:
@@ -97,6 +102,8 @@ def render_explanation(ex: dict) -> str:
                       key=lambda kv: -kv[1])
         if rest:
             lines.append("  then: " + ", ".join(f"{term_label(k)} {v:.3g} s" for k, v in rest))
+    if b.get("schedule_gain"):
+        lines.append(f"  schedule: {b['schedule_gain']}")
     if b.get("memory_total_bytes") is not None and b.get("hbm_bytes"):
         lines.append(f"  memory: {b['memory_total_bytes'] / GiB:.1f} of {b['hbm_bytes'] / GiB:.1f} GiB on the "
                      f"most loaded GPU, mostly {b['memory_dominant']}")
@@ -118,5 +125,7 @@ def render_explanation(ex: dict) -> str:
             s += f"; loses on {loses}"
         if gains:
             s += f"; gains on {gains}"
+        if r.get("schedule_gain"):
+            s += f"; {r['schedule_gain']}"
         lines.append(s)
     return "\n".join(lines)

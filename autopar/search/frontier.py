@@ -35,6 +35,7 @@ class SearchStats:
     solved: int = 0                 # CP-SAT runs
     infeasible: int = 0             # CP-SAT proved no split fits
     not_proved: int = 0             # CP-SAT stopped before proving
+    exact_resolves: int = 0         # split-backward schedules solved again with the exact program
     solver_s: float = 0.0
     evaluator_s: float = 0.0
 
@@ -98,6 +99,7 @@ class Frontier:
         self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
+        self._evaluated: dict = {}     # plan -> the evaluator's prediction
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -184,10 +186,8 @@ class Frontier:
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
-        res = SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
-                         fixed_stages=self.fixed_stages, upper_bound_s=ub).solve()
-        self.stats.solved += 1
-        self.stats.solver_s += res.wall_s
+        res = self._solve(c, SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
+                                        fixed_stages=self.fixed_stages, upper_bound_s=ub))
         if res.status == "infeasible":
             if ub is not None:        # no split fits *and* beats the k-th plan: out
                 self.stats.pruned_bound += 1
@@ -208,12 +208,40 @@ class Frontier:
                 return
         self._score(c, res)
 
+    def _solve(self, c: Config, model):
+        """Solve ``model``; where its objective was only a lower bound on the estimate (the fast
+        program of a split-backward schedule, ``autopar.search.split_schedules``) and the estimate
+        of its split is above it, solve again with the exact program: the split is then optimal
+        under the estimate itself."""
+        from autopar.search.split_model import SplitModel
+        res = model.solve()
+        self.stats.solved += 1
+        self.stats.solver_s += res.wall_s
+        if res.bound_only and res.status == "optimal":
+            pred = self._evaluate(c.plan(res.stages))
+            if pred["step_time_s"] > res.objective_s + res.slack_s:
+                left = self.deadline - time.perf_counter()
+                res = SplitModel(model.t, time_limit_s=max(0.05, min(RETRY_FACTOR * model.time_limit_s, left)),
+                                 fixed_stages=model.fixed_stages, upper_bound_s=model.upper_bound_s,
+                                 exact=True).solve()
+                self.stats.solved += 1
+                self.stats.exact_resolves += 1
+                self.stats.solver_s += res.wall_s
+        return res
+
+    def _evaluate(self, plan) -> dict:
+        """The evaluator (``costmodels.estimate``), once per plan."""
+        pred = self._evaluated.get(plan)
+        if pred is None:
+            te = time.perf_counter()
+            pred = self._evaluated[plan] = self.costs.evaluate(plan)
+            self.stats.evaluator_s += time.perf_counter() - te
+        return pred
+
     def _score(self, c: Config, res) -> None:
         """The evaluator scores CP-SAT's split; the plan goes back on the heap at its exact key."""
-        te = time.perf_counter()
         plan = c.plan(res.stages)
-        pred = self.costs.evaluate(plan)
-        self.stats.evaluator_s += time.perf_counter() - te
+        pred = self._evaluate(plan)
         if not pred.get("fits", True):
             # the integer model and the evaluator disagree on memory by rounding only; treat as
             # infeasible rather than return a plan that does not fit

@@ -11,12 +11,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from costmodels.plan import SCHEDULES, SPLIT_BACKWARD_SCHEDULES
 from costmodels.runtime import load_runtime
 from costmodels.runtime_rules import zero_rule
 
 
 def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = False,
-                     max_micro_batch: int | None = None, objective: str = "step_time") -> list[str]:
+                     max_micro_batch: int | None = None, objective: str = "step_time",
+                     zero_bubble: bool = False) -> list[str]:
     """One line per family of plans the search did not consider."""
     fix = dict(fix or {})
     rt = load_runtime(fix.get("runtime"))
@@ -44,7 +46,11 @@ def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = 
     piped = [z for z in rt.zero_stages if z and zero_rule(rt, SimpleNamespace(zero=z, pp=2))]
     if piped:
         out.append(f"ZeRO-{'/'.join(map(str, piped))} with a pipeline (runtime '{rt.name}')")
-    missing = [s for s in ("gpipe", "1f1b", "interleaved-1f1b") if s not in rt.schedules]
+    missing = [s for s in SCHEDULES if s not in rt.schedules]
+    unasked = [s for s in SPLIT_BACKWARD_SCHEDULES if s in rt.schedules]
+    if unasked and not zero_bubble and "schedule" not in fix:
+        out.append(f"the zero-bubble schedules {', '.join(unasked)} (--zero-bubble, or pin one with "
+                   "--fix schedule=…)")
     if missing:
         out.append(f"schedules {', '.join(missing)} (runtime '{rt.name}' has none)")
     if not rt.uneven_interleaving:
@@ -55,6 +61,6 @@ def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = 
                    "size (pin vpp with --fix to search one)")
     if not rt.sequence_parallel:
         out.append(f"sequence parallelism (runtime '{rt.name}')")
-    out.append("interleaving whose micro-batch count is not a multiple of pp")
+    out.append("interleaved 1F1B whose micro-batch count is not a multiple of pp")
     return out
 

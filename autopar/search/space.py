@@ -8,9 +8,12 @@ every configuration that can exist for a model, a cluster and a global batch:
 * ``tp`` divides ``heads`` and ``kv_heads`` (each rank owns whole heads) and stays inside a node
   (``tp ≤ gpus_per_node`` and divides it) unless ``allow_cross_node_tp``;
 * ``dp · micro_batch_size`` divides the global batch (whole micro-batches on every replica);
-* ``pp · vpp ≤ rows`` (every virtual stage runs at least one layer-table row); interleaving
-  (``vpp > 1``, schedule ``interleaved-1f1b``) also needs ``pp ≥ 2`` and ``num_micro_batches %
-  pp == 0`` (the interleaved schedule runs micro-batches in groups of ``pp``); the split points
+* ``pp · vpp ≤ rows`` (every virtual stage runs at least one layer-table row); several stages
+  per rank (``vpp > 1``) need ``pp ≥ 2`` and a multi-stage schedule: the looped ones,
+  ``interleaved-1f1b`` (also ``num_micro_batches % pp == 0``: Megatron's groups of ``pp``) and
+  ``interleaved-zb`` (torch's ``ScheduleInterleavedZeroBubble``: rounds of ``m // pp`` dividing
+  ``m``), both over the same vpps, or the V ones, ``zb-v`` and ``dualpipe-v`` (exactly vpp = 2,
+  rank r holding stages r and 2·pp − 1 − r; DualPipeV also ``m ≥ 2·pp``); the split points
   may give the chunks uneven block counts wherever the runtime cuts uneven virtual stages
   (``uneven_interleaving``; else ``layers % (pp·vpp) == 0``, Megatron's old rule). A pipeline
   depth whose blocks divide some ``pp·vpp`` is searched with those even vpp only (uneven ones add
@@ -37,7 +40,17 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from costmodels.errors import AutoparError, PlanError
-from costmodels.plan import ATTENTION, MULTI_STAGE_SCHEDULES, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, Plan
+from costmodels.plan import (
+    ATTENTION,
+    MULTI_STAGE_SCHEDULES,
+    PLACEMENTS,
+    PLAN_FIELDS,
+    RECOMPUTE,
+    SCHEDULES,
+    SPLIT_BACKWARD_SCHEDULES,
+    V_SCHEDULES,
+    Plan,
+)
 from costmodels.runnable import ModelDims, is_runnable
 from costmodels.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
 from costmodels.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
@@ -46,8 +59,14 @@ ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-
            "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
            "sequence-parallel": "sequence_parallel", "zero_stage": "zero", "virtual_stages": "vpp",
            "interleave": "vpp"}
+# other spellings of the schedules, keyed by the name lower-cased without "-", "_" or spaces
+# (torch's class names included: ScheduleZBVZeroBubble -> "zbvzerobubble" → zb-v)
 SCHEDULE_ALIASES = {"interleaved": "interleaved-1f1b", "interleaved1f1b": "interleaved-1f1b",
-                    "1F1B": "1f1b", "GPipe": "gpipe"}
+                    "1f1b": "1f1b", "gpipe": "gpipe",
+                    "zb": "interleaved-zb", "interleavedzb": "interleaved-zb",
+                    "interleavedzerobubble": "interleaved-zb", "zerobubble": "interleaved-zb",
+                    "zbv": "zb-v", "zbvzerobubble": "zb-v", "zerobubblev": "zb-v",
+                    "dualpipev": "dualpipe-v"}
 # the pools of a heterogeneous cluster are the search's to place (--hardware / --cluster), not pinned
 FIX_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("pools", "stage_pools"))
 TRUE = {"1", "true", "yes", "on", "y", "t"}
@@ -147,10 +166,7 @@ def _fix_value(name: str, raw: str) -> Any:
             raise bad(" / ".join(RECOMPUTE))
         return raw
     if name == "schedule":
-        raw2 = SCHEDULE_ALIASES.get(raw, raw)
-        if raw2 not in SCHEDULES:
-            raise bad(" / ".join(SCHEDULES))
-        return raw2
+        return schedule_name(raw, bad)
     if name == "attention":
         if raw not in ATTENTION:
             raise bad(" / ".join(ATTENTION))
@@ -177,6 +193,21 @@ def _fix_value(name: str, raw: str) -> Any:
             raise bad("';'-separated half-open row ranges, e.g. stages=0:49;49:98") from None
         return tuple(ranges)
     raise bad("a plan value")  # pragma: no cover
+
+
+def schedule_name(raw: str, bad) -> str:
+    """The plan's schedule name for ``raw`` (a plan name or an alias, any case; torch's class
+    names too), else ``bad(allowed)`` raised."""
+    if raw in SCHEDULES:
+        return raw
+    key = "".join(ch for ch in raw.lower() if ch not in "-_ ")
+    if key.startswith("schedule"):
+        key = key[len("schedule"):]
+    if key in SCHEDULE_ALIASES:
+        return SCHEDULE_ALIASES[key]
+    hint = (" (DualPipe's two-way pipeline is not planned; its V form is dualpipe-v)"
+            if key == "dualpipe" else "")
+    raise bad(" / ".join(SCHEDULES) + hint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,8 +264,9 @@ def gpu_counts(max_gpus: int, gpus_per_node: int) -> list[int]:
 
 def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
                    fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
-                   max_micro_batch: int | None = None) -> Iterator[Config]:
-    """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``."""
+                   max_micro_batch: int | None = None, zero_bubble: bool = False) -> Iterator[Config]:
+    """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``; the
+    zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``)."""
     fix = dict(fix or {})
     fix.pop("stages", None)
     dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
@@ -258,7 +290,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                 if per_replica % mbs:
                     continue
                 m = per_replica // mbs
-                for schedule, vpp in _schedules(shape, pp, m, fix, rt):
+                for schedule, vpp in _schedules(shape, pp, m, fix, rt, zero_bubble):
                     for zero in allowed("zero", [0, 1, 2, 3] if dp > 1 else [0]):
                         for recompute in allowed("recompute", _recomputes(fix)):
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
@@ -285,30 +317,63 @@ def _recomputes(fix: dict[str, Any]) -> list[str]:
     return list(RECOMPUTE)
 
 
-def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any],
-               rt: RuntimeProfile) -> list[tuple[str, int]]:
+def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any], rt: RuntimeProfile,
+               zero_bubble: bool = False) -> list[tuple[str, int]]:
+    """(schedule, vpp) pairs for a pipeline depth (module docstring). The micro-batch rules of
+    each schedule are ``costmodels.runnable``'s (``configurations`` asks ``is_runnable``);
+    interleaved 1F1B's multiple of pp is checked here too, before listing its vpps.
+
+    The zero-bubble schedules (``SPLIT_BACKWARD_SCHEDULES``) are listed only with
+    ``zero_bubble`` (``autopar search --zero-bubble``) or when ``--fix`` pins one: their split
+    program (the simulator's op graph, ``autopar.search.split_schedules``) is exact but costs
+    CP-SAT seconds per configuration at pp ≥ 8, and their split-independent bounds cannot see
+    the bubble they leave, so adding them to every search multiplies its time (gpt3-175b on 1024
+    GPUs: 7.5 s → 200 s, README)."""
     out = []
     if pp == 1:
         out = [(s, 1) for s in (SCHEDULES if "schedule" in fix else ("1f1b",)) if s not in MULTI_STAGE_SCHEDULES]
     else:
         out = [("gpipe", 1), ("1f1b", 1)]
-        if m % pp == 0:
-            vpps = range(2, shape.rows // pp + 1)
-            even = [v for v in vpps if shape.layers % (pp * v) == 0]
-            if "vpp" not in fix:   # module docstring: even ones where this pp has any, else the
-                # smallest uneven vpp per largest chunk ⌈layers / (pp·vpp)⌉ (more chunks of the
-                # same largest size add sends, not speed; they only hold fewer activations)
-                seen: set[int] = set()
-                vpps = even or [v for v in vpps if not (-(-shape.layers // (pp * v)) in seen
-                                                        or seen.add(-(-shape.layers // (pp * v))))]
-            for vpp in vpps:
-                probe = Config(1, 1, pp, vpp, 1, 0, "none", False, "interleaved-1f1b")
-                if not interleaving_rule(rt, probe, shape.layers):
-                    out.append(("interleaved-1f1b", vpp))
+        looped = [s for s in LOOPED_SCHEDULES if not (s == "interleaved-1f1b" and m % pp)]
+        for vpp in (_looped_vpps(shape, pp, fix) if looped else ()):
+            probe = Config(1, 1, pp, vpp, 1, 0, "none", False, "interleaved-1f1b")
+            if not interleaving_rule(rt, probe, shape.layers):
+                out.extend((s, vpp) for s in looped)
+        if 2 * pp <= shape.rows:   # V schedules: exactly two stages per rank (costmodels.plan)
+            probe = Config(1, 1, pp, 2, 1, 0, "none", False, "zb-v")
+            if not interleaving_rule(rt, probe, shape.layers):
+                out.extend((s, 2) for s in V_SCHEDULES)
+    if not (zero_bubble or fix.get("schedule") in SPLIT_BACKWARD_SCHEDULES):
+        out = [o for o in out if o[0] not in SPLIT_BACKWARD_SCHEDULES]
     if "schedule" in fix:
         out = [o for o in out if o[0] == fix["schedule"]]
     if "vpp" in fix:
         out = [o for o in out if o[1] == fix["vpp"]]
+    return out
+
+
+# the looped multi-stage schedules (virtual stage v on rank v mod pp), any vpp ≥ 2
+LOOPED_SCHEDULES = tuple(s for s in MULTI_STAGE_SCHEDULES if s not in V_SCHEDULES)
+
+
+def _looped_vpps(shape: Shape, pp: int, fix: dict[str, Any]) -> list[int]:
+    """The vpps a looped schedule is searched with (module docstring): even ones where this pp
+    has any, else the smallest uneven vpp per largest chunk ⌈layers / (pp·vpp)⌉ (more chunks of
+    the same largest size add sends, not speed; they only hold fewer activations); any when
+    vpp is pinned."""
+    vpps = list(range(2, shape.rows // pp + 1))
+    if "vpp" in fix:
+        return vpps
+    even = [v for v in vpps if shape.layers % (pp * v) == 0]
+    if even:
+        return even
+    seen: set[int] = set()
+    out = []
+    for v in vpps:
+        largest = -(-shape.layers // (pp * v))
+        if largest not in seen:
+            seen.add(largest)
+            out.append(v)
     return out
 
 
@@ -326,7 +391,29 @@ def check_fix_against(fix: dict[str, Any], gpus: int | None) -> None:
             raise PlanError(f"--fix dp·tp·pp = {prod} does not divide --gpus {gpus}")
         if all(k in fix for k in ("dp", "tp", "pp")) and prod != gpus:
             raise PlanError(f"--fix dp·tp·pp = {prod} but --gpus is {gpus}; they must be equal")
-    if fix.get("vpp", 1) > 1 and fix.get("schedule", "interleaved-1f1b") != "interleaved-1f1b":
-        raise PlanError(f"--fix vpp={fix['vpp']} needs schedule=interleaved-1f1b")
-    if fix.get("schedule") == "interleaved-1f1b" and fix.get("vpp") == 1:
-        raise PlanError("--fix schedule=interleaved-1f1b needs vpp >= 2")
+    _check_fix_schedule(fix)
+
+
+def _check_fix_schedule(fix: dict[str, Any]) -> None:
+    """A pinned schedule against the pinned vpp, pp and runtime (``costmodels.plan``'s rules:
+    several stages per rank need a multi-stage schedule and pp ≥ 2, the V schedules exactly two)."""
+    sched, vpp = fix.get("schedule"), fix.get("vpp")
+    if vpp is not None and vpp > 1 and sched is not None and sched not in MULTI_STAGE_SCHEDULES:
+        raise PlanError(f"--fix vpp={vpp} needs a schedule with several stages per rank "
+                        f"({', '.join(MULTI_STAGE_SCHEDULES)}), not schedule={sched}")
+    if sched is None:
+        return
+    if sched in MULTI_STAGE_SCHEDULES and vpp == 1:
+        raise PlanError(f"--fix schedule={sched} runs several stages per rank: it needs vpp >= 2 "
+                        "(drop vpp=1 from --fix)")
+    if sched in V_SCHEDULES and vpp is not None and vpp != 2:
+        raise PlanError(f"--fix schedule={sched} places exactly two stages per rank in a V: pin vpp=2 "
+                        "or leave vpp out")
+    if sched in MULTI_STAGE_SCHEDULES and fix.get("pp") == 1:
+        raise PlanError(f"--fix schedule={sched} needs a pipeline (pp >= 2), but pp=1 is pinned")
+    rt = load_runtime(fix.get("runtime"))
+    if sched not in rt.schedules and fix.get("pp", 2) > 1:
+        can = [n for n in ("autopar", "megatron", "deepspeed", "fsdp") if sched in load_runtime(n).schedules]
+        raise PlanError(f"--fix schedule={sched}: runtime '{rt.name}' has no such schedule (its "
+                        f"schedules: {', '.join(rt.schedules)}); pick another schedule"
+                        + (f" or --runtime {' / '.join(can)}" if can else ""))

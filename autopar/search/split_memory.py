@@ -23,20 +23,33 @@ def add_memory(sm) -> None:
     # full recompute: one block's activations are rebuilt at a time (the largest one)
     w = (int(math.ceil(float(co.act_none_bytes[co.is_block].max())))
          if (t.full_recompute and co.is_block.any()) else 0)
-    sm.exprs = []   # every rank's memory must be ≤ HBM (one expression per ZeRO-3 pair)
+    sm.exprs = []   # every rank's memory must be ≤ HBM (one expression per rank and peak moment)
+    X = sm._sums("pX", up(t.w_input_bytes)) if t.states is not None else None
     for r in range(sm.pp):
-        vs = list(range(r, sm.S, sm.pp))
-        base = reserve + sum(sm.Sig[v] + int(t.inflight[v]) * sm.U[v] for v in vs)
+        vs = list(sm.rank_stages[r])
+        # the moments that may be the rank's peak, per stage (micro-batches held, of which
+        # waiting for their W): one for the other schedules, several for the split-backward ones
+        # (memory.split_in_flight picks the largest for a given split)
+        moments = [[(int(t.inflight[v]), 0) for v in vs]] if t.states is None else t.states[r]
+        anyb = top2 = None
         if w:
             hb = [sm._has(sm.K[v], f"hb{v}") for v in vs]
             anyb = md.NewBoolVar(f"anyb{r}")
             md.AddMaxEquality(anyb, hb)
-            base = base + w * anyb
         if t.zero3_buffer:
-            base = base + top2_rows(sm, vs, r)
-        sm.exprs.append(base)
+            top2 = top2_rows(sm, vs, r)
+        for moment in moments:
+            base = reserve + sum(sm.Sig[v] + n * sm.U[v] + (nw * X[v] if nw else 0)
+                                 for (n, nw), v in zip(moment, vs))
+            if w:
+                base = base + w * anyb
+            if top2 is not None:
+                base = base + top2
+            sm.exprs.append(base)
     if sm.objective == "memory":
-        hi = (reserve + sum(up(co.state_bytes)) + max(t.inflight) * sum(up(co.act_bytes)) + w
+        most = max([max(t.inflight)] + [n for st in (t.states or []) for moment in st for n, _ in moment])
+        hi = (reserve + sum(up(co.state_bytes)) + most * sum(up(co.act_bytes)) + w
+              + (most * sum(up(t.w_input_bytes)) if t.states is not None else 0)
               + 2 * int(math.ceil(float(co.weight_bytes.max()) + 1)))
         sm.M = md.NewIntVar(0, hi, "M")
         for e in sm.exprs:

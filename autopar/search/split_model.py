@@ -14,7 +14,8 @@ Decision variables
   micro-batches; ``vpp > 1`` only with the interleaved schedule, ``pp ≥ 2``,
   ``layers % (pp·vpp) = 0`` and ``m % pp = 0``; ``pp·vpp ≤ n``;
 * the split points ``0 = x_0 < x_1 < … < x_S = n``, ``S = pp·vpp``: virtual stage ``v`` runs rows
-  ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp``.
+  ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp`` (V schedules: ranks ``v`` and ``2·pp − 1 − v``,
+  ``costmodels.plan.stages_of_rank``; the V's turn sends nothing).
 
 Coefficients: each is a field of the cost model's ``RowCoefficients``
 (``costmodels.coefficients.row_coefficients``, whose arrays ``estimate.chunk_cost`` reads too)
@@ -58,7 +59,10 @@ Constraints (one method of ``SplitModel`` per family):
    are counted exactly through per-size prefix counts (``split_memory.top2_rows``);
 7. ``_objective``      minimise the step time ``P + D + O`` with the pipeline time ``P``
    (``pipeline.pipeline_time``) ``m·T + (Σ_r T_r − T)`` for vpp = 1 and ``m·Σ_c C_c + (pp − 1)·Ĉ``
-   interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory.
+   interleaved, or, for the explanation of infeasibility, the most loaded GPU's memory. The
+   zero-bubble schedules (interleaved-zb, zb-v, dualpipe-v) take their pipeline time from the
+   simulator's op graph instead (``autopar.search.split_schedules``) and their memory at every
+   moment that may be a rank's peak (``split_memory``).
 
 Every coefficient is rounded per row to an integer (times in units of ``time_unit``: 1 ns for
 steps of seconds, finer for small models; bytes
@@ -78,7 +82,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.search.split_memory import add_memory, up
+from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
+from costmodels.plan import V_SCHEDULES
 
 
 @dataclass
@@ -88,13 +94,18 @@ class SplitResult:
     objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
     wall_s: float
     bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
+    # the objective was a lower bound on the estimate, exact only where it equals it (the fast
+    # program of autopar.search.split_schedules); slack_s: the rounding it may differ by
+    bound_only: bool = False
+    slack_s: float = 0.0
 
 
 class SplitModel:
     """CP-SAT over the split points of one configuration (the module docstring's program)."""
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
-                 workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None):
+                 workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
+                 exact: bool = False):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
@@ -107,6 +118,12 @@ class SplitModel:
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
+        # virtual stages of each rank (V placement for zb-v / dualpipe-v: costmodels.plan)
+        self.rank_stages = rank_stages(terms.config)
+        # the split-backward schedules' pipeline time (autopar.search.split_schedules); the
+        # objective then counts in 1/scale units
+        self.sched = SplitScheduleTime(self, exact) if is_split(terms.config) else None
+        self.scale = self.sched.scale if self.sched else 1
 
     def _ns(self, x) -> list[int]:
         u = self.unit
@@ -196,11 +213,12 @@ class SplitModel:
         if self.pp > 1:   # the activation out of a cut and its gradient back: the same p2p time
             send = self._at("sd", self._ns(self.co.cut_p2p_s))
             grad = self._at("gr", self._ns(self.co.cut_p2p_s))
+            turn = self.pp - 1 if self.t.config.schedule in V_SCHEDULES else None   # V: no send at the turn
             for v in range(S):
                 q = 0
-                if v < S - 1:
+                if v < S - 1 and v != turn:
                     q = q + send[v + 1]
-                if v > 0:
+                if v > 0 and (turn is None or v != turn + 1):
                     q = q + grad[v]
                 self.Q[v] = q
         self.Z = [0] * S
@@ -219,7 +237,7 @@ class SplitModel:
                 self.Z[v] = zf + zb
 
     def _rank(self, per_stage, r):
-        return sum(per_stage[v] for v in range(r, self.S, self.pp))
+        return sum(per_stage[v] for v in self.rank_stages[r])
 
     # 4. -------------------------------------------------------------------------------------
     def _rank_time(self):
@@ -239,7 +257,7 @@ class SplitModel:
         # change the optimum, it closes the LP gap that identical blocks leave
         cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - self.n)))
         md.Add(self.T >= cut)
-        if self.vpp > 1:
+        if self.vpp > 1 and self.sched is None:
             # interleaved: C_c = max_r t_{r,c}, the slowest chunk of column c; Cmax = max_c C_c
             chunk = [self.A[s] + self.Q[s] + self.Z[s] for s in range(self.S)]
             self.C = []
@@ -304,7 +322,9 @@ class SplitModel:
             self.model.Minimize(self.M)
             return
         m, p = self.t.m, self.pp
-        if self.vpp == 1:     # m·T + (Σ_r T_r − T) + D + O
+        if self.sched is not None:   # split_schedules: the simulator's graph, × scale
+            self.obj = self.sched.pipeline() + self.scale * (self.D + self.O)
+        elif self.vpp == 1:   # m·T + (Σ_r T_r − T) + D + O
             self.obj = (m - 1) * self.T + sum(self.Tr) + self.D + self.O
         else:                 # m·Σ_c C_c + (pp − 1)·max_c C_c + D + O
             self.obj = m * sum(self.C) + (p - 1) * self.Cmax + self.D + self.O
@@ -312,12 +332,15 @@ class SplitModel:
             # only splits that could still enter the top k matter (the search's incumbent): with
             # this cut CP-SAT either finds one or proves none exists, usually far sooner than it
             # proves the optimum; the slack covers the integer rounding, so nothing is lost
-            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s / self.unit)) + self.slack())
+            self.model.Add(self.obj <= int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack())
         self.model.Minimize(self.obj)
 
     def slack(self) -> int:
         """Integer units by which the rounded objective may differ from the exact one (each row
-        rounds by ≤ ½ unit; m steady-state terms plus pp − 1 fill terms, with room to spare)."""
+        rounds by ≤ ½ unit; m steady-state terms plus pp − 1 fill terms, with room to spare; the
+        split-backward schedules: ``SplitScheduleTime.slack_units``)."""
+        if self.sched is not None:
+            return self.sched.slack_units()
         return 4 * self.n * (self.t.m + self.pp + 2)
 
     def _hint(self):
@@ -357,6 +380,10 @@ class SplitModel:
         # full linearisation of the max constraints: a tighter LP bound proves the split optimal
         # several times faster on the memory-bound interleaved configurations
         solver.parameters.linearization_level = 2
+        if self.sched is not None:
+            # the zero-bubble op graphs: thousands of max-plus rows; level 1 proves "no split
+            # beats the k-th plan" 3-6× faster there (gpt3-175b, pp 16, m 24: 0.8 s vs 2.4-4.5 s)
+            solver.parameters.linearization_level = 1
         # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
         # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
         solver.parameters.catch_sigint_signal = False
@@ -370,13 +397,15 @@ class SplitModel:
             if self.objective == "memory":
                 obj = float(solver.Value(self.M))
             else:
-                obj = solver.ObjectiveValue() * self.unit
+                obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
-            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound)
+                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
+            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
+                               bound_only=self.sched is not None and self.sched.bound_only,
+                               slack_s=self.slack() * self.unit / self.scale)
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
         bound = None
         if self.objective != "memory":
-            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit
+            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
         return SplitResult("unknown", None, None, wall, bound)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.coefficients import RowCoefficients, dp_exposed
+from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, stages_of_rank
 
 TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 
@@ -24,6 +25,11 @@ class Terms:
     inflight: list[int]        # φ_v per virtual stage v (memory.in_flight)
     reserve: float             # R  bytes
     hbm: float                 # bytes per GPU
+    # split-backward schedules (memory.split_in_flight): per rank, the moments that may be its
+    # peak, per chunk (micro-batches held, of which waiting for their W), and per row the bytes a
+    # deferred W pass holds (memory.w_input_bytes)
+    states: list | None = None
+    w_input_bytes: np.ndarray | None = None
 
     @property
     def pp(self) -> int:
@@ -40,6 +46,19 @@ class Terms:
     @property
     def n_virtual(self) -> int:
         return self.pp * self.vpp
+
+    @property
+    def split_backward(self) -> bool:
+        """A zero-bubble schedule (backward split into B and W; ``split_schedules``)."""
+        return self.config.schedule in SPLIT_BACKWARD_SCHEDULES and self.pp > 1
+
+    @property
+    def v_placement(self) -> bool:
+        """Rank r holds stages r and 2·pp − 1 − r (``costmodels.plan.stages_of_rank``)."""
+        return self.config.schedule in V_SCHEDULES and self.pp > 1
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        return stages_of_rank(self.config.schedule, self.pp, self.vpp, rank)
 
     @property
     def zero3_buffer(self) -> bool:
@@ -71,7 +90,8 @@ class Terms:
         S, co = self.n_virtual, self.coef
         total = float(co.row_s.sum())
         if self.pp > 1 and S > 1:   # each cut: an activation out and its gradient back, same size
-            total += (S - 1) * (2 * float(co.cut_p2p_s[1:self.n].min()))
+            # (V placement: the turn between stages pp − 1 and pp stays on one rank, no send)
+            total += (S - 1 - self.v_placement) * (2 * float(co.cut_p2p_s[1:self.n].min()))
         if self.zero3_gathers:   # Σ_v max(a_v, b_v) ≥ max(Σ a_v, Σ b_v)
             gf, gb, s_ = float(co.zero_fwd_s.sum()), float(co.zero_bwd_s.sum()), co.slowdown
             total += (max(s_ * gf, gf - float(co.fwd_window_s.sum()))
@@ -81,6 +101,8 @@ class Terms:
         opt = co.optimizer_per_param_s * float(co.params.sum()) / self.pp
         if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
             return self._t_and_dp_bound(self.m - 1.0, tsum, total, tstar) + total + opt
+        if self.split_backward:   # the busiest rank works m·T whatever the W passes fill
+            return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + opt
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
         # at least the slowest rank's chunk in it) and max_c C_c ≥ max(T*/vpp, max τ)
         fill = (self.pp - 1) * max(tstar / self.vpp, float(co.row_s.max()))
@@ -115,6 +137,9 @@ class Terms:
         kappa = float(np.min((per_param * params[mid][pos] - bwd[mid][pos]) / tau[mid][pos]))
         lo = float(tau[0])
         lam = lat + per_param * float(params[0]) - float(bwd[0])
+        if self.v_placement:   # the last stage, with the head row, is rank 0's too
+            lo += float(tau[-1])
+            lam += per_param * float(params[-1]) - float(bwd[-1])
 
         def D(y):
             return max(0.0, lam + kappa * (y - lo))
@@ -162,7 +187,7 @@ class Terms:
             return base
         pinned = np.zeros(pp)
         pinned[0] += float(tau[0])
-        pinned[pp - 1] += float(tau[-1])
+        pinned[0 if self.v_placement else pp - 1] += float(tau[-1])   # V: the last stage is rank 0's
 
         def ok(T):
             room = np.floor((T - pinned) / b + 1e-9)
@@ -224,9 +249,9 @@ class Terms:
         rows of a rank) and the recompute working set are ≥ 0 and left out. The weights are the
         homogeneous optimum ``λ_r ∝ 1 / (Σσ + φ̂_r Σα)``.
         """
-        pp, S = self.pp, self.n_virtual
+        pp = self.pp
         static, act = self.coef.state_bytes, self.coef.act_bytes
-        phi = np.array([min(self.inflight[v] for v in range(r, S, pp)) for r in range(pp)], dtype=float)
+        phi = np.array([min(self.inflight[v] for v in self.stages_of(r)) for r in range(pp)], dtype=float)
         tot_s, tot_a = float(static.sum()), float(act.sum())
         denom = tot_s + phi * tot_a
         if np.any(denom <= 0):
