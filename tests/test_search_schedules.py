@@ -164,3 +164,25 @@ def test_dualpipe_v_without_enough_micro_batches_says_what_batch_it_needs():
     with pytest.raises(NoFeasiblePlanError) as e:
         run_search(costs, gpus=16384, global_batch=2048, fix={"schedule": "dualpipe-v"})
     assert "raise the global batch to 4096" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_search_cut_by_its_deadline_still_answers_on_balanced_splits():
+    """The zero-bubble split programs at pp ≥ 8 can outlast --time-limit before any configuration
+    is split (gpt3-175b --fix schedule=interleaved-zb did, at 300 s): the search then returns the
+    best balanced-split plans, scored exactly by estimate, and says they are not proved."""
+    from costmodels.split import balanced_stages
+    table = gpt_table(8, 256, 4, 5000, 128, model="gpt-8")
+    prof = load_profile("a100-80g-sxm")
+    costs = Costs(table, prof, 16)
+    fix = {"schedule": "zb-v", "pp": 2, "runtime": no_host_runtime()}
+    res = run_search(costs, gpus=4, global_batch=16, top=2, fix=fix, time_limit_s=0.0)
+    assert not res.optimal and res.plans
+    balanced = []
+    for c in configurations(Shape.of(table), 4, 16, prof.gpus_per_node, fix):
+        e = estimate(table, prof, c.plan(balanced_stages(table, c.pp * c.vpp)), 4, 16)
+        if e.fits:
+            balanced.append(e.step_time_s)
+    for cand in res.plans:
+        assert cand.status == "balanced-fallback" and cand.plan.schedule == "zb-v"
+        assert cand.prediction["step_time_s"] == estimate(table, prof, cand.plan, 4, 16).step_time_s
+    assert res.plans[0].prediction["step_time_s"] == min(balanced)

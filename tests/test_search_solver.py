@@ -185,8 +185,9 @@ def test_progress_goes_to_stderr_only_after_a_second():
 
 def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch):
     """A split CP-SAT could not finish is only bounded: with one such run the plans still come
-    out but are not proved optimal; with every run unfinished there is no plan, and the error
-    says the time ran out rather than that nothing fits."""
+    out but are not proved optimal; with every run unfinished the search answers with
+    estimate's balanced splits, not proved (engine.balanced_fallback), and where none of those
+    fits either the error says the time ran out rather than that nothing fits."""
     from autopar.search import split_model
     t = table(4, 64, 4, 64)
     costs = Costs(t, small_profile(1e12), 8)
@@ -202,5 +203,9 @@ def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch)
     assert len(res.plans) == 2 and not res.optimal and res.stats.not_proved == 1
     monkeypatch.setattr(split_model.SplitModel, "solve",
                         lambda self: split_model.SplitResult("unknown", None, None, 0.0, None))
+    res = run_search(costs, gpus=2, global_batch=8, top=2)
+    assert res.plans and not res.optimal and all(c.status == "balanced-fallback" for c in res.plans)
+    from autopar.search import engine
+    monkeypatch.setattr(engine, "balanced_fallback", lambda *a, **k: [])
     with pytest.raises(NoFeasiblePlanError, match="time limit"):
         run_search(costs, gpus=2, global_batch=8, top=2)

@@ -48,7 +48,7 @@ from typing import Any
 
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
-from costmodels.errors import NoFeasiblePlanError, PlanError
+from costmodels.errors import AutoparError, NoFeasiblePlanError, PlanError
 from costmodels.estimate import check_plan
 from costmodels.runtime import load_runtime
 
@@ -86,6 +86,7 @@ class SearchResult:
                            "solver_s": round(self.stats.solver_s, 4),
                            "solver_objective_s": [c.solver_objective_s for c in self.plans],
                            "runtime": self.runtime,
+                           "balanced_fallback": any(c.status == "balanced-fallback" for c in self.plans),
                            "optimal_over": "the searched space, which excludes: " + "; ".join(self.excluded)}}
 
 
@@ -154,6 +155,9 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         if gain is not None:
             cand.prediction["schedule_gain"] = gain
     ctx = context or {}
+    if not results and not optimal and objective == "step_time":
+        results = balanced_fallback(costs, shape, gpus, global_batch, fix, allow_cross_node_tp,
+                                    max_micro_batch, zero_bubble, top)
     if not results:
         if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer
             raise NoFeasiblePlanError(f"the search ran past its time limit ({time_limit_s:g} s) before "
@@ -176,6 +180,30 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                         excluded=space_exclusions(fix, allow_cross_node_tp=allow_cross_node_tp,
                                                   max_micro_batch=max_micro_batch, objective=objective,
                                                   zero_bubble=zero_bubble))
+
+
+def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: dict, allow_cross_node_tp: bool,
+                      max_micro_batch: int | None, zero_bubble: bool, top: int, limit: int = 400) -> list:
+    """When the deadline comes before CP-SAT has split any configuration (the zero-bubble split
+    programs at pp ≥ 8 can take minutes each), still answer: the ``limit`` configurations with
+    the lowest quick bound, each on ``estimate``'s balanced split, best ``top`` that fit. Scored
+    exactly, but neither split-optimised nor proved: the result says ``optimal: false`` and each
+    candidate's status is ``balanced-fallback``."""
+    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
+                                    allow_cross_node_tp, max_micro_batch, zero_bubble),
+                     key=costs.quick_bound)[:limit]
+    from costmodels.split import balanced_stages
+    scored = []
+    for c in configs:
+        try:
+            plan = c.plan(balanced_stages(costs.table, c.pp * c.vpp))
+            pred = costs.evaluate(plan)
+        except AutoparError:
+            continue
+        if pred.get("fits", True):
+            scored.append((pred["step_time_s"], c, plan, pred))
+    scored.sort(key=lambda x: x[0])
+    return [Candidate(c, plan, pred, t, "balanced-fallback") for t, c, plan, pred in scored[:top]]
 
 
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
