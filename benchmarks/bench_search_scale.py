@@ -53,7 +53,8 @@ def main() -> None:
                  if not (args.zero_bubble or args.fix) else "(zero-bubble / pinned: no target), ")
               + f"{'proved optimal' if res.optimal else 'NOT proved optimal'}; trace {trace_s:.2f} s")
         print(f"  {st.configurations} configurations, {st.bounded} bounded, {st.pruned_memory} dropped by "
-              f"the memory bound, {st.solved} CP-SAT splits ({st.infeasible} infeasible, {st.pruned_bound} "
+              f"the memory bound, {st.solved} CP-SAT splits ({st.deferred} deferred behind a better bound, "
+              f"{st.infeasible} infeasible, {st.pruned_bound} "
               f"proved unable to enter the top {args.top}, {st.not_proved} unproved), "
               f"solver {st.solver_s:.2f} s")
         print(f"  best: dp={best['dp']} tp={best['tp']} pp={best['pp']} vpp={best['vpp']} "

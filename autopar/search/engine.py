@@ -14,7 +14,10 @@ below):
    unless its memory bound already exceeds HBM, which drops it; popped the second time, CP-SAT
    places its split points (``SplitModel``), the evaluator (``costmodels.estimate``) scores the
    resulting plan, and it is pushed back with that exact prediction; popped the third time it is
-   the next-best plan;
+   the next-best plan. CP-SAT stops early once its proved bound passes the next entry's key: the
+   configuration goes back on the heap at level 1 with that bound (``SearchStats.deferred``) and
+   is solved again only if the bound comes up — most never do, which spares proving the optimum
+   of configurations far behind the answer;
 4. stop after ``top`` plans. Every configuration still on the heap has a bound no better than the
    last plan returned, so the ranking is exact under the model whenever every CP-SAT solve
    finished ``OPTIMAL`` (``optimal`` in the result says so).

@@ -36,6 +36,7 @@ class SearchStats:
     infeasible: int = 0             # CP-SAT proved no split fits
     not_proved: int = 0             # CP-SAT stopped before proving
     exact_resolves: int = 0         # split-backward schedules solved again with the exact program
+    deferred: int = 0               # CP-SAT stopped once its bound passed the next entry's
     solver_s: float = 0.0
     evaluator_s: float = 0.0
 
@@ -69,6 +70,15 @@ def _step_bound(objective: str, c: Config, exact_keys: list, top: int, target: f
         if b is not None:
             bound = b if bound is None else min(bound, b)
     return bound
+
+
+def _step_to_beat(objective: str, c: Config, key) -> float | None:
+    """The step time above which a plan of ``c`` sorts after ``key`` (None: it never does)."""
+    if objective == "throughput_per_gpu":
+        return key[0] / c.gpus
+    if objective == "fewest_gpus":
+        return key[1] if key[0] == c.gpus else None
+    return key[0]
 
 
 RETRY_FACTOR = 5   # a configuration CP-SAT did not prove gets a second solve this many times longer
@@ -186,8 +196,17 @@ class Frontier:
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
+        # the entry next in line: once CP-SAT proves every split of c sorts after it, c waits
+        stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
         res = self._solve(c, SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
-                                        fixed_stages=self.fixed_stages, upper_bound_s=ub))
+                                        fixed_stages=self.fixed_stages, upper_bound_s=ub,
+                                        stop_above_s=stop))
+        if res.stopped:
+            # not out of time: its proved bound puts it behind the next entry; it is solved again
+            # (from scratch, under the k-th plan's cut then in force) if that bound comes up
+            self.stats.deferred += 1
+            self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
+            return
         if res.status == "infeasible":
             if ub is not None:        # no split fits *and* beats the k-th plan: out
                 self.stats.pruned_bound += 1

@@ -98,6 +98,9 @@ class SplitResult:
     # program of autopar.search.split_schedules); slack_s: the rounding it may differ by
     bound_only: bool = False
     slack_s: float = 0.0
+    # stopped because the proved bound passed ``SplitModel.stop_above_s`` (not out of time): the
+    # configuration cannot be next, so its proof waits until its bound is the smallest again
+    stopped: bool = False
 
 
 class SplitModel:
@@ -105,7 +108,7 @@ class SplitModel:
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
                  workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
-                 exact: bool = False):
+                 exact: bool = False, stop_above_s: float | None = None):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
@@ -115,6 +118,9 @@ class SplitModel:
         self.workers = workers
         self.fixed_stages = fixed_stages
         self.upper_bound_s = upper_bound_s
+        # stop as soon as CP-SAT proves no split does better than this (the search's next entry):
+        # a valid bound is all the search needs then (``SplitResult.stopped``)
+        self.stop_above_s = stop_above_s
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
@@ -387,6 +393,7 @@ class SplitModel:
         # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
         # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
         solver.parameters.catch_sigint_signal = False
+        stopped = self._stop_when_bound_passes(solver)
         code = solver.Solve(self.model)
         wall = time.perf_counter() - t0
         cp = self.cp
@@ -399,13 +406,32 @@ class SplitModel:
             else:
                 obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
+                bound = (max([solver.BestObjectiveBound()] + stopped) - self.slack()) * self.unit / self.scale
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
                                bound_only=self.sched is not None and self.sched.bound_only,
-                               slack_s=self.slack() * self.unit / self.scale)
+                               slack_s=self.slack() * self.unit / self.scale,
+                               stopped=code != cp.OPTIMAL and bool(stopped))
         if code == cp.INFEASIBLE:
             return SplitResult("infeasible", None, None, wall)
         bound = None
         if self.objective != "memory":
             bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
-        return SplitResult("unknown", None, None, wall, bound)
+        if stopped and bound is not None:   # the bound that stopped it, should the final one lag
+            bound = max(bound, (stopped[0] - self.slack()) * self.unit / self.scale)
+        return SplitResult("unknown", None, None, wall, bound, stopped=bool(stopped))
+
+    def _stop_when_bound_passes(self, solver) -> list:
+        """With ``stop_above_s``, end the solve once CP-SAT's proved bound (less the rounding
+        slack, as ``SplitResult.bound_s``) exceeds it; the returned list is non-empty then."""
+        stopped: list = []
+        if self.stop_above_s is None or self.objective == "memory":
+            return stopped
+        # a whole unit above it once the slack is off: the bound reported then sorts strictly after
+        limit = math.ceil(self.stop_above_s * self.scale / self.unit) + self.slack() + 1
+
+        def on_bound(b: float) -> None:
+            if b > limit and not stopped:
+                stopped.append(b)
+                solver.stop_search()
+        solver.best_bound_callback = on_bound
+        return stopped
