@@ -5,7 +5,6 @@ top plans are out; its docstring has the algorithm and why the ranking is exact 
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import time
@@ -81,7 +80,11 @@ def _step_to_beat(objective: str, c: Config, key) -> float | None:
     return key[0]
 
 
-RETRY_FACTOR = 5   # a configuration CP-SAT did not prove gets a second solve this many times longer
+RETRY_FACTOR = 5
+# CP-SAT stops once its bound passes the next entry's by this fraction (gpt3-175b, GPT-1T on
+# bench_search_scale: 0 → 121 and 114 solves, 3.5 and 13 s; 1 % → 69 solves, 2.2 and 9.6 s;
+# 3 % and 10 % slower again: each solve then proves more than the search needs)
+STOP_MARGIN = 0.01   # a configuration CP-SAT did not prove gets a second solve this many times longer
 
 
 class Frontier:
@@ -105,7 +108,10 @@ class Frontier:
         self.heap: list = []
         self._tie = itertools.count()
         self.results: list[Candidate] = []
-        self.exact_keys: list = []     # keys of every exact plan found (popped or still on the heap)
+        # the best key known per configuration: its exact plan, or a split CP-SAT found on the way
+        # (one that fits, scored by the evaluator); the k-th smallest bounds the k-th plan
+        self.known: dict = {}
+        self.exact_keys: list = []     # sorted values of ``known``
         self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
@@ -198,6 +204,8 @@ class Frontier:
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
         # the entry next in line: once CP-SAT proves every split of c sorts after it, c waits
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
+        if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
+            stop *= 1 + STOP_MARGIN
         res = self._solve(c, SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
                                         fixed_stages=self.fixed_stages, upper_bound_s=ub,
                                         stop_above_s=stop))
@@ -205,6 +213,7 @@ class Frontier:
             # not out of time: its proved bound puts it behind the next entry; it is solved again
             # (from scratch, under the k-th plan's cut then in force) if that bound comes up
             self.stats.deferred += 1
+            self._incumbent(c, res)
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
         if res.status == "infeasible":
@@ -218,6 +227,7 @@ class Frontier:
             # one more, longer try when its turn comes again (the proved bound keeps it in order):
             # large uneven interleavings can take CP-SAT a few seconds to prove
             self.retried.add(c)
+            self._incumbent(c, res)
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
         if res.status != "optimal":   # what CP-SAT proved still bounds the configuration
@@ -269,4 +279,19 @@ class Frontier:
         if self._misses_target(pred["step_time_s"]):
             return
         cand = Candidate(c, plan, pred, res.objective_s, res.status)
-        bisect.insort(self.exact_keys, self.push(c, pred["step_time_s"], 2, cand))
+        self._know(c, self.push(c, pred["step_time_s"], 2, cand))
+
+    def _know(self, c: Config, key) -> None:
+        if c not in self.known or key < self.known[c]:
+            self.known[c] = key
+            self.exact_keys = sorted(self.known.values())
+
+    def _incumbent(self, c: Config, res) -> None:
+        """A split CP-SAT found before proving it best: a real plan of ``c``, so its key bounds
+        what ``c`` will score, and with k such configurations the k-th plan (the cut passed to
+        CP-SAT keeps a rounding slack, so a configuration that rounds a hair above is not lost)."""
+        if res.stages is None:
+            return
+        pred = self._evaluate(c.plan(res.stages))
+        if pred.get("fits", True):
+            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
