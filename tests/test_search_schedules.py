@@ -182,6 +182,8 @@ def test_a_search_cut_by_its_deadline_still_answers_on_balanced_splits():
         e = estimate(table, prof, c.plan(balanced_stages(table, c.pp * c.vpp)), 4, 16)
         if e.fits:
             balanced.append(e.step_time_s)
+    assert [c.prediction["rank"] for c in res.plans] == list(range(1, len(res.plans) + 1))
+    assert res.plans_file()["search"]["balanced_fallback"]      # what the CLI prints the note from
     for cand in res.plans:
         assert cand.status == "balanced-fallback" and cand.plan.schedule == "zb-v"
         assert cand.prediction["step_time_s"] == estimate(table, prof, cand.plan, 4, 16).step_time_s

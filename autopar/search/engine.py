@@ -209,7 +209,10 @@ def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: di
         if pred.get("fits", True):
             scored.append((pred["step_time_s"], c, plan, pred))
     scored.sort(key=lambda x: x[0])
-    return [Candidate(c, plan, pred, t, "balanced-fallback") for t, c, plan, pred in scored[:top]]
+    out = [Candidate(c, plan, pred, t, "balanced-fallback") for t, c, plan, pred in scored[:top]]
+    for i, cand in enumerate(out):
+        cand.prediction["rank"] = i + 1
+    return out
 
 
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
