@@ -166,7 +166,7 @@ def print_table(data: dict) -> None:
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
     if s.get("balanced_fallback"):
-        c.print("the time limit came before CP-SAT split any configuration: these plans use estimate's "
+        c.print("the time limit came before CP-SAT had a split to return: these plans use estimate's "
                 "balanced split, scored exactly but not split-optimised (raise --time-limit to search the splits)")
     from autopar.search.schedule_gain import gain_text
     gain = gain_text(plans[0]) if plans else None

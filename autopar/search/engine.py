@@ -187,7 +187,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
 
 def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: dict, allow_cross_node_tp: bool,
                       max_micro_batch: int | None, zero_bubble: bool, top: int, budget_s: float = 60.0) -> list:
-    """When the deadline comes before CP-SAT has split any configuration (the zero-bubble split
+    """When the deadline comes before CP-SAT has returned any split (the zero-bubble split
     programs at pp ≥ 8 can take minutes each), still answer: configurations in order of their
     quick bound, each on ``estimate``'s balanced split, for up to ``budget_s`` seconds (gpt3-175b
     pinned to interleaved-zb: 8220 configurations, all in ~33 s; the first that fits is the
