@@ -142,7 +142,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     arr = table_arrays(table)
     runtime = load_runtime(getattr(plan, "runtime", None))
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
-           plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime)
+           plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
+           plan.schedule)   # the schedule: split-backward ones may move the dp window (dp_window_for)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -160,7 +161,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                    host_block_floor(profile, runtime))
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
-    dov, zov = (1.0 - s) * runtime.dp_window(hw), (1.0 - s) * runtime.zero_window(hw)
+    dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
     weights = STATE_BYTES[precision][0] * arr.params / tp
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)

@@ -255,7 +255,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
 
     # data-parallel gradient sync, overlapped with the tail of the backward (coefficients docstring)
     co = co_r[0]
-    share_r = [(1.0 - c.slowdown) * runtime.dp_window(pr.overlap(plan.zero)) for c, pr in zip(co_r, profs)]
+    share_r = [(1.0 - c.slowdown) * runtime.dp_window_for(plan, pr.overlap(plan.zero)) for c, pr in zip(co_r, profs)]
     bwd_r = [share_r[r] * sum(chunks[c].bwd_s + chunks[c].recompute_s for c in cs)
              for r, cs in enumerate(rank_chunks)]
     params_r = [sum(chunks[c].params for c in cs) for cs in rank_chunks]

@@ -76,7 +76,7 @@ from typing import Any
 
 from costmodels.errors import ProfileError
 from costmodels.files import tomllib
-from costmodels.plan import SCHEDULES
+from costmodels.plan import SCHEDULES, SPLIT_BACKWARD_SCHEDULES
 
 RUNTIME_VERSION = 1
 RUNTIMES_DIR = Path(__file__).resolve().parent / "runtime_profiles"
@@ -126,6 +126,7 @@ class RuntimeProfile:
     schedules: tuple[str, ...] = ALL_SCHEDULES
     uneven_interleaving: bool = True
     sequence_parallel: bool = True
+    split_backward_dp_after_step: bool = False  # dp grads of ZeRO 0/1 reduced after the step (W bypasses DDP)
     pipeline_zero: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages it runs together with pp > 1
     precisions: tuple[str, ...] = ALL_PRECISIONS
     path: str = ""
@@ -139,6 +140,16 @@ class RuntimeProfile:
     def dp_window(self, hw_overlap: float) -> float:
         """Share of the backward the dp gradient sync hides in (the hardware's when unset)."""
         return hw_overlap if self.dp_overlap is None else self.dp_overlap
+
+    def dp_window_for(self, plan, hw_overlap: float) -> float:
+        """``dp_window`` for ``plan``: 0 where this runtime reduces the data-parallel gradients
+        after the step instead of during the backward — the split-backward schedules with ZeRO
+        0/1 on a runtime with ``split_backward_dp_after_step`` (autopar's: torch's W pass
+        bypasses DDP's hooks, so it all-reduces in buckets after the step)."""
+        if (self.split_backward_dp_after_step and plan.schedule in SPLIT_BACKWARD_SCHEDULES
+                and plan.zero <= 1 and plan.dp > 1):
+            return 0.0
+        return self.dp_window(hw_overlap)
 
     def zero_window(self, hw_overlap: float) -> float:
         """Share of compute the ZeRO gathers and reduce-scatters hide in."""
@@ -290,7 +301,8 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
     if not isinstance(t, dict):
         raise err("capabilities", "must be a table")
     out: dict[str, Any] = {}
-    known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source"}
+    known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
+             "split_backward_dp_after_step"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
@@ -310,7 +322,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
             if not isinstance(v, list) or not v or any(x not in allowed for x in v):
                 raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
             out[attr] = tuple(x for x in allowed if x in v)
-    for key in ("uneven_interleaving", "sequence_parallel"):
+    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step"):
         if key in t:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")

@@ -149,3 +149,31 @@ def test_the_gpu_profiles_slowdown_replaces_the_runtimes_assumed_one():
     # collectives, less the same share of the exposed edges, which pay (1 - s) of themselves
     assert 0.0 < extra <= (h100.collective_slowdown - 0.1) * hidden + 1e-9
     assert extra > 0.8 * (h100.collective_slowdown - 0.1) * hidden
+
+
+def test_split_backward_schedules_on_autopar_expose_the_zero01_gradient_all_reduce():
+    """autopar's runtime all-reduces ZeRO 0/1 gradients after the step under the split-backward
+    schedules (torch's W pass bypasses DDP's hooks): the estimate exposes that all-reduce whole,
+    and not under ZeRO-2 (FSDP2's path) or 1F1B, where it hides in the backward as before."""
+    import dataclasses
+
+    from synthetic_tables import gpt_table
+
+    from costmodels.estimate import estimate
+    from costmodels.plan import Plan
+    from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
+    t = gpt_table(8, 1024, 16, 50304, 1024)
+    if "autopar-dp-in-backward" not in _REGISTERED:
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-dp-in-backward",
+                                             split_backward_dp_after_step=False))
+    assert load_runtime("autopar").split_backward_dp_after_step
+    for sched, vpp, zero, moved in (("zb-v", 2, 1, True), ("interleaved-zb", 1, 0, True),
+                                    ("zb-v", 2, 2, False), ("1f1b", 1, 1, False)):
+        plan = Plan(dp=4, pp=2, vpp=vpp, schedule=sched, zero=zero)
+        after = estimate(t, "h100-80g-sxm", plan, 8, 64)
+        during = estimate(t, "h100-80g-sxm", plan.with_(runtime="autopar-dp-in-backward"), 8, 64)
+        if moved:
+            assert after.breakdown_s["dp_exposed"] > during.breakdown_s["dp_exposed"], sched
+            assert after.step_time_s > during.step_time_s
+        else:
+            assert after.step_time_s == during.step_time_s, (sched, zero)
