@@ -46,11 +46,11 @@ Constraints (one method of ``SplitModel`` per family):
 2. ``_stage_sums``    prefix sums joined to the cut variables by element constraints:
    ``A_v = Pτ[x_{v+1}] − Pτ[x_v]`` and likewise ``F_v`` (Σf), ``Bk_v`` (Σβ), ``Π_v`` (Σπ),
    ``Σ_v`` (Σσ), ``U_v`` (Σα), ``K_v`` (blocks in the stage);
-3. ``_communication``  per stage: ``Q_v = SEND[x_{v+1}]·[v < S−1] + GRAD[x_v]·[v > 0]`` (element
+3. ``_communication`` (``split_comm``)  per stage: ``Q_v = SEND[x_{v+1}]·[v < S−1] + GRAD[x_v]·[v > 0]`` (element
    constraints), ZeRO-3 exposure ``Z_v = max(0, G_v − F_v) + max(0, G_v − Bk_v)`` with ``G_v = Σg``;
 4. ``_rank_time``      ``t_v = A_v + Q_v + Z_v`` (chunk time), ``T_r = Σ_{v ≡ r} t_v``, ``T = max_r T_r``;
    interleaved: ``C_c = max_r t_{c·pp+r}`` (the slowest chunk of column c), ``Ĉ = max_c C_c``;
-5. ``_data_parallel``  ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the gradient sync of rank
+5. ``_data_parallel`` (``split_comm``) ``D = max_r max(0, λ_d + γ_d Π_r − Σ_{r' ≤ r} Bk_{r'})`` (the sync of rank
    ``r`` hides behind its own backward and those of the ranks before it) and the optimizer step
    ``O = max_r γ_o Π_r``, where ``Π_r``, ``Bk_r`` sum over rank ``r``'s stages;
 6. ``add_memory``       every GPU fits its HBM: for every rank ``r``
@@ -81,10 +81,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
 from autopar.search.split_memory import add_memory, up
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
-from costmodels.plan import V_SCHEDULES
 
 
 @dataclass
@@ -212,35 +212,16 @@ class SplitModel:
         self.model.Add(expr == 0).OnlyEnforceIf(b.Not())
         return b
 
-    # 3. -------------------------------------------------------------------------------------
+    # 3., 5. communication, data parallel, optimizer: autopar.search.split_comm ------------------
+    # (methods, so that pool_split's per-pool model can override them)
     def _communication(self):
-        t, md, S = self.t, self.model, self.S
-        self.Q = [0] * S
-        if self.pp > 1:   # the activation out of a cut and its gradient back: the same p2p time
-            send = self._at("sd", self._ns(self.co.cut_p2p_s))
-            grad = self._at("gr", self._ns(self.co.cut_p2p_s))
-            turn = self.pp - 1 if self.t.config.schedule in V_SCHEDULES else None   # V: no send at the turn
-            for v in range(S):
-                q = 0
-                if v < S - 1 and v != turn:
-                    q = q + send[v + 1]
-                if v > 0 and (turn is None or v != turn + 1):
-                    q = q + grad[v]
-                self.Q[v] = q
-        self.Z = [0] * S
-        if t.zero3_gathers:   # coefficients docstring: max(EF + s·Σgf, Σgf − Σf) + the same backward
-            co = self.co
-            big = sum(self._ns(co.zero_fwd_s)) + sum(self._ns(co.zero_bwd_s)) + 1
-            ef = self._at("ef", self._ns(co.zero_first_fwd_s)) if not co.legacy else None
-            eb = self._at("eb", self._ns(co.zero_first_bwd_s)) if not co.legacy else None
-            for v in range(S):
-                zf = md.NewIntVar(0, big, f"zf{v}")
-                zb = md.NewIntVar(0, big, f"zb{v}")
-                lo_f = 0 if co.legacy else ef[v] + self.SF[v]
-                lo_b = 0 if co.legacy else eb[v] + self.SB[v]
-                md.AddMaxEquality(zf, [lo_f, self.Zf[v] - self.F[v]])
-                md.AddMaxEquality(zb, [lo_b, self.Zb[v] - self.Bz[v]])
-                self.Z[v] = zf + zb
+        add_communication(self)
+
+    def _data_parallel(self):
+        add_data_parallel(self)
+
+    def _dp_rank_cost(self, r: int, tail, ub: int):
+        return dp_rank_cost(self, r, tail, ub)
 
     def _rank(self, per_stage, r):
         return sum(per_stage[v] for v in self.rank_stages[r])
@@ -283,43 +264,6 @@ class SplitModel:
             md.Add(self.vpp * self.Cmax >= sum(self.C))
             col = int(math.floor(self.t.column_sum_bound() / self.unit - self.n))
             md.Add(sum(self.C) >= max(0, col))
-
-    # 5. -------------------------------------------------------------------------------------
-    def _data_parallel(self):
-        md, t, co = self.model, self.t, self.co
-        self.D = 0
-        if t.dp_sync:
-            lat = int(round(co.dp_latency_s / self.unit))
-            # (+ the rounding of the runtime's split sums, 2 per row and 3 latencies)
-            ub = sum(self._ns(co.dp_per_param_s * co.params)) + lat + 2 * self.n + 4
-            exposed, before = [], 0
-            for r in range(self.pp):
-                bk = self._rank(self.Bk, r)
-                before = before + bk
-                e = md.NewIntVar(0, ub, f"dx{r}")
-                md.AddMaxEquality(e, [0, self._rank(self.Dt, r) + lat - before])
-                if not co.legacy:   # max((1−s)·min(t, t_b) + s·t, t − W, 0) + the exposed after-part
-                    e = self._dp_rank_cost(r, e, ub)
-                exposed.append(e)
-            ub += sum(self._ns(co.dp_after_per_param_s * co.params)) + int(co.dp_after_latency_s / self.unit) + 2
-            self.D = md.NewIntVar(0, ub, "D")
-            md.AddMaxEquality(self.D, exposed)
-        ub = sum(self._ns(co.optimizer_per_param_s * co.params)) + 1
-        self.O = md.NewIntVar(0, ub, "O")
-        md.AddMaxEquality(self.O, [self._rank(self.Ot, r) for r in range(self.pp)])
-
-    def _dp_rank_cost(self, r: int, tail, ub: int):
-        """Rank r's dp cost beyond ``tail`` = max(0, t − W) (coefficients docstring)."""
-        md, co, u = self.model, self.co, self.unit
-        s_ = co.slowdown
-        t1 = self._rank(self.Dt1, r) + int(round((1.0 - s_) * co.dp_latency_s / u))
-        mn = md.NewIntVar(0, ub, f"dm{r}")
-        md.AddMinEquality(mn, [t1, int(round((1.0 - s_) * co.dp_bucket_s / u))])
-        head = md.NewIntVar(0, ub, f"dh{r}")
-        md.AddMaxEquality(head, [tail, mn + self._rank(self.Dts, r) + int(round(s_ * co.dp_latency_s / u))])
-        has = self._has(self._rank(self.Pi, r), f"dpp{r}") if co.dp_after_latency_s else 0
-        lat_a = int(round(co.dp_after_latency_s / u))
-        return head + self._rank(self.Da, r) + lat_a * has
 
     # 6. memory: autopar.search.split_memory -----------------------------------------------
     # 7. -------------------------------------------------------------------------------------
