@@ -4,7 +4,7 @@ from itertools import product
 
 import autopar.report.analysis as analysis
 import autopar.search.explain as explain
-import autopar.search.space as space
+import autopar.search.fix as fix
 import autopar.validate.run as validate_run
 from costmodels.breakdown import BREAKDOWN_KEYS, TERM_LABELS, bottleneck, slowest_stage
 from costmodels.errors import PlanError
@@ -68,6 +68,6 @@ def test_plan_labels_tell_plans_apart():
 
 def test_plan_field_lists_are_derived_from_the_dataclass():
     assert PLAN_FIELDS == tuple(f.name for f in fields(Plan) if f.name != "version")
-    assert space.PLAN_FIELDS is PLAN_FIELDS and analysis.PLAN_FIELDS is PLAN_FIELDS
+    assert fix.PLAN_FIELDS is PLAN_FIELDS and analysis.PLAN_FIELDS is PLAN_FIELDS
     assert validate_run.PLAN_KEYS is PLAN_FIELDS
     assert explain.COMPARED_FIELDS == tuple(k for k in PLAN_FIELDS if k != "stages")
