@@ -84,7 +84,8 @@ def fit_gpu(hardware: str, table_of: Callable, runs: list[OpenRun] | None = None
     s0, a0, k0 = best[1], best[2], best[3]
     fine_s = np.round(np.arange(s0 - 0.05, s0 + 0.0501, 0.01), 4)
     fine_a = np.round(np.arange(max(0.05, a0 - 0.05), min(1.0, a0 + 0.05) + 1e-9, 0.01), 4)
-    fine_k = [slowdown] if fixed else np.round(np.arange(max(0.0, k0 - 0.05), min(1.0, k0 + 0.05) + 1e-9, 0.01), 4)
+    # the fine grids span one coarse step either side (the slowdown's coarse step is 0.1)
+    fine_k = [slowdown] if fixed else np.round(np.arange(max(0.0, k0 - 0.1), min(1.0, k0 + 0.1) + 1e-9, 0.01), 4)
     best = _grid(runs, base, table_of, fine_s, fine_a, fine_k)
     prof = calibrated(base, best[1], best[2], best[3])
     return {"hardware": hardware, "scale": float(best[1]), "attention": float(best[2]),

@@ -71,12 +71,14 @@ from costmodels.compute import (
     optimizer_shards,
     optimizer_step_s,
     row_times,
+    runs_on_cpu,
     table_arrays,
 )
 from costmodels.hardware import HardwareProfile
 from costmodels.layer_table import LayerTable
 from costmodels.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.runtime import RuntimeProfile, load_runtime
+from costmodels.zero_traffic import zero_param_s
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,7 +160,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tiers = plan_tiers(plan, profile.gpus_per_node)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
-                   host_block_floor(profile, runtime))
+                   host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -214,6 +216,18 @@ def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> fl
     if profile.collective_slowdown is not None:
         return profile.collective_slowdown
     return runtime.compute_slowdown
+
+
+def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
+                     precision: str = "bf16-mixed") -> tuple[float, float]:
+    """ZeRO's HBM seconds per parameter on the GPU and micro-batch, (forward, backward): its
+    collectives' and the runtime's copies' memory traffic (``costmodels.zero_traffic``); 0 on a
+    CPU profile (``compute.runs_on_cpu``)."""
+    if runs_on_cpu(profile):
+        return 0.0, 0.0
+    return zero_param_s(zero_row_collectives(plan, runtime), plan.dp, STATE_BYTES[precision][0],
+                        grad_bytes(precision, runtime), runtime.gather_copy_passes,
+                        runtime.reduce_copy_passes, profile.hbm_bandwidth_bytes_per_s)
 
 
 def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:

@@ -81,6 +81,10 @@ split and the fit put it at 0 (docs/validation.md); the floor leaves every open 
 (each block pass there takes milliseconds) and closes autopar's own small-micro-batch misses on
 one H100 (docs/validation-gpu.md).
 
+ZeRO's HBM traffic (``zero_param_s``, ``costmodels.zero_traffic``; GPU profiles only): a
+ZeRO-2/3 collective hidden behind a micro-batch still moves its bytes, and the runtime's copies
+around it, through HBM; per parameter of the row, those seconds join its forward and backward.
+
 Everything here is a pure function of (table, profile, t, sp, b, recompute, attention, tier,
 precision, the runtime's figures), cached per table and profile, so the search and ``estimate``
 get bit-identical numbers.
@@ -233,12 +237,17 @@ class RowTimes:
         return float(p[end] - p[start])
 
 
+def runs_on_cpu(profile: HardwareProfile) -> bool:
+    """A CPU profile (``torch CPU`` in its model, as ``autopar profile`` writes it): host and
+    compute are one thread there, and gloo's copies are inside its measured collective times."""
+    return "torch cpu" in profile.gpu_model.lower()
+
+
 def host_block_floor(profile: HardwareProfile, runtime) -> float:
     """The runtime's host time per block pass ("Host" above) where it can floor a pass: on a GPU,
-    whose kernels run behind the host's queue. 0 on a CPU profile (``torch CPU`` in its model, as
-    ``autopar profile`` writes it): there host and compute are one thread, and the measured rates
-    already hold the host's time."""
-    if "torch cpu" in profile.gpu_model.lower():
+    whose kernels run behind the host's queue. 0 on a CPU profile (``runs_on_cpu``): the
+    measured rates already hold the host's time."""
+    if runs_on_cpu(profile):
         return 0.0
     return float(runtime.host_block_s)
 
@@ -246,22 +255,25 @@ def host_block_floor(profile: HardwareProfile, runtime) -> float:
 def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, micro_batch: int,
               recompute: str, attention: str, tp_tier: str | LinkTier = "intra_node",
               precision: str = "bf16-mixed", elementwise_traffic: float | None = None,
-              host_block_s: float = 0.0) -> RowTimes:
+              host_block_s: float = 0.0, zero_param_s: tuple[float, float] = (0.0, 0.0)) -> RowTimes:
     """Per-row forward / backward / recompute time and TP collective time for one micro-batch.
     ``precision`` names the recipe (module docstring: Megatron for "bf16-mixed", autopar's own
     for "amp" / "fp32"), which decides how the loss and TP's whole parameters are handled;
     ``elementwise_traffic`` is the runtime's ``C_FWD`` (its kernels; None: ``C_FWD``); ``tp_tier``
     the TP group's tier by name or as ``HardwareProfile.group_link`` resolved it;
-    ``host_block_s`` the runtime's host time per block pass (module docstring, "Host")."""
+    ``host_block_s`` the runtime's host time per block pass (module docstring, "Host");
+    ``zero_param_s`` ZeRO's HBM seconds per parameter, forward and backward
+    (``costmodels.zero_traffic``; ``coefficients.zero_hbm_param_s`` gives a plan's)."""
     return _row_times(table_arrays(table), profile, int(tp), bool(sp), int(micro_batch),
                       recompute, attention, tp_tier, precision, elementwise_traffic,
-                      float(host_block_s))
+                      float(host_block_s), tuple(float(x) for x in zero_param_s))
 
 
 @lru_cache(maxsize=4096)
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
                recompute: str, attention: str, tp_tier, precision: str,
-               elementwise_traffic: float | None = None, host_block_s: float = 0.0) -> RowTimes:
+               elementwise_traffic: float | None = None, host_block_s: float = 0.0,
+               zero_param_s: tuple[float, float] = (0.0, 0.0)) -> RowTimes:
     c_fwd = C_FWD if elementwise_traffic is None else elementwise_traffic
     c_bwd = C_BWD if elementwise_traffic is None else 2.0 * elementwise_traffic
     t = arr.table
@@ -295,6 +307,9 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         loss = k * logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss
     bwd = bwd + loss
+    if any(zero_param_s):   # ZeRO's collectives and copies share the GPU's HBM (zero_traffic)
+        fwd = fwd + zero_param_s[0] * arr.params / tp
+        bwd = bwd + zero_param_s[1] * arr.params / tp
     if host_block_s:   # a block pass takes at least the host's time to issue it ("Host")
         fwd = np.where(arr.is_block, np.maximum(fwd, host_block_s), fwd)
         bwd = np.where(arr.is_block, np.maximum(bwd, host_block_s), bwd)

@@ -27,7 +27,7 @@ How rows become plans:
   has biases and learned positions; the table's parameter count matches the CSV's ``num_params``
   to 0.1 %). ``FULL_SHARD`` is ZeRO-3, ``SHARD_GRAD_OP`` ZeRO-2, dp = the GPU count, runtime
   ``fsdp:bf16_reduce,fused_cross_entropy`` (llm-foundry's pretraining yamls: ``mixed_precision:
-  PURE`` reduces in bf16, ``loss_fn: fused_crossentropy``).
+  PURE`` reduces in bf16, ``loss_fn: fused_crossentropy``; ``fsdp1``: Composer drives torch FSDP1).
 * torchtitan (FSDP2, ``dp_shard`` = GPUs, no TP / PP): ZeRO-3, runtime ``fsdp`` (fp32
   reduce). "selective-layer" (and plain "selective", torchtitan's default ``selective_ac_option
   = '2'``) checkpoints every second block; "selective-op" keeps the attention output and every
@@ -52,7 +52,7 @@ from costmodels.plan import Plan
 from costmodels.validation import read_csv
 
 CALIBRATION = {"a100-80g-sxm": "mpt-1b", "h100-80g-sxm": "mpt-1b"}   # GPU -> its calibration model
-MPT_RUNTIME = "fsdp:bf16_reduce,fused_cross_entropy"
+MPT_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
 TITAN_RUNTIME = "fsdp"
 HALF_RECOMPUTE = ("selective-layer", "selective-op", "selective")
 

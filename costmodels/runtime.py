@@ -95,7 +95,9 @@ FIGURES = {
                 "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False)},
     "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False)},
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
-                "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False)},
+                "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
+                "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
+                "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
 }
 
@@ -122,6 +124,8 @@ class RuntimeProfile:
     elementwise_traffic: float | None = None
     host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
     loss_saved_bytes: float | None = None
+    gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
+    reduce_copy_passes: float = 0.0             # ... over each reduced gradient
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[str, ...] = ALL_SCHEDULES
     uneven_interleaving: bool = True

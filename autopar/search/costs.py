@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autopar.search.space import Config
 from autopar.search.terms import Terms
-from costmodels.coefficients import row_coefficients
+from costmodels.coefficients import row_coefficients, zero_hbm_param_s
 from costmodels.compute import host_block_floor, optimizer_shards, optimizer_step_s, row_times, table_arrays
 from costmodels.estimate import estimate
 from costmodels.memory import in_flight, w_input_bytes
@@ -39,12 +39,13 @@ class Costs:
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
         rtp = load_runtime(c.runtime)
         ew, host = rtp.elementwise_traffic, host_block_floor(self.profile, rtp)
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host)
+        zp = zero_hbm_param_s(c, self.profile, rtp)
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host, zp)
         q = self._quick.get(key)
         if q is None:
             tau = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
                             c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
-                            host_block_s=host).row_total_s
+                            host_block_s=host, zero_param_s=zp).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q

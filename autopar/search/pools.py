@@ -39,7 +39,7 @@ from autopar.search.frontier import Candidate, SearchStats
 from autopar.search.pool_explain import split_reasons
 from autopar.search.pool_split import PoolSplitModel
 from autopar.search.space import Config, Shape, _recomputes, divisors, runnable, tp_candidates
-from costmodels.coefficients import cut_p2p
+from costmodels.coefficients import cut_p2p, zero_hbm_param_s
 from costmodels.compute import host_block_floor, row_times, table_arrays
 from costmodels.errors import NoFeasiblePlanError, PlanError
 from costmodels.estimate import estimate
@@ -124,13 +124,15 @@ class PoolCosts:
     def _row_s(self, q: int, c: Config) -> np.ndarray:
         prof = self.cluster.pools[q].profile
         tier = prof.group_link(c, "tp")
-        key = (q, c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, tier, c.runtime)
+        rtp = load_runtime(c.runtime)
+        zp = zero_hbm_param_s(c, prof, rtp)
+        key = (q, c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, tier, c.runtime, zp)
         if key not in self._tau:
-            rtp = load_runtime(c.runtime)
             self._tau[key] = np.asarray(row_times(self.table, prof, c.tp, c.sequence_parallel, c.micro_batch_size,
                                                   c.recompute, c.attention, tier,
                                                   elementwise_traffic=rtp.elementwise_traffic,
-                                                  host_block_s=host_block_floor(prof, rtp)).row_total_s, dtype=float)
+                                                  host_block_s=host_block_floor(prof, rtp),
+                                                  zero_param_s=zp).row_total_s, dtype=float)
         return self._tau[key]
 
     def bound(self, pc: PoolConfig) -> float:
