@@ -188,14 +188,38 @@ def calibrate(table_for) -> int:
     return 0
 
 
+def zero_traffic_factors(table_for, factors: list[float]) -> int:
+    """The calibration fit with ZeRO's HBM term (costmodels.zero_traffic) scaled by each factor
+    κ: what the calibration split alone says of it (docs/validation.md: it prefers κ = 0)."""
+    import costmodels.coefficients as co
+    from costmodels.calibration import fit_gpu
+    from costmodels.zero_traffic import zero_param_s
+    try:
+        for k in factors:
+            co.zero_param_s = lambda *a, k=k: tuple(k * x for x in zero_param_s(*a))
+            co._CACHE.clear()
+            h = fit_gpu("h100-80g-sxm", table_for)
+            a = fit_gpu("a100-80g-sxm", table_for, slowdown=h["slowdown"])
+            print(f"kappa {k:g}: H100 scale {h['scale']} attention {h['attention']} slowdown {h['slowdown']} "
+                  f"loss {h['loss']:.5f} | A100 scale {a['scale']} attention {a['attention']} loss {a['loss']:.5f}")
+    finally:
+        co.zero_param_s = zero_param_s
+        co._CACHE.clear()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", action="store_true", help="re-run the fits and print the constants")
     ap.add_argument("--stdout", action="store_true", help="print the generated tables, write nothing")
+    ap.add_argument("--zero-traffic-factors", metavar="K,K,...", help="refit the calibration with ZeRO's "
+                    "HBM term scaled by each factor (e.g. 0,0.5,1) and print the losses")
     args = ap.parse_args(argv)
     from autopar.trace import table_for
     if args.calibrate:
         return calibrate(table_for)
+    if args.zero_traffic_factors:
+        return zero_traffic_factors(table_for, [float(x) for x in args.zero_traffic_factors.split(",")])
     t0 = time.perf_counter()
     results, t5 = open_results(table_for), table5(table_for)
     bs = bands(results, t5)
