@@ -43,6 +43,9 @@ profiles (``costmodels/hardware.py``), and a figure left out means "as autopar's
     [kernels]
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
+    gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
+    reduce_copy_passes = { value = 2, source = "..." }  # ... over each reduced gradient, per micro-
+                                                    # batch on a GPU (costmodels.zero_traffic); default 0
 
     [host]
     seconds_per_block_pass = { value = 7.5e-4, source = "..." }  # host time (Python, autograd,
