@@ -106,10 +106,11 @@ def compute() -> dict:
                      table=table, time_limit_s=120)
         pf = res.plans_file()
         # split points (and what follows from them: per-stage detail, memory, the explanation's
-        # row counts) are compared only through the step time: CP-SAT may return either of two
-        # splits of equal time (llama8b-64 did, on a loaded host), and both are optimal
-        same = [{k: v for k, v in p.items() if k in PLAN_FIELDS and k != "stages"} | {"step_time_s": p["step_time_s"]}
-                for p in pf["plans"]]
+        # row counts) are compared only through the step time, to 12 digits: CP-SAT may return
+        # either of two splits of equal time (llama8b-64 did, on a loaded host, and again after
+        # the search's stop cut), both optimal, whose sums differ in the last bit
+        same = [{k: v for k, v in p.items() if k in PLAN_FIELDS and k != "stages"}
+                | {"step_time_s": float(f"{p['step_time_s']:.12g}")} for p in pf["plans"]]
         out[f"search|{key}"] = {"plans": same, "optimal": pf["optimal"],
                                 "objective_s": [p.solver_objective_s for p in res.plans]}
         if key != "llama8b-64":
