@@ -233,3 +233,30 @@ def test_a_split_solve_stops_once_its_bound_passes_the_next_entry():
         assert res.bound_s <= res.objective_s
     plain = SplitModel(terms, time_limit_s=0.5).solve()   # no stop: runs until proved or out of time
     assert not plain.stopped and (plain.status == "optimal" or plain.wall_s >= 0.5)
+
+
+def test_the_stop_cut_tells_after_the_next_entry_from_no_split_at_all():
+    """The stop is also a cut on the objective (an assumption): infeasible *because of it* means
+    every split sorts after the next entry (stopped, bound above it), and a split under it is
+    still the optimum. Where no split fits the GPU's memory the solve says infeasible, or (CP-SAT's
+    core need not be minimal) stopped with a bound above the stop: both keep the search exact."""
+    from synthetic_tables import gpt3_175b
+
+    from autopar.search.space import Config
+    from autopar.search.split_model import SplitModel
+    costs = Costs(gpt3_175b(), BASE, 1536)
+    c = Config(dp=128, tp=2, pp=4, vpp=2, micro_batch_size=1, zero=2, recompute="none",
+               sequence_parallel=True, schedule="interleaved-1f1b")
+    terms = costs.terms(c)
+    best = SplitModel(terms, time_limit_s=20.0).solve()
+    assert best.status == "optimal"
+    below = SplitModel(terms, time_limit_s=20.0, stop_above_s=best.objective_s * 0.98).solve()
+    assert below.stopped and below.status == "unknown" and below.bound_s > best.objective_s * 0.98
+    above = SplitModel(terms, time_limit_s=20.0, stop_above_s=best.objective_s * 1.02).solve()
+    assert not above.stopped and above.status == "optimal" and above.stages is not None
+    assert above.objective_s == pytest.approx(best.objective_s, rel=1e-9)
+    tiny = dataclasses.replace(terms, hbm=1.0)
+    assert SplitModel(tiny, time_limit_s=20.0).solve().status == "infeasible"
+    none_fit = SplitModel(tiny, time_limit_s=20.0, stop_above_s=best.objective_s * 0.98).solve()
+    assert none_fit.stages is None
+    assert none_fit.status == "infeasible" or (none_fit.stopped and none_fit.bound_s > best.objective_s * 0.98)

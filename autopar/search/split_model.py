@@ -283,7 +283,29 @@ class SplitModel:
             # this cut CP-SAT either finds one or proves none exists, usually far sooner than it
             # proves the optimum; the slack covers the integer rounding, so nothing is lost
             self.model.Add(self.obj <= int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack())
+        if self._stop_binds():
+            # the entry next in line as a cut too: a split at or under it has the same optimum,
+            # and none there is an infeasibility CP-SAT proves far sooner than a bound climbing
+            # past it (GPT 1T, dp24·tp8·pp16 vpp4: 0.07 s against 13 s); ``solve`` reads that
+            # infeasibility as "stopped" when the cut is in CP-SAT's core (an assumption), and as
+            # plain infeasible (no split fits, or none beats the k-th plan) when it is not
+            self._stop_lit = self.model.NewBoolVar("stop_cut")
+            self.model.Add(self.obj <= self._stop_limit()).OnlyEnforceIf(self._stop_lit)
+            self.model.AddAssumptions([self._stop_lit])
         self.model.Minimize(self.obj)
+
+    def _stop_limit(self) -> int:
+        """``stop_above_s`` in integer units, a whole unit above it once the slack is off."""
+        return math.ceil(self.stop_above_s * self.scale / self.unit) + self.slack() + 1
+
+    def _stop_binds(self) -> bool:
+        """Whether the stop cut is tighter than the k-th plan's (so an infeasibility means "after
+        the next entry", not "out of the top k")."""
+        if self.stop_above_s is None or self.objective == "memory":
+            return False
+        if self.upper_bound_s is None:
+            return True
+        return self._stop_limit() < int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack()
 
     def slack(self) -> int:
         """Integer units by which the rounded objective may differ from the exact one (each row
@@ -356,6 +378,11 @@ class SplitModel:
                                slack_s=self.slack() * self.unit / self.scale,
                                stopped=code != cp.OPTIMAL and bool(stopped))
         if code == cp.INFEASIBLE:
+            if self._stop_binds() and self._stop_lit.Index() in solver.SufficientAssumptionsForInfeasibility():
+                # no split at or under the next entry (``_objective``): after it, not out
+                # every split's integer objective is above the cut: its bound, as ``bound`` below
+                bound = (self._stop_limit() + 1 - self.slack()) * self.unit / self.scale
+                return SplitResult("unknown", None, None, wall, bound, stopped=True)
             return SplitResult("infeasible", None, None, wall)
         bound = None
         if self.objective != "memory":
@@ -370,8 +397,7 @@ class SplitModel:
         stopped: list = []
         if self.stop_above_s is None or self.objective == "memory":
             return stopped
-        # a whole unit above it once the slack is off: the bound reported then sorts strictly after
-        limit = math.ceil(self.stop_above_s * self.scale / self.unit) + self.slack() + 1
+        limit = self._stop_limit()
 
         def on_bound(b: float) -> None:
             if b > limit and not stopped:
