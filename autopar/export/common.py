@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from autopar.export.launch import nodes_for, pool_nodes
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
 
@@ -67,6 +68,19 @@ class Imported:
     global_batch: int | None = None
     seq: int | None = None
     notes: list[str] = field(default_factory=list)
+
+
+def pool_problems(plan: Plan, ctx) -> list[Problem]:
+    """A pooled plan whose nodes would each need two GPU types (``launch.pool_nodes``): no target
+    can launch it. Empty for a uniform plan or without a context."""
+    if plan.pools is None or ctx is None:
+        return []
+    _, nproc = nodes_for(plan.world_size, ctx.gpus_per_node)
+    if pool_nodes(plan, nproc) is not None:
+        return []
+    return [Problem("stage_pools", list(plan.stage_pools),
+                    f"a node of {nproc} ranks would hold pipeline stages of two pools (each stage's "
+                    f"tp·dp is {plan.tp * plan.dp} GPUs, less than a node), and a node has one GPU type", {})]
 
 
 def refuse_if_needed(target: str, plan: Plan, problems_of: Callable[[Plan], list[Problem]]) -> None:

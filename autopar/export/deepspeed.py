@@ -31,13 +31,14 @@ from autopar.export.common import (
     Exported,
     Imported,
     Problem,
+    pool_problems,
     positive_int,
     read_text,
     refuse_if_needed,
     with_runtime,
 )
 from autopar.export.context import TrainingContext, resolve_stages
-from autopar.export.launch import launch_line, nodes_for
+from autopar.export.launch import launch_line, nodes_for, pool_lines
 from autopar.export.megatron import check_shape, int_flag, recompute_of
 from autopar.export.stages import block_counts, even_counts, stages_from_counts
 from costmodels.errors import PlanError
@@ -70,7 +71,7 @@ def problems(plan: Plan, ctx: TrainingContext) -> list[Problem]:
         elif block_counts(resolve_stages(plan, ctx), ctx.n_rows) != even:
             out.append(Problem("stages", plan.stages, "DeepSpeed splits the transformer layers evenly "
                                "(embedding first, head last)", {"stages": even_stages}))
-    return out
+    return out + pool_problems(plan, ctx)
 
 
 def ds_config(plan: Plan, ctx: TrainingContext) -> dict:
@@ -134,7 +135,7 @@ def export(plan: Plan, ctx: TrainingContext, config_name: str = "ds_config.json"
         "#!/bin/bash",
         f"# autopar plan {plan.label()}, for Megatron-DeepSpeed pretrain_gpt.py with {config_name}",
         f"# model {ctx.model}, {plan.world_size} GPUs = dp {plan.dp} x tp {plan.tp} x pp {plan.pp}",
-        "AUTOPAR_ARGS=(", format_args(pairs), ")",
+        "AUTOPAR_ARGS=(", format_args(pairs), ")", *pool_lines(plan, nproc),
         f"# on each of the {nnodes} node(s); add your data, tokenizer, optimizer and logging flags",
         launch_line(nnodes, nproc, 'pretrain_gpt.py "${AUTOPAR_ARGS[@]}" "$@"'), ""])
     return Exported("deepspeed", {config_name: config, "megatron-deepspeed.sh": script},

@@ -30,6 +30,7 @@ from autopar.export.common import (
     Exported,
     Imported,
     Problem,
+    pool_problems,
     positive_int,
     read_text,
     refuse_if_needed,
@@ -37,7 +38,7 @@ from autopar.export.common import (
     with_runtime,
 )
 from autopar.export.context import TrainingContext, resolve_stages
-from autopar.export.launch import launch_line, nodes_for
+from autopar.export.launch import launch_line, nodes_for, pool_lines
 from autopar.export.stages import (
     block_counts,
     even_counts,
@@ -65,7 +66,7 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.zero >= 2 and plan.pp > 1:
         out.append(Problem("zero", plan.zero, f"ZeRO-{plan.zero} is Megatron-FSDP, which does not run "
                            "with pipeline parallelism", {"zero": 1}))
-    return out
+    return out + pool_problems(plan, ctx)
 
 
 def model_args(ctx: TrainingContext) -> list:
@@ -153,6 +154,7 @@ def export(plan: Plan, ctx: TrainingContext) -> Exported:
         "AUTOPAR_ARGS=(",
         format_args(pairs),
         ")",
+        *pool_lines(plan, nproc),
         f"# on each of the {nnodes} node(s); add your data, tokenizer, optimizer and logging flags",
         launch_line(nnodes, nproc, 'pretrain_gpt.py "${AUTOPAR_ARGS[@]}" "$@"'),
         ""])

@@ -10,9 +10,18 @@ import json
 import shlex
 
 from autopar.export.command_line import read_flags, torchrun_gpus
-from autopar.export.common import RUNTIMES, Exported, Imported, positive_int, read_text, with_runtime
+from autopar.export.common import (
+    RUNTIMES,
+    Exported,
+    Imported,
+    pool_problems,
+    positive_int,
+    read_text,
+    refuse_if_needed,
+    with_runtime,
+)
 from autopar.export.context import TrainingContext, resolve_stages
-from autopar.export.launch import launch_line, nodes_for
+from autopar.export.launch import launch_line, nodes_for, pool_lines
 from costmodels.errors import PlanError
 from costmodels.plan import Plan
 
@@ -20,10 +29,11 @@ DEFAULT_SCRIPT = "examples/train_gpt.py"
 
 
 def problems(plan: Plan, ctx: TrainingContext | None = None) -> list:
-    return []                       # autopar's runtime runs every plan
+    return pool_problems(plan, ctx)   # autopar's runtime runs every plan a launch can place
 
 
 def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Exported:
+    refuse_if_needed("torchrun", plan, lambda p: problems(p, ctx))
     if plan.pp > 1 and plan.stages is None and ctx.model:
         plan = plan.with_(stages=resolve_stages(plan, ctx))
     nnodes, nproc = nodes_for(plan.world_size, ctx.gpus_per_node)
@@ -40,6 +50,7 @@ def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Ex
         f"node(s) x {nproc}",
         "# run on every node: MASTER_ADDR / MASTER_PORT = the first node's address and a free port, "
         "JOB_ID = any id the nodes share",
+        *pool_lines(plan, nproc),
         launch_line(nnodes, nproc, command), ""])
     return Exported("torchrun", {"torchrun.sh": text}, RUNTIMES["torchrun"])
 

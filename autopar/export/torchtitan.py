@@ -31,12 +31,14 @@ from autopar.export.common import (
     Exported,
     Imported,
     Problem,
+    pool_problems,
     positive_int,
     read_text,
     refuse_if_needed,
     with_runtime,
 )
 from autopar.export.context import TrainingContext, resolve_stages
+from autopar.export.launch import nodes_for, pool_lines
 from autopar.export.stages import (
     stages_from_counts,
     stages_from_torchtitan_fqns,
@@ -69,7 +71,7 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.placement != "tp,dp,pp":
         out.append(Problem("placement", plan.placement, "torchtitan's mesh is pp, dp, tp (tp innermost)",
                            {"placement": "tp,dp,pp"}))
-    return out
+    return out + pool_problems(plan, ctx)
 
 
 def job_config(plan: Plan, ctx: TrainingContext) -> dict:
@@ -107,6 +109,7 @@ def export(plan: Plan, ctx: TrainingContext) -> Exported:
              f"{RELEASE}: train.py --job.config_file THIS_FILE)",
              f"# model {ctx.model}, {plan.world_size} GPUs; torchtitan >= 0.3 reads no TOML: pass these "
              "keys as --section.key flags"]
+    lines += pool_lines(plan, nodes_for(plan.world_size, ctx.gpus_per_node)[1])
     if "flavor" not in config["model"]:
         lines.append(f"# no torchtitan flavor is {ctx.model}: register one with its shape, set [model] "
                      "flavor, and keep the module names below (llama3's)")
