@@ -307,12 +307,14 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         loss = k * logits * LOSS_BYTES_PER_LOGIT / 2 / ew
     fwd = fwd + loss
     bwd = bwd + loss
+    again = fwd   # a full recompute re-runs the forward's compute, not its ZeRO gather
     if any(zero_param_s):   # ZeRO's collectives and copies share the GPU's HBM (zero_traffic)
         fwd = fwd + zero_param_s[0] * arr.params / tp
         bwd = bwd + zero_param_s[1] * arr.params / tp
     if host_block_s:   # a block pass takes at least the host's time to issue it ("Host")
         fwd = np.where(arr.is_block, np.maximum(fwd, host_block_s), fwd)
         bwd = np.where(arr.is_block, np.maximum(bwd, host_block_s), bwd)
+        again = np.where(arr.is_block, np.maximum(again, host_block_s), again)
 
     # TP collectives per direction
     zeros = np.zeros(arr.n)
@@ -347,7 +349,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         tp_fwd_b, tp_fwd_t = tp_bwd_b, tp_bwd_t = zeros, zeros
 
     if recompute == "full":
-        rec = np.where(arr.is_block, fwd, 0.0)
+        rec = np.where(arr.is_block, again, 0.0)
         tp_rec_s = np.where(arr.is_block, tp_time, 0.0)
         tp_rec_b = np.where(arr.is_block, tp_bytes, 0.0)
     elif recompute == "selective" and attention == "math":

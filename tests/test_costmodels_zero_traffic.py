@@ -71,3 +71,14 @@ def test_rows_pay_it_per_parameter_and_the_step_grows_by_it():
     e, e0 = estimate(t, H100, plan, 8, 32), estimate(t, H100, lean, 8, 32)
     want = e.num_micro_batches * params.sum() * dz.sum()
     assert want > 0 and e.breakdown_s["compute"] - e0.breakdown_s["compute"] == pytest.approx(want, rel=1e-9)
+
+
+def test_a_full_recompute_re_runs_the_compute_not_the_gather():
+    """Under ZeRO-3 the backward's gather serves the recomputed forward too: the recompute pays
+    the forward's compute again, not its HBM traffic (that is the backward's, already counted)."""
+    t = gpt_table(layers=4, hidden=1024, heads=16, vocab=8192, seq=512)
+    zp = zero_hbm_param_s(Plan(dp=8, zero=3, runtime="fsdp"), H100, load_runtime("fsdp"))
+    base = row_times(t, H100, 1, False, 2, "full", "flash")
+    with_it = row_times(t, H100, 1, False, 2, "full", "flash", zero_param_s=zp)
+    assert zp[0] > 0 and np.array_equal(with_it.recompute_s, base.recompute_s)
+    assert (with_it.fwd_s > base.fwd_s).all()
