@@ -45,7 +45,7 @@ def test_a_node_that_would_need_two_gpu_types_is_refused_in_one_line(target):
     with pytest.raises(PlanError) as e:
         export_plan(plan, target, ctx)
     msg = str(e.value)
-    assert "\n" not in msg and "'stage_pools'" in msg and "two pools" in msg, msg
+    assert "\n" not in msg and "'stage_pools'" in msg and "two pools" in msg and "one GPU type" in msg, msg
 
 
 def test_a_uniform_plan_says_nothing_of_pools():

@@ -73,6 +73,22 @@ def test_solver_best_equals_exhaustive_enumeration(s):
     _check_plans(res, costs)
 
 
+@pytest.mark.parametrize("gpus, fraction, top", [(4, 0.3, 5), (2, 0.6, 20)])
+def test_asking_for_more_plans_than_fit_returns_every_one_that_fits(gpus, fraction, top):
+    """Fewer configurations fit than ``top`` asks for, and many fit nowhere: those must be dropped
+    (the stop cut's infeasibility is checked against the least-memory program), not deferred at
+    ever higher bounds — a review found that loop crashing once its cut passed int64."""
+    t = table(2, 32, 2, 16)
+    costs = Costs(t, small_profile(fraction * serial_memory(t, 8)), 8)
+    brute = enumerate_plans(costs, gpus=gpus, global_batch=8)
+    res = run_search(costs, gpus=gpus, global_batch=8, top=top)
+    assert res.optimal and 0 < len(brute) < top * 4
+    assert len(res.plans) == min(top, len({c for c, _, _ in brute}))
+    for cand, (_, _, pred) in zip(res.plans, brute):
+        assert close(cand.prediction["step_time_s"], pred["step_time_s"])
+    _check_plans(res, costs)
+
+
 def _check_plans(res, costs):
     times = [c.prediction["step_time_s"] for c in res.plans]
     assert all(a <= b * (1 + 1e-12) for a, b in zip(times, times[1:]))   # ordered (to rounding)

@@ -79,8 +79,9 @@ def pool_problems(plan: Plan, ctx) -> list[Problem]:
     if pool_nodes(plan, nproc) is not None:
         return []
     return [Problem("stage_pools", list(plan.stage_pools),
-                    f"a node of {nproc} ranks would hold pipeline stages of two pools (each stage's "
-                    f"tp·dp is {plan.tp * plan.dp} GPUs, less than a node), and a node has one GPU type", {})]
+                    f"torchrun starts {nproc} ranks a node, and a node would hold ranks of two pools "
+                    f"(each stage's tp·dp is {plan.tp * plan.dp} GPUs, not whole nodes of one pool); "
+                    "a node has one GPU type", {})]
 
 
 def refuse_if_needed(target: str, plan: Plan, problems_of: Callable[[Plan], list[Problem]]) -> None:

@@ -121,6 +121,7 @@ class SplitModel:
         # stop as soon as CP-SAT proves no split does better than this (the search's next entry):
         # a valid bound is all the search needs then (``SplitResult.stopped``)
         self.stop_above_s = stop_above_s
+        self.fits_only = False      # objective "memory": stop at the first split that fits
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
@@ -269,6 +270,9 @@ class SplitModel:
     # 7. -------------------------------------------------------------------------------------
     def _objective(self):
         if self.objective == "memory":
+            if self.fits_only:   # any split under the GPU's memory will do (``_some_split_fits``)
+                self.model.Add(self.M <= int(math.floor(self.t.hbm)))
+                return
             self.model.Minimize(self.M)
             return
         m, p = self.t.m, self.pp
@@ -293,6 +297,11 @@ class SplitModel:
             self.model.Add(self.obj <= self._stop_limit()).OnlyEnforceIf(self._stop_lit)
             self.model.AddAssumptions([self._stop_lit])
         self.model.Minimize(self.obj)
+
+    def _cut_bound(self, b: float) -> float:
+        """CP-SAT's bound under the stop cut holds for the splits inside it; those outside are
+        above the cut: valid for every split only up to the cut's limit + 1."""
+        return min(b, self._stop_limit() + 1) if self._stop_binds() else b
 
     def _stop_limit(self) -> int:
         """``stop_above_s`` in integer units, a whole unit above it once the slack is off."""
@@ -372,24 +381,40 @@ class SplitModel:
             else:
                 obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                bound = (max([solver.BestObjectiveBound()] + stopped) - self.slack()) * self.unit / self.scale
+                best = self._cut_bound(max([solver.BestObjectiveBound()] + stopped))
+                bound = (best - self.slack()) * self.unit / self.scale
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
                                bound_only=self.sched is not None and self.sched.bound_only,
                                slack_s=self.slack() * self.unit / self.scale,
                                stopped=code != cp.OPTIMAL and bool(stopped))
         if code == cp.INFEASIBLE:
-            if self._stop_binds() and self._stop_lit.Index() in solver.SufficientAssumptionsForInfeasibility():
-                # no split at or under the next entry (``_objective``): after it, not out
+            if (self._stop_binds() and self._stop_lit.Index() in solver.SufficientAssumptionsForInfeasibility()
+                    and self._some_split_fits()):
+                # no split at or under the next entry (``_objective``): after it, not out;
                 # every split's integer objective is above the cut: its bound, as ``bound`` below
                 bound = (self._stop_limit() + 1 - self.slack()) * self.unit / self.scale
-                return SplitResult("unknown", None, None, wall, bound, stopped=True)
-            return SplitResult("infeasible", None, None, wall)
+                return SplitResult("unknown", None, None, time.perf_counter() - t0, bound, stopped=True)
+            return SplitResult("infeasible", None, None, time.perf_counter() - t0)
         bound = None
         if self.objective != "memory":
-            bound = (solver.BestObjectiveBound() - self.slack()) * self.unit / self.scale
+            bound = (self._cut_bound(solver.BestObjectiveBound()) - self.slack()) * self.unit / self.scale
         if stopped and bound is not None:   # the bound that stopped it, should the final one lag
-            bound = max(bound, (stopped[0] - self.slack()) * self.unit / self.scale)
+            bound = max(bound, (self._cut_bound(stopped[0]) - self.slack()) * self.unit / self.scale)
         return SplitResult("unknown", None, None, wall, bound, stopped=bool(stopped))
+
+    def _some_split_fits(self) -> bool:
+        """Whether any split fits the GPU's memory (the least-memory program, cached on the
+        terms): an infeasibility under the stop cut means "after the next entry" only then —
+        CP-SAT's core names the cut's assumption even when memory alone is infeasible (ortools
+        9.15, with an objective), and a configuration no split fits must be dropped, not
+        deferred at ever higher bounds. Not proved in time: assumed to fit (deferred, as safe)."""
+        cache = self.t.__dict__.setdefault("_fits", {})
+        if self.fixed_stages not in cache:
+            check = SplitModel(self.t, objective="memory", time_limit_s=min(2.0, self.time_limit_s),
+                               fixed_stages=self.fixed_stages)
+            check.fits_only = True
+            cache[self.fixed_stages] = check.solve().status != "infeasible"
+        return cache[self.fixed_stages]
 
     def _stop_when_bound_passes(self, solver) -> list:
         """With ``stop_above_s``, end the solve once CP-SAT's proved bound (less the rounding
