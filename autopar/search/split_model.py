@@ -84,6 +84,13 @@ import numpy as np
 from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
 from autopar.search.split_memory import add_memory, up
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
+from autopar.search.split_stop import (
+    add_stop_cut,
+    cut_bound,
+    stop_limit,
+    stop_when_bound_passes,
+    stopped_by_cut,
+)
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
 
 
@@ -108,7 +115,7 @@ class SplitModel:
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
                  workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
-                 exact: bool = False, stop_above_s: float | None = None):
+                 exact: bool = False, stop_above_s: float | None = None, fits_only: bool = False):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
@@ -121,7 +128,8 @@ class SplitModel:
         # stop as soon as CP-SAT proves no split does better than this (the search's next entry):
         # a valid bound is all the search needs then (``SplitResult.stopped``)
         self.stop_above_s = stop_above_s
-        self.fits_only = False      # objective "memory": stop at the first split that fits
+        self.stop_lit = None        # the stop cut's assumption where it binds (split_stop)
+        self.fits_only = fits_only  # objective "memory": any split under HBM, no minimum
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
@@ -270,7 +278,7 @@ class SplitModel:
     # 7. -------------------------------------------------------------------------------------
     def _objective(self):
         if self.objective == "memory":
-            if self.fits_only:   # any split under the GPU's memory will do (``_some_split_fits``)
+            if self.fits_only:   # any split under the GPU's memory will do (``split_stop.some_split_fits``)
                 self.model.Add(self.M <= int(math.floor(self.t.hbm)))
                 return
             self.model.Minimize(self.M)
@@ -287,34 +295,14 @@ class SplitModel:
             # this cut CP-SAT either finds one or proves none exists, usually far sooner than it
             # proves the optimum; the slack covers the integer rounding, so nothing is lost
             self.model.Add(self.obj <= int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack())
-        if self._stop_binds():
-            # the entry next in line as a cut too: a split at or under it has the same optimum,
-            # and none there is an infeasibility CP-SAT proves far sooner than a bound climbing
-            # past it (GPT 1T, dp24·tp8·pp16 vpp4: 0.07 s against 13 s); ``solve`` reads that
-            # infeasibility as "stopped" when the cut is in CP-SAT's core (an assumption), and as
-            # plain infeasible (no split fits, or none beats the k-th plan) when it is not
-            self._stop_lit = self.model.NewBoolVar("stop_cut")
-            self.model.Add(self.obj <= self._stop_limit()).OnlyEnforceIf(self._stop_lit)
-            self.model.AddAssumptions([self._stop_lit])
+        add_stop_cut(self)   # the next entry as a cut too (split_stop)
         self.model.Minimize(self.obj)
 
-    def _cut_bound(self, b: float) -> float:
-        """CP-SAT's bound under the stop cut holds for the splits inside it; those outside are
-        above the cut: valid for every split only up to the cut's limit + 1."""
-        return min(b, self._stop_limit() + 1) if self._stop_binds() else b
-
-    def _stop_limit(self) -> int:
-        """``stop_above_s`` in integer units, a whole unit above it once the slack is off."""
-        return math.ceil(self.stop_above_s * self.scale / self.unit) + self.slack() + 1
-
-    def _stop_binds(self) -> bool:
-        """Whether the stop cut is tighter than the k-th plan's (so an infeasibility means "after
-        the next entry", not "out of the top k")."""
-        if self.stop_above_s is None or self.objective == "memory":
-            return False
-        if self.upper_bound_s is None:
-            return True
-        return self._stop_limit() < int(math.floor(self.upper_bound_s * self.scale / self.unit)) + self.slack()
+    def fit_check(self) -> SplitModel:
+        """The memory program of the same configuration and fixed split, stopped at its first
+        split under HBM (``split_stop.some_split_fits``)."""
+        return SplitModel(self.t, objective="memory", time_limit_s=min(2.0, self.time_limit_s),
+                          fixed_stages=self.fixed_stages, fits_only=True)
 
     def slack(self) -> int:
         """Integer units by which the rounded objective may differ from the exact one (each row
@@ -368,7 +356,7 @@ class SplitModel:
         # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
         # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
         solver.parameters.catch_sigint_signal = False
-        stopped = self._stop_when_bound_passes(solver)
+        stopped = stop_when_bound_passes(self, solver)
         code = solver.Solve(self.model)
         wall = time.perf_counter() - t0
         cp = self.cp
@@ -381,52 +369,20 @@ class SplitModel:
             else:
                 obj = solver.ObjectiveValue() * self.unit / self.scale
                 # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                best = self._cut_bound(max([solver.BestObjectiveBound()] + stopped))
+                best = cut_bound(self, max([solver.BestObjectiveBound()] + stopped))
                 bound = (best - self.slack()) * self.unit / self.scale
             return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
                                bound_only=self.sched is not None and self.sched.bound_only,
                                slack_s=self.slack() * self.unit / self.scale,
                                stopped=code != cp.OPTIMAL and bool(stopped))
         if code == cp.INFEASIBLE:
-            if (self._stop_binds() and self._stop_lit.Index() in solver.SufficientAssumptionsForInfeasibility()
-                    and self._some_split_fits()):
-                # no split at or under the next entry (``_objective``): after it, not out;
-                # every split's integer objective is above the cut: its bound, as ``bound`` below
-                bound = (self._stop_limit() + 1 - self.slack()) * self.unit / self.scale
+            if stopped_by_cut(self, solver):   # every split is above the cut: after the next entry
+                bound = (stop_limit(self) + 1 - self.slack()) * self.unit / self.scale
                 return SplitResult("unknown", None, None, time.perf_counter() - t0, bound, stopped=True)
             return SplitResult("infeasible", None, None, time.perf_counter() - t0)
         bound = None
         if self.objective != "memory":
-            bound = (self._cut_bound(solver.BestObjectiveBound()) - self.slack()) * self.unit / self.scale
+            bound = (cut_bound(self, solver.BestObjectiveBound()) - self.slack()) * self.unit / self.scale
         if stopped and bound is not None:   # the bound that stopped it, should the final one lag
-            bound = max(bound, (self._cut_bound(stopped[0]) - self.slack()) * self.unit / self.scale)
+            bound = max(bound, (cut_bound(self, stopped[0]) - self.slack()) * self.unit / self.scale)
         return SplitResult("unknown", None, None, wall, bound, stopped=bool(stopped))
-
-    def _some_split_fits(self) -> bool:
-        """Whether any split fits the GPU's memory (the least-memory program, cached on the
-        terms): an infeasibility under the stop cut means "after the next entry" only then —
-        CP-SAT's core names the cut's assumption even when memory alone is infeasible (ortools
-        9.15, with an objective), and a configuration no split fits must be dropped, not
-        deferred at ever higher bounds. Not proved in time: assumed to fit (deferred, as safe)."""
-        cache = self.t.__dict__.setdefault("_fits", {})
-        if self.fixed_stages not in cache:
-            check = SplitModel(self.t, objective="memory", time_limit_s=min(2.0, self.time_limit_s),
-                               fixed_stages=self.fixed_stages)
-            check.fits_only = True
-            cache[self.fixed_stages] = check.solve().status != "infeasible"
-        return cache[self.fixed_stages]
-
-    def _stop_when_bound_passes(self, solver) -> list:
-        """With ``stop_above_s``, end the solve once CP-SAT's proved bound (less the rounding
-        slack, as ``SplitResult.bound_s``) exceeds it; the returned list is non-empty then."""
-        stopped: list = []
-        if self.stop_above_s is None or self.objective == "memory":
-            return stopped
-        limit = self._stop_limit()
-
-        def on_bound(b: float) -> None:
-            if b > limit and not stopped:
-                stopped.append(b)
-                solver.stop_search()
-        solver.best_bound_callback = on_bound
-        return stopped

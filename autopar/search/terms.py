@@ -4,7 +4,7 @@ the program itself is ``autopar.search.split_model``."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,9 @@ class Terms:
     # deferred W pass holds (memory.w_input_bytes)
     states: list | None = None
     w_input_bytes: np.ndarray | None = None
+    # whether any split fits the GPU, per fixed split (split_stop.some_split_fits); not copied by
+    # dataclasses.replace, whose new hbm may answer differently
+    fits_memory: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def pp(self) -> int:
