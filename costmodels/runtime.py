@@ -170,6 +170,9 @@ def list_runtimes() -> list[str]:
 
 _CACHE: dict[tuple, RuntimeProfile] = {}
 _REGISTERED: dict[str, RuntimeProfile] = {}
+# shipped profiles by the text asked for ("fsdp:bf16_reduce"): the search asks once per configuration,
+# hundreds of thousands of times, and resolving and stat-ing the file each time dominated it
+_SHIPPED: dict[str, RuntimeProfile] = {}
 
 
 def register_runtime(profile: RuntimeProfile) -> RuntimeProfile:
@@ -189,6 +192,9 @@ def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> Runt
     text = DEFAULT_RUNTIME if spec is None else str(spec).strip()
     if text in _REGISTERED:
         return _REGISTERED[text]
+    shipped = _SHIPPED.get(text)
+    if shipped is not None:
+        return shipped
     if ".toml" in text:      # a path, maybe with options after it: "my.toml:opt"
         cut = text.rindex(".toml") + len(".toml")
         base, opts = text[:cut], text[cut:].lstrip(":")
@@ -216,7 +222,10 @@ def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> Runt
         _CACHE[key] = parse_runtime(data, str(path), options)
     prof = _CACHE[key]
     name = prof.base + (":" + ",".join(options) if options else "")
-    return prof if prof.name == name else _replace(prof, name=name)
+    prof = prof if prof.name == name else _replace(prof, name=name)
+    if path.parent == RUNTIMES_DIR:   # a shipped profile: read once per process, by its text
+        _SHIPPED[text] = prof
+    return prof
 
 
 def _replace(prof: RuntimeProfile, **kw) -> RuntimeProfile:
