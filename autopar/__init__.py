@@ -1,12 +1,12 @@
 """autopar: automatic parallelism planner and cost-model compiler for PyTorch training.
 
 Pipeline: trace (autopar.trace) → cost models (costmodels) → search (autopar.search) →
-Plan (costmodels.plan, re-exported here) → rewrite + runtime (autopar.rewrite, autopar.runtime)
+Plan (costmodels.contracts.plan, re-exported here) → rewrite + runtime (autopar.rewrite, autopar.runtime)
 → report (autopar.report). Torch-heavy pieces are imported lazily.
 """
-from costmodels.errors import AutoparError
-from costmodels.plan import Plan
-from costmodels.plans_file import PlansFile, load_plan, load_plans
+from costmodels.contracts.errors import AutoparError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PlansFile, load_plan, load_plans
 
 __version__ = "0.1.0"
 __all__ = ["AutoparError", "Plan", "PlansFile", "load_plan", "load_plans", "load_model", "apply",
@@ -25,6 +25,6 @@ def __getattr__(name):  # lazy: keep `import autopar` free of torch until needed
         from autopar.runtime import apply
         return apply
     if name == "init_serial":
-        from autopar.runtime.materialize import init_serial
+        from autopar.runtime.assemble.materialize import init_serial
         return init_serial
     raise AttributeError(f"module 'autopar' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """``autopar.scoring``: score plans for a model spec on a hardware profile (traces, then
-``costmodels.estimate.estimate``). The Python face of ``autopar estimate``.
+``costmodels.model.estimate.estimate``). The Python face of ``autopar estimate``.
 
     from autopar.scoring import estimate_plans
     [result] = estimate_plans("gpt3-175b", "a100-80g-sxm", gpus=1024, global_batch=1536,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodels.plans_file import PlansFile
+from costmodels.contracts.plans_file import PlansFile
 
 
 def estimate_plans(model_spec: str, hardware, gpus: int, global_batch: int, plans: Any,
@@ -23,16 +23,16 @@ def estimate_plans(model_spec: str, hardware, gpus: int, global_batch: int, plan
     """Estimate dicts, one per plan of ``plans`` (anything ``PlansFile.read`` accepts: a Plan, a
     dict, a list, a plans file, JSON text or a path). ``table`` skips the trace (a LayerTable for
     the spec).
-    ``precision``: the memory model's recipe (``costmodels.memory``): "bf16-mixed" (Megatron, the
+    ``precision``: the memory model's recipe (``costmodels.model.memory``): "bf16-mixed" (Megatron, the
     default), "amp" (autopar's runtime under autocast), "fp32". ``runtime``: score every plan as
-    that runtime runs it (``costmodels.runtime``: "autopar", "megatron", "deepspeed", "fsdp", with
+    that runtime runs it (``costmodels.profiles.runtime``: "autopar", "megatron", "deepspeed", "fsdp", with
     options after a colon); None keeps each plan's own ``runtime`` field."""
-    from costmodels.cluster import resolve_hardware
-    from costmodels.estimate import estimate
+    from costmodels.model.estimate import estimate
+    from costmodels.profiles.cluster import resolve_hardware
     profile, _ = resolve_hardware(hardware)   # a profile, or a Cluster for pooled plans
     plan_list = PlansFile.read(plans).plans
     if runtime is not None:
-        from costmodels.runtime import load_runtime
+        from costmodels.profiles.runtime import load_runtime
         name = load_runtime(runtime).name
         plan_list = [p.with_(runtime=name) for p in plan_list]
     if table is None:

@@ -1,4 +1,4 @@
-"""How fast ``costmodels.estimate.estimate`` scores plans (the search calls it a lot).
+"""How fast ``costmodels.model.estimate.estimate`` scores plans (the search calls it a lot).
 
     python benchmarks/bench_costmodels_estimate.py
 
@@ -7,7 +7,7 @@ interleaved-1f1b and the split-backward interleaved-zb, zb-v, dualpipe-v at vpp 
 gpt3-175b on 1024 × a100-80g-sxm (global batch 1536) and llama3-405b (seq 8192) on 16384 ×
 h100-80g-sxm (global batch 2048), on real traced tables; prints plans/s (and ms per scored plan
 for each schedule: the split-backward ones simulate their first three periods) and the best plan; then
-times ``costmodels.split.balanced_stages`` (the default split every estimate without explicit
+times ``costmodels.contracts.split.balanced_stages`` (the default split every estimate without explicit
 stages uses) on a 128-layer table for 2 … 128 stages.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costmodels.errors import PlanError  # noqa: E402
-from costmodels.estimate import estimate  # noqa: E402
-from costmodels.hardware import load_profile  # noqa: E402
-from costmodels.plan import Plan  # noqa: E402
+from costmodels.contracts.errors import PlanError  # noqa: E402
+from costmodels.contracts.plan import Plan  # noqa: E402
+from costmodels.model.estimate import estimate  # noqa: E402
+from costmodels.profiles.hardware_files import load_profile
 
 
 def divisors(n):
@@ -83,7 +83,7 @@ def run(spec, seq, hw, gpus, batch):
 
 def run_split():
     from autopar.trace import table_for
-    from costmodels.split import balanced_stages
+    from costmodels.contracts.split import balanced_stages
     table = table_for("gpt:layers=128,hidden=1024,heads=16,vocab=50000,seq=1024")
     t0 = time.perf_counter()
     for n in (2, 4, 8, 16, 32, 64, 128):

@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt  # noqa: E402
 
-from costmodels.cluster import resolve_hardware  # noqa: E402
-from costmodels.errors import AutoparError  # noqa: E402
-from costmodels.estimate import estimate  # noqa: E402
-from costmodels.plan import PLAN_FIELDS, Plan  # noqa: E402
+from costmodels.contracts.errors import AutoparError  # noqa: E402
+from costmodels.contracts.plan import PLAN_FIELDS, Plan  # noqa: E402
+from costmodels.model.estimate import estimate  # noqa: E402
+from costmodels.profiles.cluster import resolve_hardware  # noqa: E402
 
 REFERENCE = ROOT / "benchmarks" / "data" / "identity_reference.json"
 PRECISIONS = ("bf16-mixed", "amp", "fp32")

@@ -1,6 +1,6 @@
 """Predicted vs published for every open row the cost model is checked on; regenerates
 docs/validation.md (between its 'generated' markers), docs/validation-rows.md (every open run) and
-costmodels/error_bands.toml.
+costmodels/profiles/error_bands.toml.
 
     python benchmarks/bench_costmodels_validation.py              # regenerate them, print a summary
     python benchmarks/bench_costmodels_validation.py --stdout     # print the tables, write nothing
@@ -9,8 +9,8 @@ costmodels/error_bands.toml.
 Sources (tests/data/validation/, each named in its README): ZeRO Table 1 (Rajbhandari et al.
 2020), Korthikanti et al. 2022 Tables 2, 3 and 5, MosaicML llm-foundry's MPT benchmark under
 FSDP (mpt_fsdp.csv) and torchtitan's Llama runs (torchtitan_llama.csv). Real layer tables
-(``autopar.trace.table_for``). The calibration split is costmodels.open_runs.CALIBRATION and
-costmodels.validation.CALIBRATION_ROWS; every other row is a check row.
+(``autopar.trace.table_for``). The calibration split is costmodels.calibration.open_runs.CALIBRATION and
+costmodels.calibration.validation.CALIBRATION_ROWS; every other row is a check row.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costmodels.error_bands import BANDS_FILE, family, percentile_band  # noqa: E402
-from costmodels.open_runs import open_runs, predict, spearman  # noqa: E402
-from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
+from costmodels.calibration.open_runs import open_runs, predict, spearman  # noqa: E402
+from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
+from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
 ROWS_DOC = ROOT / "docs" / "validation-rows.md"
@@ -119,7 +119,7 @@ def every_row(results) -> list[str]:
 
 
 def bands(results, t5) -> list[dict]:
-    """The error band of every regime with check rows (costmodels.error_bands)."""
+    """The error band of every regime with check rows (costmodels.profiles.error_bands)."""
     errs = collections.defaultdict(list)
     for x in results:
         if x["run"].role == "check":
@@ -135,7 +135,7 @@ def bands(results, t5) -> list[dict]:
 def bands_toml(bs: list[dict]) -> str:
     out = ["# Error bands per regime (GPU, runtime, parallelism family): the 90th percentile of the",
            "# check rows' |relative step-time error| (the largest below 10 rows). Written by",
-           "# benchmarks/bench_costmodels_validation.py; read by costmodels.error_bands.", ""]
+           "# benchmarks/bench_costmodels_validation.py; read by costmodels.profiles.error_bands.", ""]
     for b in bs:
         out += ["[[band]]", f'hardware = "{b["hardware"]}"', f'runtime = "{b["runtime"]}"',
                 f'family = "{b["family"]}"', f'relative = {b["relative"]}', f'rows = {b["rows"]}',
@@ -175,8 +175,8 @@ def classic_sections(table_for, t5) -> list[str]:
 
 
 def calibrate(table_for) -> int:
-    from costmodels.calibration import SLOWDOWN_FROM, fit_all
-    from costmodels.validation import fit
+    from costmodels.calibration.fit import SLOWDOWN_FROM, fit_all
+    from costmodels.calibration.validation import fit
     t0 = time.perf_counter()
     for hw, f in fit_all(table_for).items():
         how = "fitted" if f["slowdown_fitted"] else f"from {SLOWDOWN_FROM[hw]}"
@@ -189,11 +189,11 @@ def calibrate(table_for) -> int:
 
 
 def zero_traffic_factors(table_for, factors: list[float]) -> int:
-    """The calibration fit with ZeRO's HBM term (costmodels.zero_traffic) scaled by each factor
+    """The calibration fit with ZeRO's HBM term (costmodels.model.zero_traffic) scaled by each factor
     κ: what the calibration split alone says of it (docs/validation.md: it prefers κ = 0)."""
-    import costmodels.coefficients as co
-    from costmodels.calibration import fit_gpu
-    from costmodels.zero_traffic import zero_param_s
+    import costmodels.model.coefficients as co
+    from costmodels.calibration.fit import fit_gpu
+    from costmodels.model.zero_traffic import zero_param_s
     try:
         for k in factors:
             co.zero_param_s = lambda *a, k=k: tuple(k * x for x in zero_param_s(*a))
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     results, t5 = open_results(table_for), table5(table_for)
     bs = bands(results, t5)
     L = [BEGIN, "", "## Results (generated)", ""] + open_sections(results)
-    L += ["### Error bands per regime (costmodels/error_bands.toml)\n",
+    L += ["### Error bands per regime (costmodels/profiles/error_bands.toml)\n",
           "| GPU | runtime | family | check rows | band |", "| --- | --- | --- | ---: | ---: |"]
     L += [f"| {b['hardware']} | {b['runtime']} | {b['family']} | {b['rows']} | ± {100 * b['relative']:.0f} % |"
           for b in bs]

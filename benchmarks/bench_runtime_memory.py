@@ -53,9 +53,9 @@ def _rank(spec: str, plan: dict) -> dict:
     import gc
 
     from autopar.models import load_model
-    from autopar.runtime import dist as adist
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from autopar.runtime.faults import dist as adist
+    from costmodels.contracts.plan import Plan
     adist.ensure_initialized(4)
     source = load_model(spec)
     model = source.build_meta()
@@ -71,7 +71,7 @@ def _serial(spec: str) -> dict:
     import gc
 
     from autopar.models import load_model
-    from autopar.runtime.rows import model_rows
+    from autopar.runtime.assemble.rows import model_rows
     source = load_model(spec)
     rows = model_rows(source.build_meta())
     largest_row = max(sum(p.numel() * 4 for p in m.parameters()) for m in rows.modules)
@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--model", default=DEFAULT)
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args()
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     serial = spawn(_serial, 1, args.model)[0]
     mb = 1024 * 1024
     print(f"model {args.model}")

@@ -3,7 +3,7 @@ before launch with one line.
 
     python benchmarks/bench_runtime_sweep.py [--world 8] [--steps 3] [--only SUBSTRING] [--json OUT]
 
-Runs ``autopar.runtime.sweep.plan_grid()`` (270 plans: dp, tp, pp ∈ {1, 2}; every schedule;
+Runs ``autopar.runtime.verify.sweep.plan_grid()`` (270 plans: dp, tp, pp ∈ {1, 2}; every schedule;
 micro-batch counts 1, pp, 2·pp, 3; ZeRO 0–3; recompute, sequence parallel, placements, uneven
 split points and three tiny models rotating through it) with ``sweep.run``: the runtime's own
 pre-launch check refuses what it must in this process, the rest run in one gloo world of
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autopar.runtime import sweep  # noqa: E402
+from autopar.runtime.verify import sweep  # noqa: E402
 
 
 def _key(case: sweep.SweepCase) -> tuple:

@@ -6,7 +6,7 @@
   ``torch.distributed.pipelining`` PipelineStage + Schedule1F1B over the same two halves;
 * zero-bubble (issue 14), plans {"pp": 2, "vpp": 2, "schedule": "interleaved-zb" | "zb-v" |
   "dualpipe-v"}: autopar.apply vs hand-built PipelineStages (the same four virtual stages, placed
-  as ``costmodels.plan.stages_of_rank`` says: a loop, or the V) under torch's own
+  as ``costmodels.contracts.plan.stages_of_rank`` says: a loop, or the V) under torch's own
   ScheduleInterleavedZeroBubble / ScheduleZBVZeroBubble / ScheduleDualPipeV.
 
 Prints the median step time of each (after warm-up; the best of several alternating rounds, as
@@ -181,7 +181,7 @@ def main() -> None:
                     help="alternating autopar/torch rounds; the best median counts (default 4)")
     ap.add_argument("--global-batch", type=int, default=8)
     args = ap.parse_args()
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     n_micro = args.global_batch  # micro-batch 1 for the pipeline comparison
     res = spawn(_rank, 2, args.model, args.steps, args.global_batch, n_micro, args.rounds)
     r = {k: max(x[k] for x in res) for k in res[0]}  # the slower rank sets the step time

@@ -11,7 +11,7 @@ ZeRO 0–3; recompute full and selective.
 
 Each cell is what ``autopar verify MODEL --plan P`` checks — the runtime's pre-launch check, then
 ``--steps`` SGD steps of ``autopar.apply`` against the single-process model on the same data —
-run for all cells in shared gloo worlds (``autopar.runtime.sweep.run``): ``✓`` with the largest
+run for all cells in shared gloo worlds (``autopar.runtime.verify.sweep.run``): ``✓`` with the largest
 relative loss difference when losses agree within 1e-5 and every parameter of
 ``full_state_dict`` within 1e-4, else the one line the runtime printed. Prints the matrix as
 Markdown (what the README shows) and the distinct refusal lines; exits 1 when a cell failed
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
-from autopar.runtime import sweep  # noqa: E402
+from autopar.runtime.verify import sweep  # noqa: E402
 
 MODELS = {"gpt2": "HF GPT-2", "llama": "HF Llama", "qwen2": "HF Qwen2", "bert": "HF BERT (MLM)",
           "vit": "HF ViT", "timm_vit": "ViT, timm layout", "nanogpt": "nanoGPT-shaped",

@@ -5,7 +5,7 @@ attention), one micro-batch of ONE sequence, single process.
     python benchmarks/bench_validate_activations.py [MODEL] [--attention flash|math]
 
 Prints, per row, the table's ``saved_activation_bytes`` (minus ``act_attention_core_bytes`` for
-flash, as costmodels.memory does) and the bytes of the distinct tensors autograd saved while the
+flash, as costmodels.model.memory does) and the bytes of the distinct tensors autograd saved while the
 row ran (parameters excluded), by dtype; the loss (cross-entropy) is its own line: the table has
 no row for it.
 """

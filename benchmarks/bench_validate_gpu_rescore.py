@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from autopar.scoring import estimate_plans
-from costmodels.plan import PLAN_FIELDS
+from costmodels.contracts.plan import PLAN_FIELDS
 
 DATA = Path(__file__).resolve().parent / "data" / "gpu_h100_x1_2026-11-24"
 CALIBRATION = "validate_gpt2-medium_*.json"   # --fit-host's calibration run (docstring)
@@ -42,7 +42,7 @@ def fit_host() -> None:
     import dataclasses
     import math
 
-    from costmodels.runtime import load_runtime, register_runtime
+    from costmodels.profiles.runtime import load_runtime, register_runtime
     best = None
     for i in range(25):
         h = 5e-5 * i

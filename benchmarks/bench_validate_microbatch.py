@@ -5,7 +5,7 @@
 One process, one thread, as an ``autopar validate`` rank runs a plan's forward and backward
 (torch.autocast bf16, flash attention, no optimizer): ``N`` sequences as ``N/b`` micro-batches of
 ``b``. The sizes take turns over ``--rounds`` rounds (so the machine's drift lands on all of
-them); the median is set beside ``costmodels.compute.row_times`` summed over the micro-batches.
+them); the median is set beside ``costmodels.model.compute.row_times`` summed over the micro-batches.
 
 Why: ``autopar validate`` on the 2-core VM predicts every plan 1-10 % low. The last line fits
 the time the model misses per micro-batch as ``c + r · predicted``: ``r`` is the share by which
@@ -36,8 +36,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from autopar.models import load_model
     from autopar.trace import table_for
-    from costmodels.compute import row_times
-    from costmodels.hardware import load_profile
+    from costmodels.model.compute import row_times
+    from costmodels.profiles.hardware_files import load_profile
     src = load_model(args.model)
     model = src.build("cpu", seed=0, attention="flash")
     prof = load_profile(args.hardware)

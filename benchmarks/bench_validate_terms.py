@@ -5,7 +5,7 @@
 One process, one thread, the way a ``autopar validate`` rank runs a dp plan's step (AdamW,
 torch.autocast bf16, flash attention, ``B`` sequences in one micro-batch). torch.profiler's
 self CPU time per op is summed by category and set beside the cost model's term for the same work
-on ``PROFILE`` (costmodels.compute.row_times / optimizer_step_s for one GPU, tp=1):
+on ``PROFILE`` (costmodels.model.compute.row_times / optimizer_step_s for one GPU, tp=1):
 
     matmul      aten::mm / addmm / bmm / linear         <-> Σ FLOPs / (P · eff)   (attention excluded)
     attention   aten::_scaled_dot_product_*             <-> 4·b·s²·h·(1+2) / (P · attention_efficiency)
@@ -32,18 +32,10 @@ def main() -> None:
     torch.set_num_threads(1)
     from autopar.models import load_model
     from autopar.trace import table_for
-    from costmodels.compute import (
-        ATTN_BWD_RATIO,
-        C_BWD,
-        C_FWD,
-        LOSS_BYTES_PER_LOGIT,
-        activation_bytes_none,
-        autocast_step_s,
-        optimizer_step_s,
-        row_times,
-        table_arrays,
-    )
-    from costmodels.hardware import load_profile
+    from costmodels.model.compute import ATTN_BWD_RATIO, C_BWD, C_FWD, LOSS_BYTES_PER_LOGIT, row_times
+    from costmodels.model.optimizer import autocast_step_s, optimizer_step_s
+    from costmodels.model.table_arrays import activation_bytes_none, table_arrays
+    from costmodels.profiles.hardware_files import load_profile
     src = load_model(args.model)
     model = src.build("cpu", seed=0, attention="flash")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

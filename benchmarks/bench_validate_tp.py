@@ -33,9 +33,9 @@ def rank_fn(plan_d):
     from torch.profiler import ProfilerActivity, profile
 
     from autopar.models import load_model
-    from autopar.runtime import dist as adist
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from autopar.runtime.faults import dist as adist
+    from costmodels.contracts.plan import Plan
     adist.ensure_initialized(2)
     src = load_model(SPEC)
     runner = apply(src.build("cpu", seed=0, attention="flash"), Plan.from_dict(plan_d), loss_fn=src.loss, spec=SPEC)
@@ -76,7 +76,7 @@ def rank_fn(plan_d):
 
 
 if __name__ == "__main__":
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     for pd in PLANS:
         r = spawn(rank_fn, 2, pd)[0]
         print(pd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autopar.export import context_for
 from autopar.export.stages import stages_from_counts
-from costmodels.plan import Plan
+from costmodels.contracts.plan import Plan
 
 MODEL = "gpt:layers=8,hidden=256,heads=8,vocab=4096,seq=256"
 ROWS = 10                                   # embedding, 8 blocks, head

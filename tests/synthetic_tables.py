@@ -19,7 +19,7 @@ the K/V projection), ``llama_table`` a SwiGLU / RMSNorm / no-dropout block.
 """
 from __future__ import annotations
 
-from costmodels.layer_table import LayerRow, LayerTable, TPPair
+from costmodels.contracts.layer_table import LayerRow, LayerTable, TPPair
 
 
 def gpt_table(layers: int, hidden: int, heads: int, vocab: int, seq: int, micro_batch: int = 1,
@@ -131,7 +131,7 @@ def no_host_runtime() -> str:
     time), which would test the floor, not the search they are about. Registered once; its name."""
     import dataclasses
 
-    from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
+    from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
     if "autopar-no-host" not in _REGISTERED:
         register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-no-host", host_block_s=0.0))
     return "autopar-no-host"

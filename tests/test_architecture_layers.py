@@ -43,10 +43,12 @@ def module_files(root: Path) -> dict[str, Path]:
 
 
 def package_of(mod: str) -> str:
-    """``autopar.search.engine`` -> ``autopar.search``; ``autopar.scoring`` is its own package
-    (a top-level module); ``autopar`` (the package's ``__init__``) is ``autopar``."""
+    """``autopar.search.engine`` -> ``autopar.search``; ``costmodels.model.estimate`` ->
+    ``costmodels.model`` (the cost model's sub-packages are layers of their own);
+    ``autopar.scoring`` is its own package (a top-level module); ``autopar`` and ``costmodels``
+    (the packages' ``__init__``, which only re-export) are themselves."""
     parts = mod.split(".")
-    return parts[0] if parts[0] != "autopar" or len(parts) == 1 else ".".join(parts[:2])
+    return parts[0] if len(parts) == 1 else ".".join(parts[:2])
 
 
 def imports(mod: str, path: Path, mods: dict[str, Path]):
@@ -95,7 +97,8 @@ def violations(root: Path, layers: dict[str, int]) -> list[str]:
 
 def test_layers_block_is_in_contracts():
     layers = read_layers(ROOT / "docs" / "CONTRACTS.md")
-    assert layers.get("costmodels") == 0 and len(set(layers.values())) >= 5, layers
+    assert layers.get("costmodels.contracts") == 0 and len(set(layers.values())) >= 9, layers
+    assert layers["costmodels"] < min(v for k, v in layers.items() if k.startswith("autopar")), layers
 
 
 def test_code_follows_the_layers():
@@ -111,20 +114,31 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-LAYERS = {"costmodels": 0, "autopar.search": 1, "autopar.report": 2, "autopar": 3}
-CLEAN = {"costmodels/__init__.py": "", "autopar/__init__.py": "",
+LAYERS = {"costmodels.contracts": 0, "costmodels.profiles": 1, "costmodels.model": 2, "costmodels": 3,
+          "autopar.search": 4, "autopar.report": 5, "autopar": 6}
+CLEAN = {"costmodels/__init__.py": "from costmodels.model import m\n", "autopar/__init__.py": "",
+         "costmodels/contracts/__init__.py": "", "costmodels/profiles/__init__.py": "",
+         "costmodels/profiles/hardware.py": "from costmodels.contracts import plan\n",
+         "costmodels/model/__init__.py": "", "costmodels/model/m.py": "from costmodels.profiles import hardware\n",
          "autopar/search/__init__.py": "from costmodels import x\n",
          "autopar/report/__init__.py": "from autopar.search import y\n"}
 
 
 @pytest.mark.parametrize("change, expect", [
     ({"autopar/search/engine.py": "def f():\n    from autopar.report import z\n"},
-     "autopar.search (layer 1) imports autopar.report (layer 2)"),
+     "autopar.search (layer 4) imports autopar.report (layer 5)"),
     ({"autopar/report/a.py": "from . import b\n", "autopar/report/b.py": "from .a import q\n"},
      "import cycle inside a package"),
     ({"autopar/report/a.py": "from autopar.search.engine import _hidden\n",
       "autopar/search/engine.py": ""}, "private name _hidden"),
     ({"autopar/newpkg/__init__.py": ""}, "package autopar.newpkg has no layer"),
+    ({"costmodels/contracts/plan.py": "from costmodels.model.estimate import estimate\n"},
+     "costmodels.contracts (layer 0) imports costmodels.model.estimate (layer 2)"),
+    ({"costmodels/profiles/runtime.py": "def f():\n    from costmodels.model import comm\n"},
+     "costmodels.profiles (layer 1) imports costmodels.model (layer 2)"),
+    ({"costmodels/model/compute.py": "from costmodels import Plan\n"},
+     "costmodels.model (layer 2) imports costmodels (layer 3)"),
+    ({"costmodels/newsub/__init__.py": ""}, "package costmodels.newsub has no layer"),
 ])
 def test_checker_catches_a_reintroduced_loop(tmp_path, change, expect):
     assert violations(_tree(tmp_path / "clean", CLEAN), LAYERS) == []

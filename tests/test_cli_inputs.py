@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-import costmodels.files as files
+import costmodels.contracts.files as files
 from autopar.cli.main import main
-from costmodels.checks import LIMITS
+from costmodels.contracts.checks import LIMITS
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
 G256 = os.path.join(FIX, "g256.json")
@@ -116,7 +116,7 @@ def test_an_exception_in_the_users_build_names_their_file_and_line(capsys, tmp_p
 
 # --------------------------------------------------------------------------- -o before work
 def deny_writes_in(monkeypatch, folder, code=errno.EACCES):
-    """Make ``folder`` unwritable for costmodels.files (root ignores chmod), as a read-only or
+    """Make ``folder`` unwritable for costmodels.contracts.files (root ignores chmod), as a read-only or
     full disk would be."""
     real_open = os.open
 
@@ -214,7 +214,7 @@ def test_report_diff_table_wraps_long_values():
 
 # ----------------------------------------------------------------------- verify's comparison
 def test_a_nan_or_infinite_loss_never_passes_verify():
-    from autopar.runtime.verify import compare
+    from autopar.runtime.verify.serial import compare
     assert compare([1.0, 2.0], [1.0, 2.0]) == 0.0
     assert compare([1.0, math.nan], [1.0, 1.0]) == math.inf
     assert compare([1.0, 1.0], [math.inf, 1.0]) == math.inf

@@ -1,5 +1,5 @@
 """Heterogeneous clusters, pricing side: --hardware / cluster.toml parsing, the Plan's pool
-fields, and ``estimate`` pricing every pipeline rank on its own pool (costmodels/cluster*.py)."""
+fields, and ``estimate`` pricing every pipeline rank on its own pool (costmodels/profiles/cluster*.py)."""
 from __future__ import annotations
 
 import json
@@ -7,12 +7,12 @@ import json
 import pytest
 from synthetic_tables import gpt3_175b, tiny_gpt
 
-from costmodels.cluster import Cluster, Pool, load_cluster, parse_hardware
-from costmodels.errors import PlanError, ProfileError
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
-from costmodels.plan_pools import global_gpu, gpu_of_rank
+from costmodels.contracts.errors import PlanError, ProfileError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plan_pools import global_gpu, gpu_of_rank
+from costmodels.model.estimate import estimate
+from costmodels.profiles.cluster import Cluster, Pool, load_cluster, parse_hardware
+from costmodels.profiles.hardware_files import load_profile
 
 A100, H100 = "a100-80g-sxm", "h100-80g-sxm"
 

@@ -6,9 +6,9 @@ import autopar.report.analysis as analysis
 import autopar.search.explain as explain
 import autopar.search.fix as fix
 import autopar.validate.run as validate_run
-from costmodels.breakdown import BREAKDOWN_KEYS, TERM_LABELS, bottleneck, slowest_stage
-from costmodels.errors import PlanError
-from costmodels.plan import PLAN_FIELDS, Plan
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, TERM_LABELS, bottleneck, slowest_stage
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import PLAN_FIELDS, Plan
 
 
 def est(step=10.0, pp=1, **terms):

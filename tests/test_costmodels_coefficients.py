@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 from synthetic_tables import gpt3_175b, gpt_table
 
-from costmodels.coefficients import dp_sync, dp_sync_line, row_coefficients
-from costmodels.comm import collective_steps, collective_time, plan_tiers
-from costmodels.compute import optimizer_step_s, row_times, table_arrays
-from costmodels.estimate import check_plan, chunk_cost
-from costmodels.hardware import load_profile
-from costmodels.memory import activation_bytes
-from costmodels.plan import Plan
+from costmodels.contracts.plan import Plan
+from costmodels.model.checks import check_plan
+from costmodels.model.coefficients import dp_sync, dp_sync_line, row_coefficients
+from costmodels.model.comm import collective_steps, collective_time, plan_tiers
+from costmodels.model.compute import row_times
+from costmodels.model.estimate import chunk_cost
+from costmodels.model.memory import activation_bytes
+from costmodels.model.optimizer import optimizer_step_s
+from costmodels.model.table_arrays import table_arrays
+from costmodels.profiles.hardware_files import load_profile
 
 A100 = load_profile("a100-80g-sxm")
 

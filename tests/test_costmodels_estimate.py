@@ -10,16 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic_tables import gpt3_175b, gpt_table, llama3_70b, tiny_gpt
 
-from costmodels.coefficients import dp_sync
-from costmodels.comm import collective_bytes, collective_time, group_tier, plan_tiers
-from costmodels.compute import optimizer_step_s
-from costmodels.errors import PlanError
-from costmodels.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, check_plan, chunk_cost, estimate
-from costmodels.hardware import LinkTier, load_profile
-from costmodels.pipeline import bubble_fraction_uniform, pipeline_time
-from costmodels.plan import Plan
-from costmodels.plans_file import PlanResult
-from costmodels.split import balanced_stages, partition
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PlanResult
+from costmodels.contracts.split import balanced_stages, partition
+from costmodels.model.checks import check_plan
+from costmodels.model.coefficients import dp_sync
+from costmodels.model.comm import collective_bytes, collective_time, group_tier, plan_tiers
+from costmodels.model.estimate import BREAKDOWN_KEYS, MEMORY_KEYS, chunk_cost, estimate
+from costmodels.model.optimizer import optimizer_step_s
+from costmodels.model.pipeline import bubble_fraction_uniform, pipeline_time
+from costmodels.profiles.hardware import LinkTier
+from costmodels.profiles.hardware_files import load_profile
 
 A100 = "a100-80g-sxm"
 
@@ -315,8 +317,8 @@ def test_flash_attentions_backward_takes_two_and_a_half_forwards():
 
     from synthetic_tables import llama3_8b
 
-    from costmodels.compute import FLASH_BWD_RATIO, row_times
-    from costmodels.hardware import load_profile
+    from costmodels.model.compute import FLASH_BWD_RATIO, row_times
+    from costmodels.profiles.hardware_files import load_profile
     t = llama3_8b(seq=4096)
     fast = load_profile("h100-80g-sxm")
     slow = dataclasses.replace(fast, attention_efficiency=fast.attention_efficiency / 2)

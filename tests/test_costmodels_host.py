@@ -6,11 +6,11 @@ import dataclasses
 import numpy as np
 from synthetic_tables import gpt_table
 
-from costmodels.compute import row_times
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
-from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
+from costmodels.contracts.plan import Plan
+from costmodels.model.compute import row_times
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
+from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
 
 H = 1e-3
 

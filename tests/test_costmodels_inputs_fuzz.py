@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synthetic_tables import tiny_gpt
 
-from costmodels.errors import AutoparError, PlanError, ProfileError, SpecError
-from costmodels.estimate import estimate
-from costmodels.files import tomllib
-from costmodels.hardware import PROFILES_DIR, load_profile, parse_profile
-from costmodels.layer_table import LayerTable
-from costmodels.plan import PLAN_FIELDS, Plan
+from costmodels.contracts.errors import AutoparError, PlanError, ProfileError, SpecError
+from costmodels.contracts.files import tomllib
+from costmodels.contracts.layer_table import LayerTable
+from costmodels.contracts.plan import PLAN_FIELDS, Plan
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import PROFILES_DIR, load_profile, parse_profile
 
 EXAMPLES = 1000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

@@ -8,12 +8,12 @@ import json
 import pytest
 from synthetic_tables import tiny_gpt
 
-from costmodels.errors import PlanError, ProfileError, SpecError
-from costmodels.files import tomllib
-from costmodels.hardware import PROFILES_DIR, load_profile, parse_profile
-from costmodels.layer_table import LayerTable
-from costmodels.plan import Plan
-from costmodels.plans_file import PlansFile
+from costmodels.contracts.errors import PlanError, ProfileError, SpecError
+from costmodels.contracts.files import tomllib
+from costmodels.contracts.layer_table import LayerTable
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PlansFile
+from costmodels.profiles.hardware_files import PROFILES_DIR, load_profile, parse_profile
 
 A100 = tomllib.loads((PROFILES_DIR / "a100-80g-sxm.toml").read_text())
 
@@ -32,7 +32,7 @@ def one_line(e) -> str:
     ({"stages": [["0", "2"]]}, "got the range ['0', '2']"),
     ({"zero": 1.0}, "plan field 'zero'=1.0 must be 0, 1, 2 or 3"),
     ({"dp": 2 ** 70}, "plan field 'dp'=1180591620717411303424 must be a positive integer (at most 262,144)"),
-    ({"dp": 1024, "tp": 1024}, "dp·tp·pp = 1,048,576 GPUs is above autopar's limit"),
+    ({"dp": 1024, "tp": 1024}, "dp·cp·tp·pp = 1,048,576 GPUs is above autopar's limit"),
     ({"version": True}, "plan version True is not supported"),
     ({1: 2, "tpp": 2}, "unknown plan field(s) ['tpp', 1]; did you mean 'tp'?"),
     ({"recompute": "x" * 10 ** 6}, "plan field 'recompute'='xxxx"),

@@ -1,4 +1,4 @@
-"""``costmodels.files``: a write that fails or is interrupted leaves no temporary file (or the next
+"""``costmodels.contracts.files``: a write that fails or is interrupted leaves no temporary file (or the next
 write sweeps it), keeps the target's mode, and every OS error is one line naming the cause."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-import costmodels.files as files
-from costmodels.errors import AutoparError
-from costmodels.files import check_output_path, sweep_stale_temporaries, write_text_atomic
+import costmodels.contracts.files as files
+from costmodels.contracts.errors import AutoparError
+from costmodels.contracts.files import check_output_path, sweep_stale_temporaries, write_text_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,7 +71,7 @@ def test_a_killed_writer_s_temporary_is_swept_by_the_next_write(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {ROOT!r})
-        import costmodels.files as files
+        import costmodels.contracts.files as files
         files.os.fsync = lambda fd: (print("writing", flush=True), time.sleep(60))
         files.write_text_atomic({str(tmp_path / 'p.json')!r}, "x" * 1000)
     """)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from synthetic_tables import gpt3_175b, gpt_table, tiny_gpt
 
-from costmodels.compute import table_arrays
-from costmodels.estimate import estimate
-from costmodels.memory import activation_bytes, in_flight, model_state_bytes
-from costmodels.plan import Plan
-from costmodels.validation import read_csv
+from costmodels.calibration.validation import read_csv
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.model.memory import activation_bytes, in_flight, model_state_bytes
+from costmodels.model.table_arrays import table_arrays
 
 
 def _csv(name):

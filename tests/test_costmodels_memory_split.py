@@ -1,13 +1,13 @@
-"""Activations in flight under the split-backward schedules (costmodels.memory.split_in_flight):
+"""Activations in flight under the split-backward schedules (costmodels.model.memory.split_in_flight):
 the closed forms of memory's docstring against the simulator's peak, counted from the simulated
 timeline (live micro-batches per rank over time), and the V placement's balance."""
 import pytest
 from synthetic_tables import gpt3_175b
 
-from costmodels.estimate import estimate
-from costmodels.memory import split_in_flight
-from costmodels.plan import Plan
-from costmodels.schedule_sim import simulate
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.model.memory import split_in_flight
+from costmodels.model.schedule_sim import simulate
 
 CASES = [(s, p, m) for s in ("interleaved-zb", "zb-v", "dualpipe-v") for p, m in
          [(2, 4), (2, 8), (3, 9), (4, 8), (4, 12), (4, 24), (6, 18)]]

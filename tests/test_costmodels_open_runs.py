@@ -1,4 +1,4 @@
-"""The cost model on open training runs it was not fitted to (costmodels.open_runs,
+"""The cost model on open training runs it was not fitted to (costmodels.calibration.open_runs,
 docs/validation.md): the calibration split is what it says, every check set stays within 10 %,
 no run that ran is predicted not to fit, and the shipped error bands are the check residuals'."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from costmodels.error_bands import band_for, family, format_band, load_bands, percentile_band
-from costmodels.open_runs import CALIBRATION, mpt_runs, open_runs, spearman, titan_runs
-from costmodels.plan import Plan
+from costmodels.calibration.open_runs import CALIBRATION, mpt_runs, open_runs, spearman, titan_runs
+from costmodels.contracts.plan import Plan
+from costmodels.profiles.error_bands import band_for, family, format_band, load_bands, percentile_band
 
 trace = pytest.importorskip("autopar.trace")
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_published_peak_memory_within_10_percent(results):
 
 
 def test_the_shipped_error_bands_are_the_check_residuals(bench, results):
-    from costmodels.validation import table5
+    from costmodels.calibration.validation import table5
     assert [dict(b, statistic=None) for b in bench.bands(results, table5(trace.table_for))] == \
         [dict(b, statistic=None) for b in load_bands()]
 
@@ -99,9 +99,9 @@ def test_the_shipped_gpu_constants_are_the_calibration_fit(hardware):
     H100's slowdown (``SLOWDOWN_FROM``), which must equal its own profile's."""
     import numpy as np
 
-    from costmodels.calibration import SLOWDOWN_FROM, _grid
-    from costmodels.hardware import load_profile
-    from costmodels.validation import SHAPE
+    from costmodels.calibration.fit import SLOWDOWN_FROM, _grid
+    from costmodels.calibration.validation import SHAPE
+    from costmodels.profiles.hardware_files import load_profile
     prof = load_profile(hardware)
     scale = round(prof.eff_values[-1] / SHAPE[-1], 4)
     att, slow = prof.attention_efficiency, prof.collective_slowdown

@@ -1,12 +1,12 @@
-"""The closed-form pipeline time (costmodels.pipeline) against the schedule simulator
-(costmodels.schedule_sim), the reference: exact for uniform chunks, within the docstring's
+"""The closed-form pipeline time (costmodels.model.pipeline) against the schedule simulator
+(costmodels.model.schedule_sim), the reference: exact for uniform chunks, within the docstring's
 measured bounds for random per-chunk times."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodels.pipeline import column_maxima, pipeline_time
-from costmodels.schedule_sim import simulate
+from costmodels.model.pipeline import column_maxima, pipeline_time
+from costmodels.model.schedule_sim import simulate
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
@@ -72,7 +72,7 @@ def test_imbalanced_ranks_without_interleaving():
     assert bubble == pytest.approx(2.0)
 
 
-# measured bounds (formula / simulator) quoted in costmodels/pipeline.py's docstring
+# measured bounds (formula / simulator) quoted in costmodels/model/pipeline.py's docstring
 BOUNDS = {  # schedule: {regime: (lowest, highest)}
     "1f1b": {"jitter": (1.0, 1.07), "uneven": (1.0, 1.30)},
     "gpipe": {"jitter": (0.98, 1.0), "uneven": (0.92, 1.0)},

@@ -1,4 +1,4 @@
-"""The estimate's pipeline time for the split-backward schedules (costmodels.pipeline_split)
+"""The estimate's pipeline time for the split-backward schedules (costmodels.model.pipeline_split)
 against the schedule simulator run over every micro-batch, for UNEVEN stages as real plans have
 them (pipeline_split's docstring): within 2 % for every new schedule; and the estimate itself
 on a real table with pinned uneven stages."""
@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic_tables import gpt3_175b
 
-from costmodels.estimate import estimate
-from costmodels.pipeline_split import rank_work, split_pipeline_time
-from costmodels.plan import Plan, stages_of_rank
-from costmodels.schedule_program import makespan
-from costmodels.schedule_sim import simulate
+from costmodels.contracts.plan import Plan, stages_of_rank
+from costmodels.model.estimate import estimate
+from costmodels.model.pipeline_split import rank_work, split_pipeline_time
+from costmodels.model.schedule_program import makespan
+from costmodels.model.schedule_sim import simulate
 
 SPLIT = ("interleaved-zb", "zb-v", "dualpipe-v")
 

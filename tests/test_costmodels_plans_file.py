@@ -1,4 +1,4 @@
-"""costmodels.plans_file: the one reader and writer of plans files (docs/CONTRACTS.md "Plans
+"""costmodels.contracts.plans_file: the one reader and writer of plans files (docs/CONTRACTS.md "Plans
 file"): every accepted form, a faithful round trip, an atomic write, one clear line per bad
 input."""
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
-from costmodels.plans_file import PlanResult, PlansFile, load_plan, load_plans
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PlanResult, PlansFile, load_plan, load_plans
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 G256 = json.loads((FIX / "g256.json").read_text())          # a plans file (search's layout)
@@ -207,7 +207,7 @@ def test_check_estimates_refuses_a_bare_plan():
 
 
 def test_the_reader_imports_no_torch_or_numpy():
-    code = ("import sys, costmodels.plans_file as m; m.PlansFile.read('{\"dp\": 2}'); "
+    code = ("import sys, costmodels.contracts.plans_file as m; m.PlansFile.read('{\"dp\": 2}'); "
             "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, 'heavy import'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

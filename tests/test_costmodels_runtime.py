@@ -1,4 +1,4 @@
-"""Runtime profiles (costmodels/runtime_profiles/*.toml, costmodels.runtime): every shipped one
+"""Runtime profiles (runtime-profiles/*.toml, costmodels.profiles.runtime): every shipped one
 loads with its sources, options switch figures, bad input is one line naming the field, and a
 runtime changes the estimate the way its documented overlap says."""
 import copy
@@ -6,11 +6,11 @@ import copy
 import pytest
 from synthetic_tables import gpt3_175b, llama3_8b
 
-from costmodels.errors import PlanError, ProfileError
-from costmodels.estimate import estimate
-from costmodels.files import tomllib
-from costmodels.plan import Plan
-from costmodels.runtime import RUNTIMES_DIR, list_runtimes, load_runtime, parse_runtime
+from costmodels.contracts.errors import PlanError, ProfileError
+from costmodels.contracts.files import tomllib
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.profiles.runtime import RUNTIMES_DIR, list_runtimes, load_runtime, parse_runtime
 
 
 def _doc(name):
@@ -134,8 +134,8 @@ def test_the_gpu_profiles_slowdown_replaces_the_runtimes_assumed_one():
     issues it; the runtime's compute_slowdown only where the hardware profile has none."""
     import dataclasses
 
-    from costmodels.coefficients import collective_slowdown, row_coefficients
-    from costmodels.hardware import load_profile
+    from costmodels.model.coefficients import collective_slowdown, row_coefficients
+    from costmodels.profiles.hardware_files import load_profile
     h100 = load_profile("h100-80g-sxm")
     bare = dataclasses.replace(h100, collective_slowdown=None)
     assert h100.collective_slowdown > load_runtime("fsdp").compute_slowdown > 0.0
@@ -162,9 +162,9 @@ def test_split_backward_schedules_on_autopar_expose_the_zero01_gradient_all_redu
 
     from synthetic_tables import gpt_table
 
-    from costmodels.estimate import estimate
-    from costmodels.plan import Plan
-    from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
+    from costmodels.contracts.plan import Plan
+    from costmodels.model.estimate import estimate
+    from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
     t = gpt_table(8, 1024, 16, 50304, 1024)
     if "autopar-dp-in-backward" not in _REGISTERED:
         register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-dp-in-backward",

@@ -1,4 +1,4 @@
-"""The simulator's per-rank orders (costmodels.schedule_orders) are torch 2.13's own: for each
+"""The simulator's per-rank orders (costmodels.model.schedule_orders) are torch 2.13's own: for each
 split-backward schedule and several (pp, m), torch's ``_calculate_single_rank_operations`` —
 the function its constructor fills ``pipeline_order`` with — is called on a stand-in object
 holding the attributes it reads (no process group, no stages), and its actions, with the
@@ -10,9 +10,9 @@ import pytest
 import torch.distributed.pipelining._utils as pipelining_utils
 import torch.distributed.pipelining.schedules as pipelining
 
-from costmodels.plan import stages_of_rank
-from costmodels.schedule_orders import rank_actions, rounds_of
-from costmodels.schedule_sim import stage_order
+from costmodels.contracts.plan import stages_of_rank
+from costmodels.model.schedule_orders import rank_actions, rounds_of
+from costmodels.model.schedule_sim import stage_order
 
 KIND = {"FORWARD": "F", "BACKWARD_INPUT": "B", "BACKWARD_WEIGHT": "W", "FULL_BACKWARD": "BW"}
 CLASSES = {"interleaved-zb": pipelining.ScheduleInterleavedZeroBubble,

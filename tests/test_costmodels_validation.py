@@ -1,7 +1,7 @@
 """Korthikanti et al. 2022 Table 5: predicted iteration times within 10% (real traced tables).
 
-Calibration vs check (see costmodels/validation.py): the A100 matmul-efficiency curve comes from
-the open FSDP runs (costmodels.calibration); on Table 5 only Megatron's element-wise traffic was
+Calibration vs check (see costmodels/calibration/validation.py): the A100 matmul-efficiency curve comes from
+the open FSDP runs (costmodels.calibration.fit); on Table 5 only Megatron's element-wise traffic was
 fitted, on two rows — 22B and 1T with selective recompute + sequence parallel. The other six
 rows (22B and 1T full recompute; 175B and 530B, both settings) are CHECK rows the fit never saw.
 The must-show bound (10%) is asserted on all eight.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodels.validation import CALIBRATION_ROWS, TABLE5_SPECS, fit, table2, table5, table5_cases
+from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, fit, table2, table5, table5_cases
 
 trace = pytest.importorskip("autopar.trace")
 
@@ -63,7 +63,7 @@ def test_table2_on_the_traced_175b_table_within_2_percent():
 def test_fit_reproduces_the_shipped_calibration():
     """Re-running the grid fit on the calibration rows gives the megatron runtime's shipped
     element-wise traffic."""
-    from costmodels.runtime import load_runtime
+    from costmodels.profiles.runtime import load_runtime
     shipped = load_runtime("megatron").elementwise_traffic
     c, _ = fit(trace.table_for, c_grid=tuple(round(shipped + d, 2) for d in (-0.1, -0.05, 0.0, 0.05, 0.1)))
     assert c == shipped

@@ -1,4 +1,4 @@
-"""ZeRO's HBM traffic (costmodels.zero_traffic): per micro-batch, each ZeRO-2/3 collective and the
+"""ZeRO's HBM traffic (costmodels.model.zero_traffic): per micro-batch, each ZeRO-2/3 collective and the
 runtime's copies around it add their HBM bytes / bandwidth to the rows' forward and backward on
 a GPU — by the formula, per runtime, and nowhere else (CPU profiles, no ZeRO, one rank)."""
 import dataclasses
@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from synthetic_tables import gpt_table
 
-from costmodels.coefficients import grad_bytes, zero_hbm_param_s
-from costmodels.compute import row_times
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
-from costmodels.runtime import _REGISTERED, load_runtime, register_runtime
-from costmodels.zero_traffic import NCCL_HBM_PASSES
+from costmodels.contracts.plan import Plan
+from costmodels.model.coefficients import grad_bytes, zero_hbm_param_s
+from costmodels.model.compute import row_times
+from costmodels.model.estimate import estimate
+from costmodels.model.zero_traffic import NCCL_HBM_PASSES
+from costmodels.profiles.hardware_files import load_profile
+from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
 
 H100 = load_profile("h100-80g-sxm")
 

@@ -9,7 +9,7 @@ import pytest
 
 from autopar.cli.main import main
 from autopar.export import compare_estimates, context_for, import_config
-from costmodels.errors import PlanError, SpecError
+from costmodels.contracts.errors import PlanError, SpecError
 
 # The launch script of Megatron-LM's GPT-3 175B example, examples/gpt3/train_gpt3_175b_distributed.sh
 # at release core_v0.16.1 (its variables, torchrun line and the flags autopar reads; the data,

@@ -25,7 +25,7 @@ import pytest
 
 from autopar.export import deepspeed, export_plan, megatron, problems, torchtitan
 from autopar.export.stages import block_counts, torchtitan_default_counts
-from costmodels.plan import Plan
+from costmodels.contracts.plan import Plan
 from tests.export_plans import SPREAD, ctx_for
 
 DATA = Path(__file__).parent / "data"

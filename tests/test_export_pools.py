@@ -1,15 +1,15 @@
 """Pooled (heterogeneous) plans in every export: the launch must start each torchrun node rank on
 a node of the pool its stages were priced on, so every target's file says which node ranks go
-where (as ``costmodels.plan_pools.gpu_of_rank`` places the ranks) and which GPUs stay idle; a
+where (as ``costmodels.contracts.plan_pools.gpu_of_rank`` places the ranks) and which GPUs stay idle; a
 plan whose nodes would each need two GPU types is refused in one line."""
 import re
 
 import pytest
 
 from autopar.export import context_for, export_plan
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
-from costmodels.plan_pools import gpu_of_rank, short_name
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plan_pools import gpu_of_rank, short_name
 
 POOLS = (("h100-80g-sxm", 16), ("a100-80g-sxm", 32))
 # what each target can state: torchtitan has no ZeRO-1, DeepSpeed wants even stages of its own

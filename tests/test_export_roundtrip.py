@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopar.export import RUNTIMES, TARGETS, context_for, export_plan, import_config, problems, with_runtime
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 from tests.export_plans import ROWS, SPREAD, ctx_for, split
 
 

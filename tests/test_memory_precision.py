@@ -8,11 +8,11 @@ import torch
 
 from autopar.validate.live_bytes import LiveBytes, live_peak
 from autopar.validate.rank import _state_bytes
-from costmodels.compute import activation_bytes_none, table_arrays
-from costmodels.errors import PlanError
-from costmodels.estimate import estimate
-from costmodels.memory import activation_bytes, model_state_bytes
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.model.memory import activation_bytes, model_state_bytes
+from costmodels.model.table_arrays import activation_bytes_none, table_arrays
 from tests.synthetic_tables import gpt_table
 
 MiB = 1 << 20
@@ -92,7 +92,7 @@ def test_live_peak_on_events():
 def _gloo_rank():
     import torch.distributed as dist
 
-    from autopar.runtime import dist as adist
+    from autopar.runtime.faults import dist as adist
     adist.ensure_initialized(2)
     x = _floats(4 * MiB)
     with LiveBytes() as lb:
@@ -107,7 +107,7 @@ def _gloo_rank():
 
 @pytest.mark.slow
 def test_live_bytes_sees_gloo_collective_temporaries():
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     for peak, at_start in spawn(_gloo_rank, 2):
         assert at_start == 0
         assert peak >= 16 * MiB      # the output list and gloo's flat copy of it

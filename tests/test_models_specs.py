@@ -2,7 +2,7 @@
 import pytest
 
 from autopar.models import FAMILIES, PRESETS, load_model, parse_config
-from costmodels.errors import SpecError
+from costmodels.contracts.errors import SpecError
 
 
 def test_presets_listed():

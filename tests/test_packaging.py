@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from costmodels.contracts.files import tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted(p.stem for p in (ROOT / "costmodels" / "hardware_profiles").glob("*.toml"))
-RUNTIMES = sorted(p.stem for p in (ROOT / "costmodels" / "runtime_profiles").glob("*.toml"))
+SHIPPED = sorted(p.stem for p in (ROOT / "hardware-profiles").glob("*.toml"))
+RUNTIMES = sorted(p.stem for p in (ROOT / "runtime-profiles").glob("*.toml"))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_wheel_holds_every_shipped_profile(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [s for s in SHIPPED if f"costmodels/hardware_profiles/{s}.toml" not in names]
     missing += [s for s in RUNTIMES if f"costmodels/runtime_profiles/{s}.toml" not in names]
-    missing += [] if "costmodels/error_bands.toml" in names else ["error_bands.toml"]
+    missing += [] if "costmodels/profiles/error_bands.toml" in names else ["error_bands.toml"]
     assert len(RUNTIMES) >= 4 and not missing, f"not in the wheel: {missing}"
 
 
@@ -51,7 +53,8 @@ def test_installed_package_finds_its_profiles_outside_the_repo(wheel, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                         str(wheel)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    code = ("import json, costmodels.hardware as h, costmodels.runtime as r, costmodels.error_bands as b; "
+    code = ("import json, costmodels.profiles.hardware_files as h, costmodels.profiles.runtime as r, "
+            "costmodels.profiles.error_bands as b; "
             "print(json.dumps([h.__file__, h.list_profiles(), [h.load_profile(n).name for n in h.list_profiles()], "
             "[r.load_runtime(n).name for n in r.list_runtimes()], len(b.load_bands())]))")
     env = {**os.environ, "PYTHONPATH": str(target)}
@@ -62,3 +65,13 @@ def test_installed_package_finds_its_profiles_outside_the_repo(wheel, tmp_path):
     assert Path(where).is_relative_to(target), f"imported {where}, not the installed copy"
     assert listed == SHIPPED and len(loaded) == len(SHIPPED)
     assert runtimes == RUNTIMES and bands >= 3   # the runtime profiles and the error bands ship too
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml names the packages one by one (the profile folders are mapped in beside
+    them), so a new sub-package must be added there or a wheel would silently lack it."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for top in ("autopar", "costmodels")
+               for p in (ROOT / top).rglob("__init__.py")}
+    mapped = {"costmodels.hardware_profiles", "costmodels.runtime_profiles"}
+    assert listed == on_disk | mapped, (sorted(on_disk | mapped - listed), sorted(listed - on_disk - mapped))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from autopar.profile import build_profile, default_name, fits, in_step_fits, output_path
-from costmodels.files import tomllib
-from costmodels.hardware import PROFILES_DIR, load_profile
+from costmodels.contracts.files import tomllib
+from costmodels.profiles.hardware_files import PROFILES_DIR, load_profile
 
 RAW = Path(__file__).parent / "fixtures" / "profile_raw_cpu_2rank_quick.json"
 
@@ -61,7 +61,7 @@ def test_the_file_is_commented_and_every_figure_cites_its_measurement(raw, tmp_p
 
 def test_autopar_profile_writes_into_the_current_directory(raw, tmp_path, monkeypatch, capsys):
     """Without -o the profile goes to ./<default name>.toml, not into the package's
-    costmodels/hardware_profiles/ (measurement replaced by the stored run)."""
+    hardware-profiles/ (measurement replaced by the stored run)."""
     import autopar.profile
     from autopar.cli.main import main
     monkeypatch.setattr(autopar.profile, "profile_machine", lambda *a, **k: json.loads(RAW.read_text()))

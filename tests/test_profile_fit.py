@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from autopar.profile.fit import bus_bandwidth, bus_factor, fit_alpha_beta, fit_joint
-from costmodels.comm import collective_time
-from costmodels.hardware import LinkTier
+from costmodels.model.comm import collective_time
+from costmodels.profiles.hardware import LinkTier
 
 SIZES = np.array([8, 64, 512, 4096, 32768, 262144, 2097152, 16777216], dtype=float)
 
@@ -18,7 +18,7 @@ def test_fit_recovers_exact_alpha_beta(kind, n):
     assert f.alpha_s == pytest.approx(4e-5, rel=1e-6)
     assert f.beta_bytes_per_s == pytest.approx(3.2e9, rel=1e-6)
     assert f.max_rel_error < 1e-9
-    # the fitted model is costmodels.comm's formula
+    # the fitted model is costmodels.model.comm's formula
     np.testing.assert_allclose(f.predict(SIZES), t, rtol=1e-9)
 
 

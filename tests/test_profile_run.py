@@ -1,14 +1,14 @@
 """`autopar profile --quick` on 2 local ranks: the fit reproduces what it measured, and the
-profile it writes round-trips through costmodels.hardware.load_profile."""
+profile it writes round-trips through costmodels.profiles.hardware_files.load_profile."""
 import os
 
 import numpy as np
 import pytest
 
 from autopar.profile import build_profile, fits, in_step_fits, write_profile
-from costmodels.errors import ProfileError
-from costmodels.files import tomllib
-from costmodels.hardware import load_profile
+from costmodels.contracts.errors import ProfileError
+from costmodels.contracts.files import tomllib
+from costmodels.profiles.hardware_files import load_profile
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def test_fitted_alpha_beta_reproduces_its_measurements(raw):
     on clean data is test_profile_fit.py; --quick's in-step sizes (4 KiB … 2 MiB) are all
     latency-bound, and the cost model reads those points themselves
     (test_cost_model_reads_the_in_step_points)."""
-    from costmodels.comm import collective_bytes, collective_steps
+    from costmodels.model.comm import collective_bytes, collective_steps
     F, S = fits(raw), in_step_fits(raw)
     for kind, rows, fit, bw_end in ([(k, r, F[k], True) for k, r in raw["collectives"].items()]
                                     + [(k, r, S[k], False) for k, r in raw["in_step"].items()]):
@@ -108,7 +108,7 @@ def test_fitted_alpha_beta_reproduces_its_measurements(raw):
 def test_cost_model_reads_the_in_step_points(raw, tmp_path):
     """Through the written profile, the cost model prices each collective, for the measured
     group size, at exactly its measured in-step times (made non-decreasing)."""
-    from costmodels.comm import collective_time
+    from costmodels.model.comm import collective_time
     text, _ = build_profile(raw, "t")
     prof = load_profile(str(write_profile(tmp_path / "t.toml", text)))
     for kind, rows in raw["in_step"].items():

@@ -1,4 +1,4 @@
-"""autopar report on the real cost model's output (costmodels.estimate on the analytic GPT-3
+"""autopar report on the real cost model's output (costmodels.model.estimate on the analytic GPT-3
 175B table of tests/synthetic_tables.py, no torch), and --scale through the search API."""
 import json
 import os
@@ -10,9 +10,9 @@ from autopar.cli.main import main
 from autopar.report import build, make_report
 from autopar.report.analysis import one_gpu_time_from_cost_model
 from autopar.report.load import read_inputs
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
 
 PLANS = [dict(tp=8, pp=8, vpp=2, schedule="interleaved-1f1b", recompute="selective", sequence_parallel=True, zero=1),
          dict(tp=8, pp=16, recompute="selective", sequence_parallel=True, zero=1),
@@ -125,7 +125,7 @@ def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
     """The must-show run through the Python API: search gpt3-175b on 256, 512, 1024 × A100-80G
     (global batch 1536), write the plans files, report them."""
     from autopar.search import search
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     table = gpt3_175b()
     paths = []
     for n in (256, 512, 1024):
@@ -167,7 +167,7 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
             assert c.simulated_bubble_s == pytest.approx(c.estimated_bubble_s, rel=1e-3, abs=1e-3 * c.step_time_s)
     # same per-rank totals, uneven chunks: rank 0 runs the embedding then 48 blocks, rank 1 one
     # block then 47 blocks and the head — chunks 48× apart, beyond what the closed form tracks
-    # (costmodels.pipeline; the search balances chunk columns and does not pick such a split)
+    # (costmodels.model.pipeline; the search balances chunk columns and does not pick such a split)
     uneven = Plan(dp=16, tp=8, pp=2, vpp=2, schedule="interleaved-1f1b", zero=3, recompute="full",
                   stages=((0, 1), (1, 2), (2, 50), (50, 98)))
     [r] = records_of(estimate(table, profile, uneven, 256, 1536).to_dict())

@@ -1,6 +1,6 @@
 """`autopar explain` and `autopar report` name the same bottleneck for the same plan.
 
-Both read ``costmodels.breakdown.bottleneck``. Before, explain took the largest breakdown term
+Both read ``costmodels.contracts.breakdown.bottleneck``. Before, explain took the largest breakdown term
 and the report called a plan compute-bound only above 75% of the step, else named the largest
 overhead: on llama3-8b dp16·tp4 (compute 74.99% of the step, exposed TP 16%) explain said
 compute and the report said exposed TP communication. The plans here are real estimates
@@ -16,11 +16,11 @@ from synthetic_tables import gpt3_175b, llama3_8b, tiny_gpt
 from autopar.report.analysis import groups, why
 from autopar.report.load import records_of
 from autopar.search import explain_plans, render_explanation
-from costmodels.breakdown import BREAKDOWN_KEYS, term_label
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
-from costmodels.plans_file import PlanResult
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, term_label
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PlanResult
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
 LLAMA, GPT3, TINY = llama3_8b(seq=4096), gpt3_175b(), tiny_gpt(layers=6)

@@ -6,7 +6,7 @@ import pytest
 
 from autopar.cli.main import main
 from autopar.report.load import read_inputs
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
 G = [os.path.join(FIX, f"g{n}.json") for n in (256, 512, 1024)]

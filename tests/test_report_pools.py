@@ -6,11 +6,11 @@ from synthetic_tables import gpt_table
 
 from autopar.report.analysis import gib
 from autopar.report.core import make_report
-from costmodels.cluster import parse_hardware
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
-from costmodels.plans_file import PLANS_FILE_VERSION
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import PLANS_FILE_VERSION
+from costmodels.model.estimate import estimate
+from costmodels.profiles.cluster import parse_hardware
+from costmodels.profiles.hardware_files import load_profile
 
 
 def _plans_file():

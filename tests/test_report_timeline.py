@@ -100,9 +100,9 @@ def test_zero_bubble_plan_timeline_draws_w_passes_and_the_v(tmp_path):
     from synthetic_tables import gpt_table
 
     from autopar.report import make_report
-    from costmodels.estimate import estimate
-    from costmodels.hardware import load_profile
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
+    from costmodels.model.estimate import estimate
+    from costmodels.profiles.hardware_files import load_profile
     table = gpt_table(8, 256, 4, 1000, 128, model="gpt:layers=8,hidden=256,heads=4,vocab=1000,seq=128")
     prof = load_profile("a100-80g-sxm")
     files = {}

@@ -9,7 +9,7 @@ import torch
 
 from autopar.models import load_model
 from autopar.rewrite import FakeGroup, gather_row_state_dict, rewrite_row
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 GPT = "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8"
 LLAMA = "llama:layers=2,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8"

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.rewrite import rewrite_row
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 D, FF = 16, 64
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from autopar.rewrite import gather_row_state_dict, rewrite_row
 from autopar.rewrite.collectives import FakeGroup
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 D, H = 32, 4
 

@@ -247,9 +247,9 @@ def serial_vocab(emb):
 
 
 def _rank_failures():
-    """One rank's failures over every case (runs under autopar.runtime.verify.spawn, which
+    """One rank's failures over every case (runs under autopar.runtime.verify.serial.spawn, which
     keeps a rank's result when gloo aborts in its teardown after the result was written)."""
-    from autopar.runtime import dist as adist
+    from autopar.runtime.faults import dist as adist
     torch.set_num_threads(1)
     adist.ensure_initialized(TP)
     rank = dist.get_rank()
@@ -267,7 +267,7 @@ def _rank_failures():
 
 @pytest.mark.slow
 def test_tp2_rows_match_serial():
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     per_rank = spawn(_rank_failures, TP)
     failures = [f"rank {r}: {line}" for r, lines in enumerate(per_rank) for line in lines]
     assert not failures, "\n".join(failures[:40])

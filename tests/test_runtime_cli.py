@@ -64,7 +64,7 @@ def test_a_dead_or_frozen_rank_is_named_in_one_line():
     forward; the survivor's uncaught error is one line naming rank 1, the operation and
     AUTOPAR_COLLECTIVE_TIMEOUT (8 s: the frozen case ends soon, and start-up skew
     between the two ranks on a loaded host stays well inside it)."""
-    from autopar.runtime.verify import free_port
+    from autopar.runtime.verify.serial import free_port
     runs = {}
     for how in ("kill", "stop"):
         port = free_port()

@@ -7,9 +7,9 @@ import torch
 import autopar
 from autopar.models import load_model
 from autopar.runtime.apply import _stage_ranges
-from autopar.runtime.rows import model_rows
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from autopar.runtime.assemble.rows import model_rows
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 
 SPEC = "gpt:layers=3,hidden=32,heads=4,vocab=64,seq=8"
 
@@ -64,7 +64,7 @@ def test_user_model_rows_cut_at_the_block_list():
 
 def test_verify_refuses_a_plan_before_spawning_any_rank(monkeypatch, capsys):
     """tp=2 does not divide 3 heads: ``autopar verify`` says so in one line and never spawns."""
-    import autopar.runtime.verify as verify_module
+    import autopar.runtime.verify.serial as verify_module
     from autopar.cli.main import main
 
     def no_spawn(*args, **kwargs):
@@ -96,8 +96,8 @@ def test_uncaught_errors_print_once_under_a_launcher(monkeypatch, capsys, rank):
     peer; every other rank prints nothing."""
     import sys
 
-    from autopar.runtime import failures
-    from autopar.runtime.failures import PeerLostError, install_error_hook
+    from autopar.runtime.faults import failures
+    from autopar.runtime.faults.failures import PeerLostError, install_error_hook
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     monkeypatch.setattr(failures, "QUIET_EXIT_DELAY_S", 0.0)
     monkeypatch.setenv("RANK", str(rank))
@@ -114,7 +114,7 @@ def test_uncaught_errors_print_once_under_a_launcher(monkeypatch, capsys, rank):
 
 
 def test_a_gloo_peer_error_becomes_one_line_naming_the_rank(monkeypatch):
-    from autopar.runtime import failures, liveness
+    from autopar.runtime.faults import failures, liveness
     monkeypatch.setattr(liveness, "stopped_ranks", lambda ranks, me: [3])
     gloo = RuntimeError("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read "
                         "error [127.0.0.1]:33189: Connection reset by peer. This is typically caused")

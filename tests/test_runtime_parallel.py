@@ -1,6 +1,6 @@
 """autopar.apply equals the serial model: 5 SGD steps, fp32, gloo on CPU.
 
-One world of 8 processes is started once for the whole module (``autopar.runtime.sweep.run``);
+One world of 8 processes is started once for the whole module (``autopar.runtime.verify.sweep.run``);
 every case runs inside it on ranks 0 … dp·tp·pp-1 (its process groups are created by all 8
 ranks, once per rank set, and reused by later cases), while the other ranks wait at a barrier.
 Each case compares the losses of 5 SGD steps, and the parameters gathered by
@@ -10,7 +10,7 @@ batches (relative tolerance 1e-5 on losses, 1e-4 on parameters).
 Besides the fixed cases: a fresh random sample of the plan space the search explores
 (``sweep.plan_grid``), seed printed, ``AUTOPAR_PLAN_SEED`` replays it; each sampled plan either
 equals the serial model or is refused before launch in one line, exactly when the rules of
-``costmodels.runnable`` refuse it. Plans the runtime refuses never reach the world.
+``costmodels.contracts.runnable`` refuse it. Plans the runtime refuses never reach the world.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import random
 import pytest
 import torch
 
-from autopar.runtime import sweep
+from autopar.runtime.verify import sweep
 
 pytestmark = pytest.mark.slow
 
@@ -132,9 +132,9 @@ ERROR_CASES = [
 
 
 def _make_case(model, plan, micro_batches, steps):
-    """A ``verify.Case``: the nanoGPT fixture, or a model of ``autopar.runtime.sweep.MODELS``."""
+    """A ``verify.Case``: the nanoGPT fixture, or a model of ``autopar.runtime.verify.sweep.MODELS``."""
     from autopar.models.source import token_loss
-    from autopar.runtime.verify import Case
+    from autopar.runtime.verify.serial import Case
     if model != "nanogpt":
         return sweep.make_spec_case(model, plan, micro_batches, steps)
     gb = plan.dp * plan.micro_batch_size * micro_batches

@@ -1,13 +1,13 @@
-"""``costmodels.runnable``: each rule the runtime refuses a plan by, in one line naming the field
+"""``costmodels.contracts.runnable``: each rule the runtime refuses a plan by, in one line naming the field
 and the fix; what it accepts at the boundary runs (tests/test_runtime_parallel.py runs m = pp and
 odd counts). Torch-free."""
 from __future__ import annotations
 
 import pytest
 
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
-from costmodels.runnable import ModelDims, check_runnable
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.runnable import ModelDims, check_runnable
 
 GPT = ModelDims(rows=6, heads=4, kv_heads=4, ffn=256, seq=16)
 GQA = ModelDims(rows=5, heads=6, kv_heads=2, ffn=96, seq=12)
@@ -71,7 +71,7 @@ def test_each_virtual_stage_runs_on_exactly_one_rank(schedule, vpp, pp):
     """``stages_of_rank`` / ``rank_of_stage``: one the inverse of the other, every stage placed
     once; a V puts stage r and 2·pp−1−r on rank r (so the last rank holds the middle two),
     a loop puts stage v on rank v % pp (torch's generate_stage_to_rank_mapping)."""
-    from costmodels.plan import rank_of_stage
+    from costmodels.contracts.plan import rank_of_stage
     plan = Plan(pp=pp, vpp=vpp, schedule=schedule)
     placed = sorted(v for r in range(pp) for v in plan.stages_of_rank(r))
     assert placed == list(range(pp * vpp))

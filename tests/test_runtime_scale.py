@@ -25,7 +25,7 @@ import sys
 import pytest
 import torch
 
-from autopar.runtime.verify import spawn
+from autopar.runtime.verify.serial import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def _train(runner, opt, source, start, n):
 
 
 def _serial(source, steps):
-    from autopar.runtime.materialize import init_serial
+    from autopar.runtime.assemble.materialize import init_serial
     model = init_serial(source.build_meta(), seed=SEED)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     out = []
@@ -76,8 +76,8 @@ def _memory(plan):
     """(parameter bytes, peak while building, this rank's share, largest row) of BIG."""
     from autopar.models import load_model
     from autopar.runtime.apply import apply
-    from autopar.runtime.rows import model_rows
-    from costmodels.plan import Plan
+    from autopar.runtime.assemble.rows import model_rows
+    from costmodels.contracts.plan import Plan
     source = load_model(BIG)
     runner = apply(source.build_meta(), Plan(**plan), seed=SEED, spec=BIG)
     model = source.build_meta()
@@ -104,7 +104,7 @@ def _hf_loss(weights_dir):
 
     from autopar.models.source import meta_parameters, token_loss
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
     with meta_parameters():
         model = LlamaRows(_llama_config())
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
@@ -122,7 +122,7 @@ def _hf_model_loss(weights_dir):
 
     from autopar.models.source import token_loss
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
     torch.manual_seed(123)
     model = transformers.LlamaForCausalLM(_llama_config())
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
@@ -135,9 +135,9 @@ def _world_rank(ckpt, hf_dir):
     import torch.distributed as dist
 
     from autopar.models import load_model
-    from autopar.runtime import dist as adist
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from autopar.runtime.faults import dist as adist
+    from costmodels.contracts.plan import Plan
     adist.ensure_initialized(4)
     source = load_model(SPEC)
     out = {"serial": _serial(source, 6) if dist.get_rank() == 0 else None}
@@ -249,7 +249,7 @@ def test_hf_llama_loads_into_tp2_pp2(world):
 def test_export_streams_the_serial_state_dict(world, tmp_path):
     from safetensors.torch import load_file
 
-    from autopar.runtime.export import export_checkpoint
+    from autopar.runtime.checkpoints.export import export_checkpoint
     ranks, _, ckpt = world
     saved = ranks[0]["saved_state"]
     st = load_file(export_checkpoint(ckpt, str(tmp_path / "model.safetensors")))
@@ -260,7 +260,7 @@ def test_export_streams_the_serial_state_dict(world, tmp_path):
 
 
 def test_async_save_and_wrong_model(world):
-    from autopar.runtime.export import serial_state_dict
+    from autopar.runtime.checkpoints.export import serial_state_dict
     ranks, _, ckpt = world
     saved, _ = serial_state_dict(ckpt + "_async")
     state = ranks[0]["async_state"]
@@ -285,9 +285,9 @@ def test_checkpoint_as_weights_of_a_tp_runner_reads_only_its_slices(world):
 def test_checkpoint_as_weights_and_cli(world, tmp_path, capsys):
     from autopar.cli.main import main
     from autopar.models import load_model
-    from autopar.runtime.materialize import init_serial
-    from costmodels.errors import PlanError
-    from costmodels.plans_file import load_plan
+    from autopar.runtime.assemble.materialize import init_serial
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.plans_file import load_plan
     ranks, _, ckpt = world
     model = init_serial(load_model(SPEC).build_meta(), weights=ckpt)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ranks[0]["saved_state"].items())
@@ -312,9 +312,9 @@ def _killed_rank(ckpt):
     from torch.distributed.checkpoint import FileSystemWriter
 
     from autopar.models import load_model
-    from autopar.runtime import dist as adist
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from autopar.runtime.faults import dist as adist
+    from costmodels.contracts.plan import Plan
     adist.ensure_initialized(2)
     source = load_model(SPEC)
     runner = apply(source.build_meta(), Plan(pp=2), seed=SEED, spec=SPEC, timeout_s=20)
@@ -333,7 +333,7 @@ def _killed_rank(ckpt):
 
 
 def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
-    from autopar.runtime.export import serial_state_dict
+    from autopar.runtime.checkpoints.export import serial_state_dict
     ckpt = str(tmp_path / "ckpt")
     *ranks, failure = spawn(_killed_rank, 2, ckpt, partial=True)
     assert failure is not None and ranks == [None, None]     # rank 1 died, the world ended

@@ -1,6 +1,6 @@
 """Every plan the search returns is one the runtime runs: it passes the runtime's own checks —
-``costmodels.runnable.check_runnable`` and the pre-launch validation ``autopar.apply`` runs before
-``init_process_group`` (``autopar.runtime.prelaunch.check_before_launch``, the tensor-parallel
+``costmodels.contracts.runnable.check_runnable`` and the pre-launch validation ``autopar.apply`` runs before
+``init_process_group`` (``autopar.runtime.assemble.prelaunch.check_before_launch``, the tensor-parallel
 rewrite probed on ``meta`` included) — for small models with awkward shapes (grouped-query
 attention, 3 and 5 blocks, 6 heads), at batches small enough that few micro-batches fit. No
 process is launched.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from autopar.models import load_model
-from autopar.runtime.prelaunch import check_before_launch, config_dims
+from autopar.runtime.assemble.prelaunch import check_before_launch, config_dims
 from autopar.search import search
-from costmodels.runnable import check_runnable
+from costmodels.contracts.runnable import check_runnable
 
 MODELS = [
     "gpt:layers=4,hidden=64,heads=4,vocab=256,seq=16",

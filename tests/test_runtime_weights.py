@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 
 from autopar.models import load_model
-from autopar.runtime.materialize import init_serial
-from costmodels.errors import PlanError
+from autopar.runtime.assemble.materialize import init_serial
+from costmodels.contracts.errors import PlanError
 
 SPEC = "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=16,dropout=0,tied=true"
 

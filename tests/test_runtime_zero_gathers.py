@@ -12,9 +12,9 @@ def _gathers_per_step():
     import torch.distributed as dist
 
     from autopar.models import load_model
-    from autopar.runtime import dist as adist
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from autopar.runtime.faults import dist as adist
+    from costmodels.contracts.plan import Plan
     adist.ensure_initialized(2)
     calls = []
     # FSDP2's flat all-gather (torch 2.13: all_gather_single; earlier: all_gather_into_tensor)
@@ -46,7 +46,7 @@ def _gathers_per_step():
 
 
 def test_zero2_gathers_once_per_step_zero3_every_micro_batch():
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     counts = spawn(_gathers_per_step, 2)[0]
     assert counts[(2, 1)] > 0
     assert counts[(2, 4)] == counts[(2, 1)]                 # not one per micro-batch

@@ -6,7 +6,7 @@ nanoGPT- and minGPT-shaped models returning ``(logits, loss)``, a torchtitan-sty
 Also the training loop's API: ``Runner.clip_grad_norm_`` equals torch's clipping of the serial
 model under ZeRO-1, tp2 and pp2; a custom ``loss_fn`` under pipeline schedules (with and
 without targets); ``full_state_dict`` of the torchtitan-style model loads strictly into the
-serial model. One world of 4 processes for every case (``autopar.runtime.sweep.run``): losses
+serial model. One world of 4 processes for every case (``autopar.runtime.verify.sweep.run``): losses
 of 3 SGD steps within 1e-5 and every parameter (``full_state_dict``, the serial keys) within 1e-4.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 import pytest
 import torch
 
-from autopar.runtime import sweep
-from costmodels.plan import Plan
+from autopar.runtime.verify import sweep
+from costmodels.contracts.plan import Plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
 import zoo  # noqa: E402

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from autopar.cli.main import main
-from costmodels.plans_file import load_plan, load_plans
+from costmodels.contracts.plans_file import load_plan, load_plans
 
 TINY = "gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32"
 

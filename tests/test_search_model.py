@@ -1,5 +1,5 @@
 """The CP-SAT model is the cost model: for fixed split points its step time and its most loaded
-GPU's memory equal ``costmodels.estimate`` (up to the integer rounding) on many configurations of
+GPU's memory equal ``costmodels.model.estimate`` (up to the integer rounding) on many configurations of
 a GPT-3-shaped table — every schedule, ZeRO stage, recompute policy, sequence parallel, and
 interleaving. Guards the search against drift of the cost model's formulas."""
 import dataclasses
@@ -11,8 +11,8 @@ from synthetic_tables import gpt3_175b, llama_table
 from autopar.search.costs import Costs
 from autopar.search.space import Shape, configurations
 from autopar.search.split_model import SplitModel, time_unit
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
 
 
 def _random_split(rng, n, S):
@@ -25,7 +25,7 @@ def _measured_like(name):
     """A profile with the optional measured rates a CPU host's `autopar profile` writes: partial
     comm/compute overlap (none for FSDP2), per-collective alpha-beta and in-step points, slow
     element-wise kernels and optimizer."""
-    from costmodels.hardware import LinkTier
+    from costmodels.profiles.hardware import LinkTier
     p = load_profile(name)
     t = p.intra_node
     own = (("all_reduce", 3 * t.latency_s, t.bandwidth_bytes_per_s / 2),

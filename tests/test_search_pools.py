@@ -12,11 +12,11 @@ from synthetic_tables import gpt_table
 
 from autopar.search.api import search
 from autopar.search.pools import enumerate_pool_plans, search_pools
-from costmodels.cluster import Cluster, Pool
-from costmodels.errors import PlanError
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.model.estimate import estimate
+from costmodels.profiles.cluster import Cluster, Pool
+from costmodels.profiles.hardware_files import load_profile
 
 
 def profile(base: str, name: str, hbm: float, gpn: int = 2):

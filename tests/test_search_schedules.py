@@ -15,8 +15,8 @@ from autopar.search.engine import all_splits, enumerate_plans, run_search
 from autopar.search.space import Shape, configurations
 from autopar.search.split_model import SplitModel, time_unit
 from autopar.search.split_schedules import periods
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
 
 NEW = ("interleaved-zb", "zb-v", "dualpipe-v")
 
@@ -107,7 +107,7 @@ spaces = st.fixed_dictionaries({
 def test_search_equals_enumeration_for_each_new_schedule(s):
     """Pinned to one new schedule (every configuration × every split through the estimate):
     the search's best and top-k equal the enumeration's, or both find nothing."""
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
     t = gpt_table(s["layers"], s["hidden"], s["heads"], 256, s["seq"], tied=True,
                   model=f"gpt:layers={s['layers']},hidden={s['hidden']},heads={s['heads']},vocab=256,seq={s['seq']}")
     base = load_profile("a100-80g-sxm")
@@ -132,7 +132,7 @@ def test_top_plans_say_what_the_schedule_bought(tmp_path):
     that estimate's bubble and step time; the plans file keeps it for ``autopar explain``, which
     prints both bubbles."""
     from autopar.search.explain import explain_plans, render_explanation
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     table = gpt_table(6, 256, 4, 5000, 128, model="gpt:layers=6,hidden=256,heads=4,vocab=5000,seq=128")
     prof = load_profile("a100-80g-sxm")
     costs = Costs(table, prof, 16)
@@ -159,7 +159,7 @@ def test_dualpipe_v_without_enough_micro_batches_says_what_batch_it_needs():
     has the 2·pp micro-batches DualPipeV needs — one line naming the batch that would do."""
     from synthetic_tables import llama3_405b
 
-    from costmodels.errors import NoFeasiblePlanError
+    from costmodels.contracts.errors import NoFeasiblePlanError
     costs = Costs(llama3_405b(), load_profile("h100-80g-sxm"), 2048)
     with pytest.raises(NoFeasiblePlanError) as e:
         run_search(costs, gpus=16384, global_batch=2048, fix={"schedule": "dualpipe-v"})
@@ -170,7 +170,7 @@ def test_a_search_cut_by_its_deadline_still_answers_on_balanced_splits():
     """The zero-bubble split programs at pp ≥ 8 can outlast --time-limit before any configuration
     is split (gpt3-175b --fix schedule=interleaved-zb did, at 300 s): the search then returns the
     best balanced-split plans, scored exactly by estimate, and says they are not proved."""
-    from costmodels.split import balanced_stages
+    from costmodels.contracts.split import balanced_stages
     table = gpt_table(8, 256, 4, 5000, 128, model="gpt-8")
     prof = load_profile("a100-80g-sxm")
     costs = Costs(table, prof, 16)

@@ -1,5 +1,5 @@
 """The solver against the solver-free evaluator: on small generated spaces CP-SAT's best equals
-exhaustive enumeration of every configuration × every split through ``costmodels.estimate``;
+exhaustive enumeration of every configuration × every split through ``costmodels.model.estimate``;
 top-k is ordered and distinct; --fix is honoured; the solver's objective equals the evaluator's
 prediction for the plan it returns (up to integer rounding)."""
 import dataclasses
@@ -12,9 +12,9 @@ from synthetic_tables import gpt_table
 from autopar.search.costs import Costs
 from autopar.search.engine import enumerate_plans, run_search
 from autopar.search.space import parse_fix
-from costmodels.errors import NoFeasiblePlanError
-from costmodels.estimate import estimate
-from costmodels.hardware import load_profile
+from costmodels.contracts.errors import NoFeasiblePlanError
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
 
 BASE = load_profile("a100-80g-sxm")
 
@@ -31,7 +31,7 @@ def table(layers, hidden, heads, seq, vocab=256, tied=True):
 
 def serial_memory(t, batch):
     prof = small_profile(1e15)
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
     return estimate(t, prof, Plan(), 1, batch).memory_bytes["total"]
 
 
@@ -134,7 +134,7 @@ def test_pinned_stages_are_kept():
 def test_pinned_stages_short_of_the_last_row_are_refused_like_estimate():
     t = table(4, 64, 4, 32)                       # 6 rows: embedding, 4 blocks, head
     costs = Costs(t, small_profile(1e12), 8)
-    from costmodels.errors import PlanError
+    from costmodels.contracts.errors import PlanError
     with pytest.raises(PlanError, match="ends at row 4 but the model has 6 rows"):
         run_search(costs, gpus=2, global_batch=8, fix=parse_fix("pp=2,stages=0:2;2:4"), top=2)
 

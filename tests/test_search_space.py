@@ -2,8 +2,8 @@
 import pytest
 
 from autopar.search.space import Shape, configurations, parse_fix, tp_candidates
-from costmodels.errors import PlanError
-from costmodels.plan import MULTI_STAGE_SCHEDULES, V_SCHEDULES
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import MULTI_STAGE_SCHEDULES, V_SCHEDULES
 
 
 def test_parse_fix_values_and_aliases():
@@ -83,7 +83,7 @@ def test_uneven_interleaving_only_where_the_runtime_runs_it():
     interleaving keeps Megatron's old rule."""
     import dataclasses
 
-    from costmodels.runtime import load_runtime
+    from costmodels.profiles.runtime import load_runtime
     uneven = {(c.pp, c.vpp) for c in configurations(Shape(rows=128, layers=126, heads=128, kv_heads=8),
                                                      256, 256, 8) if c.vpp > 1}
     assert (16, 2) in uneven and (16, 8) in uneven        # 126 blocks divide no 16·vpp
@@ -99,7 +99,7 @@ def test_uneven_interleaving_only_where_the_runtime_runs_it():
     mega = {(c.pp, c.vpp) for c in configurations(SHAPE, 64, 96, 8, {"runtime": "megatron"}) if c.vpp > 1}
     assert mega == uneven
     assert not any(c.vpp > 1 for c in configurations(SHAPE, 64, 96, 8, {"runtime": "deepspeed"}))
-    import costmodels.runtime as runtime
+    import costmodels.profiles.runtime as runtime
     even = dataclasses.replace(load_runtime("megatron"), name="even", uneven_interleaving=False)
     runtime._CACHE[("even",)] = even
     from autopar.search import space

@@ -8,7 +8,7 @@ import pytest
 from autopar.cli.main import main
 from autopar.models import load_model
 from autopar.trace import trace_model
-from costmodels.errors import SpecError, TraceError
+from costmodels.contracts.errors import SpecError, TraceError
 
 UNTRACEABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "untraceable.py") + ":build"
 

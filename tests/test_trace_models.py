@@ -157,7 +157,7 @@ def test_inspect_json_round_trips_to_layer_table(capsys):
     import json
 
     from autopar.cli.main import main
-    from costmodels.layer_table import LayerTable
+    from costmodels.contracts.layer_table import LayerTable
     spec = FAMILY_SPECS["llama"]
     assert main(["inspect", spec, "--json", "--micro-batch", "2", "--seq", "16"]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from autopar.trace import table_for
-from costmodels.errors import SpecError
-from costmodels.layer_table import LayerTable
+from costmodels.contracts.errors import SpecError
+from costmodels.contracts.layer_table import LayerTable
 
 B, S, H, V = 2, 16, 64, 100
 

@@ -13,7 +13,7 @@ import torch
 
 from autopar.models.outputs import serial_forward
 from autopar.models.source import ModelSource, token_loss
-from autopar.runtime.rows import model_rows
+from autopar.runtime.assemble.rows import model_rows
 from autopar.trace import trace_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))

@@ -35,7 +35,7 @@ def test_every_plan_measured_beside_its_prediction(result):
 
 
 def test_output_reads_back_and_charts(result, tmp_path):
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     path = tmp_path / "v.json"
     PlansFile.read(result).write(path)             # what 'autopar validate -o' writes
     back = PlansFile.read(str(path))

@@ -42,9 +42,9 @@ def test_validate_output_can_be_validated_again(tmp_path):
     are kept apart (``Plan.from_dict`` alone refuses them)."""
     import json
 
-    from costmodels.errors import PlanError
-    from costmodels.plan import Plan
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.plan import Plan
+    from costmodels.contracts.plans_file import PlansFile
     item = {"dp": 2, "tp": 1, "pp": 1, "micro_batch_size": 2, "step_time_s": 1.0,
             "measured_step_s": 1.2, "predicted_memory_bytes": 5, "memory_error": 0.1}
     path = tmp_path / "v.json"

@@ -23,9 +23,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from costmodels.plans_file import load_plan
+    from costmodels.contracts.plans_file import load_plan
     plan = load_plan(args.plan)
-    from autopar.runtime.emit import emit
+    from autopar.runtime.emit.dry_run import emit
     res = emit(args.model, plan, args.emit, seq=args.seq, leaf_modules=tuple(args.leaf))
     print(f"wrote {len(res.files)} file(s) for {len(res.stages)} pipeline stage(s) × tp={plan.tp} "
           f"and {res.summary_path}")

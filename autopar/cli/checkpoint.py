@@ -1,7 +1,7 @@
 """``autopar checkpoint show|export CKPT``: what an autopar checkpoint holds, and its serial
 state dict as one file.
 
-``export`` streams the tensors one at a time (``autopar.runtime.export.export_checkpoint``), so
+``export`` streams the tensors one at a time (``autopar.runtime.checkpoints.export.export_checkpoint``), so
 no process ever holds the whole model: ``-o model.safetensors``, ``-o model.pt`` (torch.save
 cannot stream: that one holds the model), or ``-o DIR`` for an ``hf:`` model (a Hugging Face
 directory, loadable with ``from_pretrained`` next to its config).
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
 
 
 def run_show(args) -> int:
-    from autopar.runtime.dcp_files import checkpoint_dir, read_object, tensor_metadata
-    from costmodels.plan import Plan
+    from autopar.runtime.checkpoints.dcp_files import checkpoint_dir, read_object, tensor_metadata
+    from costmodels.contracts.plan import Plan
     ckpt = checkpoint_dir(args.ckpt)
     info = read_object(ckpt)
     tensors = {k: list(v.size) for k, v in tensor_metadata(ckpt).items() if k.startswith("model.")}
@@ -60,7 +60,7 @@ def _numel(shape) -> int:
 
 
 def run_export(args) -> int:
-    from autopar.runtime.export import export_checkpoint
+    from autopar.runtime.checkpoints.export import export_checkpoint
     out = export_checkpoint(args.ckpt, args.output)
     print(f"wrote {out}")
     return 0

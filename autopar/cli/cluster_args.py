@@ -1,6 +1,6 @@
 """The hardware flags ``search``, ``estimate`` and ``report --scale`` share: ``--hardware`` (one
 profile, or pools ``NAME:COUNT,...``), ``--cluster cluster.toml`` and ``--gpus``
-(``costmodels.cluster`` has the formats). Kept in one place so the three commands read pools the
+(``costmodels.profiles.cluster`` has the formats). Kept in one place so the three commands read pools the
 same way and refuse the same bad input in one line."""
 from __future__ import annotations
 
@@ -19,5 +19,5 @@ def add_hardware_args(p, gpus_help: str) -> None:
 
 def hardware_of(args):
     """(profile or Cluster, GPUs or None) from the parsed flags; a bad one is one ProfileError line."""
-    from costmodels.cluster import resolve_hardware
+    from costmodels.profiles.cluster import resolve_hardware
     return resolve_hardware(args.hardware, args.cluster, args.gpus)

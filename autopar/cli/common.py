@@ -11,7 +11,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from costmodels.checks import LIMITS, quote
+from costmodels.contracts.checks import LIMITS, quote
 
 WIDE = 100_000   # columns of a console that is not a terminal: a table keeps its natural width
 
@@ -32,7 +32,7 @@ def int_arg(low: int = 1, high: int | None = None, limit: str | None = None):
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
         if top is not None and value > top:
-            where = f" (LIMITS['{limit}'] in costmodels/checks.py)" if limit else ""
+            where = f" (LIMITS['{limit}'] in costmodels/contracts/checks.py)" if limit else ""
             raise argparse.ArgumentTypeError(f"{quote(value)} is above autopar's limit of {top:,}{where}")
         return value
     parse.__name__ = "integer"
@@ -77,8 +77,8 @@ def wants_progress(args) -> bool:
 
 
 def check_output(path) -> None:
-    """Refuse an unwritable -o before the command's long work (``costmodels.files``)."""
-    from costmodels.files import check_output_path
+    """Refuse an unwritable -o before the command's long work (``costmodels.contracts.files``)."""
+    from costmodels.contracts.files import check_output_path
     if path is not None:
         check_output_path(path)
 

@@ -44,9 +44,9 @@ def run(args) -> int:
 
     from autopar.cli.common import check_output, print_json, progress
     from autopar.scoring import estimate_plans
-    from costmodels.errors import PlanError
-    from costmodels.files import write_text_atomic
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.files import write_text_atomic
+    from costmodels.contracts.plans_file import PlansFile
     check_output(args.output)          # before the trace, not after it
     if (args.plan is None) == (args.current is None):
         raise PlanError("give either --plan PLAN or --from TARGET CONFIG (one of them)")
@@ -88,7 +88,7 @@ def run_imported(args) -> int:
     if args.output:
         import json
 
-        from costmodels.files import write_text_atomic
+        from costmodels.contracts.files import write_text_atomic
         write_text_atomic(args.output, json.dumps(result, indent=2) + "\n")
     if args.json:
         print_json(result)
@@ -103,9 +103,9 @@ def render(results) -> None:
     from rich.table import Table
 
     from autopar.cli.common import human, print_table
-    from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
-    from costmodels.error_bands import format_band
-    from costmodels.plans_file import PlanResult
+    from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
+    from costmodels.contracts.plans_file import PlanResult
+    from costmodels.profiles.error_bands import format_band
     first = results[0]
     t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
                     f"{first['global_batch']}, seq {first['seq']}")

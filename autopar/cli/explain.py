@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from autopar.search import explain_plans, render_explanation
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     ex = explain_plans(PlansFile.read(args.plans).check_estimates().to_dict(filled=True))
     if args.json:
         from autopar.cli.common import print_json

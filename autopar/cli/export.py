@@ -37,8 +37,8 @@ def run(args) -> int:
 
     from autopar.export import context_from_plans_file, export_plan
     from autopar.export import torchrun as torchrun_target
-    from costmodels.errors import PlanError
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.plans_file import PlansFile
 
     given = PlansFile.read(args.plans)
     if not 0 <= args.index < len(given.results):
@@ -63,7 +63,7 @@ def run(args) -> int:
                 print(f"# ==> {name} <==")
             sys.stdout.write(text)
         return 0
-    from costmodels.files import write_text_atomic
+    from costmodels.contracts.files import write_text_atomic
     written = []
     for i, (name, text) in enumerate(exported.files.items()):
         path = args.output if i == 0 else _beside(args.output, name)
@@ -92,7 +92,7 @@ def import_current(model: str, current: list[str], *, gpus=None, global_batch=No
                    hardware=None, megatron_args=None):
     """The user's configuration ``[TARGET, CONFIG]`` read as an ``Imported`` plan for MODEL."""
     from autopar.export import context_for, import_config
-    from costmodels.errors import PlanError
+    from costmodels.contracts.errors import PlanError
     target, source = current
     from autopar.export import TARGETS
     if target not in TARGETS:
@@ -105,7 +105,7 @@ def score_imported(model: str, hardware: str, imported, *, seq=None, global_batc
     """The estimate of an imported plan, scored under the runtime it runs on (the plan carries its
     runtime once plans have that field: ``autopar.export.with_runtime``)."""
     from autopar.scoring import estimate_plans
-    from costmodels.errors import PlanError
+    from costmodels.contracts.errors import PlanError
     batch = imported.global_batch or global_batch
     if batch is None:
         raise PlanError(f"the {imported.source} configuration does not say the global batch: give --global-batch")

@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from autopar.cli.common import human, print_json, print_table
-    from costmodels.hardware import PROFILES_DIR, list_profiles, load_profile
+    from costmodels.profiles.hardware_files import PROFILES_DIR, list_profiles, load_profile
     if args.profile:
         prof = load_profile(args.profile)
         if args.json:

@@ -22,7 +22,7 @@ def register(sub) -> None:
 
 def table_json(table) -> dict:
     """The inspect JSON: model, total_params, layers (one dict per row) and the table fields.
-    ``costmodels.layer_table.LayerTable.from_dict`` reads it back."""
+    ``costmodels.contracts.layer_table.LayerTable.from_dict`` reads it back."""
     d = table.to_dict()
     rows = d.pop("rows")
     num_layers = d.pop("layers")

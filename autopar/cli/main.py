@@ -17,7 +17,7 @@ Every way a command can end is one line on stderr, never a traceback:
 * an OS error, memory running out, an input nested too deeply to read: one line, exit 2;
 * a bug in autopar: ``autopar: internal error: ...`` and how to report it, exit 1.
 
-A message is cut to ``costmodels.checks.MESSAGE_LIMIT`` characters (``shorten``), so a huge bad
+A message is cut to ``costmodels.contracts.checks.MESSAGE_LIMIT`` characters (``shorten``), so a huge bad
 value cannot flood the terminal.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import os
 import signal
 import sys
 
-from costmodels.checks import shorten
-from costmodels.errors import AutoparError
+from costmodels.contracts.checks import shorten
+from costmodels.contracts.errors import AutoparError
 
 COMMANDS = ("models", "inspect", "hardware", "estimate", "search", "explain", "export", "apply",
             "verify", "report", "profile", "validate", "checkpoint", "replan")

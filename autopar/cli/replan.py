@@ -32,9 +32,9 @@ def register(subparsers) -> None:
 def replan_checkpoint(ckpt: str, gpus: int, hardware: str, *, global_batch: int | None = None,
                       model: str | None = None, top: int = 3, time_limit_s: float = 120.0):
     """(SearchResult, model spec, global batch searched, note or None)."""
-    from autopar.runtime.dcp_files import checkpoint_dir, read_object
+    from autopar.runtime.checkpoints.dcp_files import checkpoint_dir, read_object
     from autopar.search import search
-    from costmodels.errors import NoFeasiblePlanError, PlanError
+    from costmodels.contracts.errors import NoFeasiblePlanError, PlanError
     info = read_object(checkpoint_dir(ckpt))
     spec = model or info.get("spec")
     if not spec:
@@ -73,7 +73,7 @@ def _nearby_batches(batch: int, gpus: int) -> list[int]:
 
 
 def run(args) -> int:
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     result, spec, batch, note = replan_checkpoint(args.ckpt, args.gpus, args.hardware,
                                                   global_batch=args.global_batch, model=args.model,
                                                   top=args.top, time_limit_s=args.time_limit)

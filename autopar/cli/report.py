@@ -39,8 +39,8 @@ def register(sub) -> None:
 
 
 def _ints(text: str, what: str, n: int | None = None, high: int | None = None) -> list[int]:
-    from costmodels.checks import quote
-    from costmodels.errors import PlanError
+    from costmodels.contracts.checks import quote
+    from costmodels.contracts.errors import PlanError
     try:
         vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
@@ -58,8 +58,8 @@ def run(args) -> int:
     from autopar.report import scale_search
     from autopar.report.core import make_report, output_target, write_atomic
     from autopar.report.load import read_inputs
-    from costmodels.checks import LIMITS, quote
-    from costmodels.errors import NoFeasiblePlanError, PlanError
+    from costmodels.contracts.checks import LIMITS, quote
+    from costmodels.contracts.errors import NoFeasiblePlanError, PlanError
 
     path, fmt = output_target(args.output, args.format)     # before any work
     diff = tuple(_ints(args.diff, "--diff", 2)) if args.diff else None

@@ -61,11 +61,11 @@ def run(args) -> int:
     from autopar.cli.common import check_output, progress, wants_progress
     from autopar.search import parse_fix, search
     from autopar.trace import table_for
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     check_output(args.output)          # before the search, not after it
     from autopar.cli.cluster_args import hardware_of
-    from costmodels.cluster import Cluster
-    from costmodels.errors import PlanError
+    from costmodels.contracts.errors import PlanError
+    from costmodels.profiles.cluster import Cluster
     fix = parse_fix(args.fix)
     hardware, args.gpus = hardware_of(args)   # a bad profile or pool fails before the trace
     if args.gpus is None:
@@ -125,7 +125,7 @@ def print_table(data: dict) -> None:
     from rich.table import Table
 
     from autopar.cli.common import print_table as print_whole
-    from costmodels.error_bands import format_band
+    from costmodels.profiles.error_bands import format_band
     GiB = 1024 ** 3
     plans = data["plans"]
     counts = sorted({p.get("gpus", data["gpus"]) for p in plans})
@@ -147,8 +147,8 @@ def print_table(data: dict) -> None:
         stages = ("balanced" if not st else f"all {sizes[0]} rows" if len(st) == 1 else
                   f"{len(st)} × {min(sizes)}–{max(sizes)} rows")
         if p.get("pools"):   # a pooled plan: its pools along the pipeline
-            from costmodels.plan_pools import pools_label
-            from costmodels.plans_file import PlanResult
+            from costmodels.contracts.plan_pools import pools_label
+            from costmodels.contracts.plans_file import PlanResult
             stages += " " + pools_label(PlanResult.from_dict(p).plan)
         gpus = [str(p.get("gpus", data["gpus"]))] if len(counts) > 1 else []
         t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),

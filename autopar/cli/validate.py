@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autopar.cli.common import check_output, human, print_json, print_table
     from autopar.validate import validate
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plans_file import PlansFile
     check_output(args.output)      # before minutes of measuring, not after
     res = validate(args.model, args.hardware, args.nproc, args.global_batch, args.plans,
                    steps=args.steps, warmup=args.warmup, seq=args.seq,

@@ -3,7 +3,7 @@ single-process model, same seed, same data; non-zero exit on a mismatch.
 
 Spawns the ranks itself (gloo on CPU; NCCL when every rank has a GPU), disables dropout so both
 sides are deterministic, runs K optimizer steps on both and prints the two losses per step and
-the largest relative difference. The work is ``autopar.runtime.verify.verify``.
+the largest relative difference. The work is ``autopar.runtime.verify.serial.verify``.
 """
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autopar.cli.common import progress
-    from autopar.runtime.verify import compare, verify
-    from costmodels.errors import PlanError
-    from costmodels.plans_file import PlansFile
+    from autopar.runtime.verify.serial import compare, verify
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.plans_file import PlansFile
 
     given = PlansFile.read(args.plan)
     plans = given.plans
@@ -90,7 +90,7 @@ def check_serial_memory(model: str, seq, plan, global_batch) -> None:
     import os
 
     from autopar.trace import table_for
-    from costmodels.errors import PlanError
+    from costmodels.contracts.errors import PlanError
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

@@ -16,8 +16,8 @@ from __future__ import annotations
 from autopar.export import deepspeed, megatron, torchrun, torchtitan
 from autopar.export.common import Exported, Imported
 from autopar.export.context import TrainingContext
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 
 TARGETS = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "torchrun": torchrun}
 

@@ -13,7 +13,7 @@ import argparse
 import re
 import shlex
 
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 # Megatron-LM / Megatron-DeepSpeed flags with a value, and the torchrun flags that give the GPUs.
 VALUE_FLAGS = (

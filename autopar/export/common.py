@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autopar.export.launch import nodes_for, pool_nodes
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 
 RUNTIMES = {"megatron": "megatron", "torchtitan": "fsdp", "deepspeed": "deepspeed", "torchrun": "autopar"}
 

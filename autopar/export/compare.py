@@ -1,12 +1,12 @@
 """The configuration a user runs today next to the best plan: "yours: 21.4 s, best: 17.9 s,
 -16 %, because ...". Both sides are estimate results (docs/CONTRACTS.md, "Estimate result") scored
 on the same model, hardware, GPUs and batch; the reason names the step-time terms
-(``costmodels.breakdown``) that differ most and the plan fields that changed."""
+(``costmodels.contracts.breakdown``) that differ most and the plan fields that changed."""
 from __future__ import annotations
 
-from costmodels.breakdown import BREAKDOWN_KEYS, term_label
-from costmodels.plan import PLAN_FIELDS
-from costmodels.plans_file import PlanResult
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, term_label
+from costmodels.contracts.plan import PLAN_FIELDS
+from costmodels.contracts.plans_file import PlanResult
 
 SHOWN_TERMS = 2
 

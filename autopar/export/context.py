@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from costmodels.errors import PlanError, SpecError
+from costmodels.contracts.errors import PlanError, SpecError
 
 if TYPE_CHECKING:
     from autopar.models.config import ModelConfig
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -93,7 +93,7 @@ def context_from_plans_file(plans_file, index: int, *, model: str | None = None,
 
 def resolve_stages(plan: Plan, ctx: TrainingContext) -> tuple[tuple[int, int], ...]:
     """The plan's split points; without any, the balanced split the cost model and the runtime
-    use (``costmodels.split.balanced_stages`` on the model's traced table)."""
+    use (``costmodels.contracts.split.balanced_stages`` on the model's traced table)."""
     n_rows = ctx.n_rows
     if plan.stages is not None:
         if n_rows is not None and plan.stages[-1][1] != n_rows:
@@ -104,7 +104,7 @@ def resolve_stages(plan: Plan, ctx: TrainingContext) -> tuple[tuple[int, int], .
     if plan.pp * plan.vpp == 1:
         return ((0, ctx.need("n_rows", "MODEL")),)
     from autopar.trace import table_for
-    from costmodels.split import balanced_stages
+    from costmodels.contracts.split import balanced_stages
     model = ctx.need("model", "MODEL")
     return balanced_stages(table_for(model, micro_batch=1, seq=ctx.seq), plan.pp * plan.vpp)
 
@@ -112,8 +112,8 @@ def resolve_stages(plan: Plan, ctx: TrainingContext) -> tuple[tuple[int, int], .
 def _gpus_per_node(hardware: str | None) -> int:
     if not hardware:
         return DEFAULT_GPUS_PER_NODE
-    from costmodels.errors import ProfileError
-    from costmodels.hardware import load_profile
+    from costmodels.contracts.errors import ProfileError
+    from costmodels.profiles.hardware_files import load_profile
     try:
         return int(load_profile(hardware).gpus_per_node)
     except ProfileError:

@@ -41,8 +41,8 @@ from autopar.export.context import TrainingContext, resolve_stages
 from autopar.export.launch import launch_line, nodes_for, pool_lines
 from autopar.export.megatron import check_shape, int_flag, recompute_of
 from autopar.export.stages import block_counts, even_counts, stages_from_counts
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 
 RELEASE = "0.19.8"
 MEGATRON_DEEPSPEED_COMMIT = "4efb479d5317ce9b86096b9d8e3e8030b0b5263b"

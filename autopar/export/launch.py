@@ -1,7 +1,7 @@
 """torchrun launch lines shared by the targets: how many nodes, how many ranks on each."""
 from __future__ import annotations
 
-from costmodels.plan_pools import gpu_of_rank, pool_usage, pools_label, short_name
+from costmodels.contracts.plan_pools import gpu_of_rank, pool_usage, pools_label, short_name
 
 RENDEZVOUS = '--rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$JOB_ID"'
 
@@ -22,7 +22,7 @@ def launch_line(nnodes: int, nproc: int, command: str) -> str:
 
 def pool_nodes(plan, nproc: int) -> list[tuple[int, int, int]] | None:
     """A pooled plan's torchrun node ranks as runs ``(first, last, pool)``: node rank ``k`` starts
-    torch ranks ``k·nproc …``, whose GPUs ``costmodels.plan_pools.gpu_of_rank`` puts in one pool
+    torch ranks ``k·nproc …``, whose GPUs ``costmodels.contracts.plan_pools.gpu_of_rank`` puts in one pool
     (a node is one GPU type). None where a node would hold ranks of two pools (a stage's tp·dp
     group smaller than a node, next to a stage on another pool): no launch can place that."""
     runs: list[list[int]] = []

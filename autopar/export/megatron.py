@@ -47,8 +47,8 @@ from autopar.export.stages import (
     parse_megatron_layout,
     stages_from_counts,
 )
-from costmodels.errors import PlanError, SpecError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError, SpecError
+from costmodels.contracts.plan import Plan
 
 RELEASE = "core_v0.16.1"
 ZERO_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}

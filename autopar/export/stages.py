@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 
 def block_counts(stages, n_rows: int) -> list[int]:

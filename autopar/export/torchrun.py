@@ -22,8 +22,8 @@ from autopar.export.common import (
 )
 from autopar.export.context import TrainingContext, resolve_stages
 from autopar.export.launch import launch_line, nodes_for, pool_lines
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
 
 DEFAULT_SCRIPT = "examples/train_gpt.py"
 
@@ -72,7 +72,7 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
         raise PlanError("the torchrun line has no --plan '{...}': export it with 'autopar export --to torchrun'")
     plan = Plan.from_dict(json.loads(raw)) if raw.lstrip().startswith("{") else None
     if plan is None:
-        from costmodels.plans_file import load_plan
+        from costmodels.contracts.plans_file import load_plan
         plan = load_plan(raw)
     gpus = torchrun_gpus(flags)
     if gpus is not None and gpus != plan.world_size:

@@ -45,9 +45,9 @@ from autopar.export.stages import (
     torchtitan_default_counts,
     torchtitan_fqns,
 )
-from costmodels.errors import PlanError, SpecError
-from costmodels.files import tomllib
-from costmodels.plan import Plan
+from costmodels.contracts.errors import PlanError, SpecError
+from costmodels.contracts.files import tomllib
+from costmodels.contracts.plan import Plan
 
 RELEASE = "0.2.2"
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}

@@ -18,7 +18,7 @@ import os
 import torch
 
 from autopar.models.source import ModelSource, token_loss
-from costmodels.errors import SpecError
+from costmodels.contracts.errors import SpecError
 
 
 def hf_source(spec: str, path: str, seq: int | None) -> ModelSource:

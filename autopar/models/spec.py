@@ -16,8 +16,8 @@ import re
 from autopar.models.config import FAMILIES, FAMILY_KEYS, REQUIRED_KEYS, SETTING_TYPES, ModelConfig
 from autopar.models.presets import PRESETS
 from autopar.models.source import ModelSource, builtin_source
-from costmodels.checks import limit, nearest, quote
-from costmodels.errors import SpecError
+from costmodels.contracts.checks import limit, nearest, quote
+from costmodels.contracts.errors import SpecError
 
 # float settings: (low, high, low included); a NaN or inf is never a setting
 FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "norm_eps": (0.0, 1.0, False), "rope_theta": (0.0, 1e12, False)}
@@ -49,7 +49,7 @@ def load_model(spec: str, seq: int | None = None) -> ModelSource:
 def parse_config(name: str, settings: str, seq: int | None = None) -> ModelConfig:
     """Preset or family name plus ``k=v,...`` settings → ModelConfig (validated). A setting
     given twice, unknown to the family, zero where zero would silently mean "the default", or
-    above ``costmodels.checks.LIMITS`` is refused, never guessed at."""
+    above ``costmodels.contracts.checks.LIMITS`` is refused, never guessed at."""
     base = PRESETS.get(name)
     family = base.family if base else name
     allowed = FAMILY_KEYS[family]

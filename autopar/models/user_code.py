@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 
 from autopar.models.source import ModelSource, token_loss
-from costmodels.checks import nearest, quote, shorten
-from costmodels.errors import AutoparError, SpecError
+from costmodels.contracts.checks import nearest, quote, shorten
+from costmodels.contracts.errors import AutoparError, SpecError
 
 
 def user_source(spec: str, where: str, fn_name: str, seq: int | None) -> ModelSource:

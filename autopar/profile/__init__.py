@@ -3,7 +3,7 @@
 The driver is ``autopar.profile.run`` (spawn the ranks, merge what they measured, where the
 file goes); ``measure`` is what each spawned rank times and the timing helpers, ``kernels`` the
 kernel-level rates (it builds on ``measure``), ``fit`` the α-β fits, and ``build`` which
-measurement becomes which profile field (the TOML itself is ``costmodels.profile_format``'s).
+measurement becomes which profile field (the TOML itself is ``costmodels.profiles.profile_format``'s).
 """
 from autopar.profile.build import build_profile, fits, in_step_fits
 from autopar.profile.run import default_name, output_path, profile_machine, write_profile

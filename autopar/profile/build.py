@@ -1,8 +1,8 @@
 """From ``autopar profile``'s raw measurements to a hardware profile (no torch here).
 
 ``build_profile(raw, name) -> (toml_text, summary)`` builds the profile as a plain dict, the
-document ``costmodels.hardware.parse_profile`` reads, and has
-``costmodels.profile_format.dump_profile`` write it: the format is costmodels', this module
+document ``costmodels.profiles.hardware_files.parse_profile`` reads, and has
+``costmodels.profiles.profile_format.dump_profile`` write it: the format is costmodels', this module
 only decides which measurement becomes which figure and how its ``source`` describes it.
 
 ==================================== ========================================================
@@ -39,7 +39,7 @@ dict, so the file holds exactly the document built.
 from __future__ import annotations
 
 from autopar.profile.fit import AlphaBeta, bus_bandwidth, fit_alpha_beta, fit_joint
-from costmodels.profile_format import dump_profile
+from costmodels.profiles.profile_format import dump_profile
 
 __all__ = ["build_profile", "fits", "in_step_fits"]
 
@@ -230,7 +230,7 @@ def build_profile(raw: dict, name: str) -> tuple[str, dict]:
               f"({raw['date']}, torch {raw['torch']}, {raw['backend']}).\n"
               "Every rank measured at the same time; one 'gpu' here is one rank"
               + ("." if cuda else " (one process, one thread, one core).") + "\n"
-              "Format: costmodels/hardware.py. Method: autopar/profile/build.py, measure.py and kernels.py.")
+              "Format: costmodels/profiles/hardware.py. Method: autopar/profile/build.py, measure.py and kernels.py.")
     _, eff_flops, efficiency = _efficiency_curve(raw, peak)    # unrounded, for the CLI's --json
     summary = {"name": name, "peak_flops_per_s": peak, "hbm_bandwidth_bytes_per_s": raw["copy"]["bytes_per_s"],
                "hbm_bytes": hbm, "memory_reserve_bytes": raw["footprint_bytes"],

@@ -1,7 +1,7 @@
 """Alpha-beta fit of collective timings and the nccl-tests bandwidth conventions (no torch).
 
 For a collective ``kind`` over ``n`` ranks and a buffer of ``S`` bytes (the whole tensor, as
-nccl-tests and ``costmodels.comm`` define it), the model ``costmodels.comm.collective_time`` uses
+nccl-tests and ``costmodels.model.comm`` define it), the model ``costmodels.model.comm.collective_time`` uses
 is::
 
     t(S) = steps(kind, n) · α + bytes_per_gpu(kind, S, n) / β
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels.comm import COLLECTIVES, base_kind, collective_bytes, collective_steps
+from costmodels.model.comm import COLLECTIVES, base_kind, collective_bytes, collective_steps
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -53,7 +53,7 @@ class AlphaBeta:
     median_rel_error: float
 
     def predict(self, nbytes):
-        """Seconds for buffers of ``nbytes`` (same formula as costmodels.comm.collective_time)."""
+        """Seconds for buffers of ``nbytes`` (same formula as costmodels.model.comm.collective_time)."""
         s = np.asarray(nbytes, dtype=float)
         return (collective_steps(self.kind, self.n) * self.alpha_s
                 + collective_bytes(self.kind, s, self.n) / self.beta_bytes_per_s)

@@ -1,7 +1,7 @@
 """What ``autopar profile`` measures besides matmuls, copies and collectives: the rates of the
 kernels a training step spends the rest of its time in (runs inside the spawned ranks).
 
-Each answers one question the cost model asks (``costmodels.compute`` / ``estimate``):
+Each answers one question the cost model asks (``costmodels.model.compute`` / ``estimate``):
 
 * **element-wise bandwidth** — layer norm, GeLU, residual add, fp32 cast and log-softmax,
   forward and backward through autograd, on ``2**20``-element bf16 activations on a CPU (the size

@@ -9,7 +9,7 @@ them into a profile (which measurement becomes which field: its docstring).
 ``output_path(output, name, nproc)`` is where ``autopar profile`` writes: ``-o``, else
 ``./<default_name>.toml`` in the current directory (never into the installed package, which may
 be read-only or shared by other users). ``write_profile(path, text)`` validates the text with
-``costmodels.hardware.parse_profile`` and writes it atomically (temporary file in the same
+``costmodels.profiles.hardware_files.parse_profile`` and writes it atomically (temporary file in the same
 directory, then ``os.replace``).
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import platform
 import socket
 from pathlib import Path
 
-from costmodels.errors import ProfileError
-from costmodels.files import tomllib, write_text_atomic
+from costmodels.contracts.errors import ProfileError
+from costmodels.contracts.files import tomllib, write_text_atomic
 
 __all__ = ["profile_machine", "profile_rank", "default_name", "output_path", "write_profile"]
 
@@ -71,7 +71,7 @@ def profile_machine(nproc: int | None = None, quick: bool = False, progress: boo
     """Spawn ``nproc`` ranks, measure (``profile_rank``), return the merged raw dict."""
     import torch
 
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     cuda = torch.cuda.is_available()
     if nproc is None:
         nproc = torch.cuda.device_count() if cuda else (os.cpu_count() or 1)
@@ -194,7 +194,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
         del src, dst
         # ---- element-wise, attention, optimizer (autopar.profile.kernels) -------------------
         from autopar.profile import kernels
-        from costmodels.compute import OPTIMIZER_BYTES_PER_PARAM
+        from costmodels.model.optimizer import OPTIMIZER_BYTES_PER_PARAM
         bar.step("element-wise, attention, optimizer")
         dist.barrier()
         kt = max(sz["min_time_s"], 0.1)
@@ -245,7 +245,7 @@ def profile_rank(quick: bool, progress: bool, clock: str = "wall") -> dict:
 
 def write_profile(path: str | os.PathLike, text: str) -> Path:
     """Validate ``text`` as a profile, then write it to ``path`` atomically."""
-    from costmodels.hardware import parse_profile
+    from costmodels.profiles.hardware_files import parse_profile
     path = Path(path)
     parse_profile(tomllib.loads(text), str(path))
     write_text_atomic(path, text)

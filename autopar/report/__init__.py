@@ -4,7 +4,7 @@
 (``autopar estimate --json``) and returns the report text; ``build(records)`` gives the
 ``Report`` object with every section computed (ranked plans, why the best wins, step-time terms,
 memory per pipeline stage, pipeline timelines, communication, scaling, a diff of two plans).
-Modules: ``load`` (the inputs, read by ``costmodels.plans_file.PlansFile``, as ``PlanRecord``s),
+Modules: ``load`` (the inputs, read by ``costmodels.contracts.plans_file.PlansFile``, as ``PlanRecord``s),
 ``analysis`` (words and numbers), ``timeline`` (schedule simulation), ``charts`` (matplotlib →
 inline SVG), ``validate_chart`` (predicted vs measured, for ``autopar validate`` output),
 ``render`` (HTML / Markdown / CSV). The report reads search and validate output; neither of

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
-from costmodels.breakdown import bottleneck as find_bottleneck
-from costmodels.plan import PLAN_FIELDS
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.contracts.breakdown import bottleneck as find_bottleneck
+from costmodels.contracts.plan import PLAN_FIELDS
 
 
 # ---- small helpers ------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def comm_rows(r: PlanRecord) -> list[dict[str, Any]]:
 # ---- why this plan ------------------------------------------------------------------------
 def bottleneck(r: PlanRecord) -> tuple[str | None, str]:
     """(term key, sentence) naming what limits this plan's step time: the bottleneck as
-    ``costmodels.breakdown.bottleneck`` defines it (``autopar explain`` names the same one);
+    ``costmodels.contracts.breakdown.bottleneck`` defines it (``autopar explain`` names the same one);
     (None, why not) when the input has no step-time breakdown."""
     bn = find_bottleneck(r.data)
     if bn is None:
@@ -286,9 +286,9 @@ def one_gpu_time_from_cost_model(model, hardware, global_batch, seq, table=None)
     recompute none / selective. ``table``: the model's LayerTable (traced with
     ``autopar.trace.table_for`` when not given)."""
     try:
-        from costmodels.estimate import estimate
-        from costmodels.hardware import load_profile
-        from costmodels.plan import Plan
+        from costmodels.contracts.plan import Plan
+        from costmodels.model.estimate import estimate
+        from costmodels.profiles.hardware_files import load_profile
         if table is None:
             from autopar.trace import table_for
             table = table_for(model, micro_batch=1, seq=seq)

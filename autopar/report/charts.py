@@ -20,8 +20,8 @@ from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, st
 from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.pools import POOL_COLORS, short_name, stage_label
 from autopar.report.timeline import Timeline
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
-from costmodels.plan import V_SCHEDULES
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.contracts.plan import V_SCHEDULES
 
 TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756",
                "dp_exposed": "#F58518", "tp_exposed": "#54A24B", "pp_exposed": "#B279A2",

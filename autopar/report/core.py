@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from autopar.report import analysis
 from autopar.report.load import PlanRecord, read_inputs, records_of
 from autopar.report.timeline import ScheduleCheck, Timeline, schedule_check, timeline_for
-from costmodels.checks import quote
-from costmodels.errors import PlanError
-from costmodels.files import check_output_path, write_text_atomic
-from costmodels.plan import V_SCHEDULES
+from costmodels.contracts.checks import quote
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.files import check_output_path, write_text_atomic
+from costmodels.contracts.plan import V_SCHEDULES
 
 FORMATS = ("html", "md", "csv")
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".csv": "csv"}

@@ -1,5 +1,5 @@
 """The report's inputs: plans files (``autopar search -o``, ``autopar validate -o``) and estimate
-JSON (``autopar estimate --json``), read by ``costmodels.plans_file.PlansFile``.
+JSON (``autopar estimate --json``), read by ``costmodels.contracts.plans_file.PlansFile``.
 
 ``PlansFile.read`` accepts the shapes (a plans file, one estimate result, an array of them) and
 ``check_estimates`` rejects a plan the report cannot draw (no context, a missing or non-numeric
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodels.breakdown import MEMORY_KEYS as ESTIMATE_MEMORY_KEYS
-from costmodels.errors import PlanError
-from costmodels.estimate import BREAKDOWN_KEYS  # noqa: F401  (re-exported: analysis, charts, render)
-from costmodels.plan import Plan
-from costmodels.plans_file import CONTEXT_KEYS, HINT, PlansFile
+from costmodels.contracts.breakdown import MEMORY_KEYS as ESTIMATE_MEMORY_KEYS
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import CONTEXT_KEYS, HINT, PlansFile
+from costmodels.model.estimate import BREAKDOWN_KEYS  # noqa: F401  (re-exported: analysis, charts, render)
 
 # the memory parts the report stacks; 'total' is their sum and is shown on its own
 MEMORY_KEYS = tuple(k for k in ESTIMATE_MEMORY_KEYS if k != "total")

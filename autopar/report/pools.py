@@ -10,7 +10,7 @@ pool, the links between pools), so the report draws what the cost model priced.
 from __future__ import annotations
 
 from autopar.report.analysis import gib, seconds
-from costmodels.plan_pools import short_name
+from costmodels.contracts.plan_pools import short_name
 
 POOL_COLORS = ["#4C78A8", "#E45756", "#54A24B", "#B279A2", "#F58518", "#9D755D"]
 

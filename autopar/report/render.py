@@ -8,9 +8,9 @@ from typing import Any
 
 from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
-from costmodels.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
-from costmodels.error_bands import band_suffix
-from costmodels.plan import V_SCHEDULES
+from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
+from costmodels.contracts.plan import V_SCHEDULES
+from costmodels.profiles.error_bands import band_suffix
 
 RANK_COLUMNS = ("#", "GPUs", "dp", "tp", "pp", "vpp", "schedule", "micro-batch", "ZeRO", "recompute",
                 "SP", "step time (± check error)", "tokens/s", "TFLOP/s/GPU", "MFU", "memory/GPU", "fits", "file")

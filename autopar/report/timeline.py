@@ -2,16 +2,16 @@
 and a check that the simulated bubble agrees with the estimate's.
 
 The schedules themselves (the order of forward / backward passes per rank, and when each runs)
-are ``costmodels.schedule_sim``'s — see its docstring; ``Op``, ``Timeline``, ``simulate``,
+are ``costmodels.model.schedule_sim``'s — see its docstring; ``Op``, ``Timeline``, ``simulate``,
 ``stage_order`` and ``warmup`` are re-exported from there.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodels.errors import PlanError
-from costmodels.plan import SPLIT_BACKWARD_SCHEDULES
-from costmodels.schedule_sim import Op, Timeline, simulate, stage_order, warmup  # noqa: F401  (re-exported)
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES
+from costmodels.model.schedule_sim import Op, Timeline, simulate, stage_order, warmup  # noqa: F401  (re-exported)
 
 MAX_BLOCKS = 4000  # operations drawn at most per timeline (keeps the SVG light)
 

@@ -9,7 +9,7 @@ so that the report needs nothing from ``autopar.validate`` (no report <-> valida
 from __future__ import annotations
 
 from autopar.report.charts import to_svg
-from costmodels.plans_file import PlansFile
+from costmodels.contracts.plans_file import PlansFile
 
 
 def _panel(ax, pred, meas, labels, band, unit_scale, unit, title):

@@ -111,7 +111,7 @@ def _split(x, dim, group):
         return x
     size = x.shape[dim]
     if size % n:
-        from costmodels.errors import PlanError
+        from costmodels.contracts.errors import PlanError
         raise PlanError(f"sequence parallel: dimension {dim} of size {size} is not divisible by "
                         f"tp={n}; choose a sequence length divisible by tp or set "
                         "sequence_parallel false")

@@ -12,7 +12,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from costmodels.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError, TraceError
 
 
 def drop_stale_fx_wraps() -> None:

@@ -21,7 +21,7 @@ from autopar.rewrite.collectives import CopyToTP
 from autopar.rewrite.fx_util import getattr_path, is_nonpersistent, is_size_node, is_tensor, tensor_like, where
 from autopar.rewrite.shard_layers import ShardedDropout, ShardSpec, as_param, sharded_dropout
 from autopar.rewrite.sizes import SizeFixer
-from costmodels.errors import TraceError
+from costmodels.contracts.errors import TraceError
 
 
 class GenericNodes(SizeFixer):

@@ -15,7 +15,7 @@ import torch.fx as fx
 from autopar.rewrite.fx_util import eval_node, is_tensor, trace_row, where
 from autopar.rewrite.pairs import ParallelLayout
 from autopar.rewrite.shard_layers import ShardSpec
-from costmodels.errors import TraceError
+from costmodels.contracts.errors import TraceError
 
 
 class LocalGraph:

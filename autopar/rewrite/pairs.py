@@ -21,7 +21,7 @@ from autopar.rewrite.fx_util import divisors, is_size_node, is_tensor, tensor_li
 from autopar.rewrite.shard_layers import is_conv1d, out_features
 from autopar.trace.fx_graph import ABORT, EXPAND, INPUTS, PRUNE, is_linear_module, is_softmax, reaches, walk
 from autopar.trace.tp import find_tp_pairs
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 
 @dataclass

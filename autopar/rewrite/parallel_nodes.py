@@ -22,7 +22,7 @@ from autopar.rewrite.collectives import CopyToTP, GatherLastDim, GatherSeq, Redu
 from autopar.rewrite.fx_util import is_tensor, where
 from autopar.rewrite.local_graph import LocalGraph
 from autopar.rewrite.shard_layers import column_parallel, row_parallel, vocab_parallel
-from costmodels.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError, TraceError
 
 SEQ_DIM = 1
 

@@ -21,7 +21,7 @@ import torch.utils.checkpoint
 # recomputed is exactly what is wrapped here.
 from autopar.trace.fx_graph import INPUTS, USERS, is_activation_matmul, is_softmax, nearest, walk
 from autopar.trace.tp import attention_core_nodes
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 
 def apply_recompute(gm: fx.GraphModule, recompute: str) -> fx.GraphModule:

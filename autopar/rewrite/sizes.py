@@ -19,7 +19,7 @@ import torch.fx as fx
 from autopar.rewrite.fx_util import is_tensor, where
 from autopar.rewrite.local_graph import LocalGraph
 from autopar.rewrite.pairs import fused_view_parts
-from costmodels.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError, TraceError
 
 
 def _sizes_arg(args):

@@ -50,7 +50,7 @@ from autopar.rewrite.shard_layers import (
     VocabParallelEmbedding,
     sharded_dropout,
 )
-from costmodels.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError, TraceError
 
 __all__ = ["rewrite_row", "infer_example_input", "ShardSpec", "ColumnParallelLinear", "RowParallelLinear",
            "VocabParallelEmbedding", "ShardedDropout", "sharded_dropout", "drop_stale_fx_wraps", "trace_row",

@@ -5,11 +5,11 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
 * **Process groups.** ``apply`` starts the default group from torchrun's environment when none
   exists (gloo on CPU, NCCL on GPU, collectives time out after ``AUTOPAR_COLLECTIVE_TIMEOUT``
   seconds, default 300). The plan's ranks form a DeviceMesh ordered by ``plan.placement``
-  (``autopar.runtime.dist``).
-* **Rows and stages.** The model is cut into the layer table's rows (``autopar.runtime.rows``);
+  (``autopar.runtime.faults.dist``).
+* **Rows and stages.** The model is cut into the layer table's rows (``autopar.runtime.assemble.rows``);
   virtual stage ``v`` runs rows ``plan.stages[v]`` on pipeline rank ``v % pp`` (V schedules:
-  rank r runs stages r and 2·pp−1−r, ``costmodels.plan.stages_of_rank``). Without
-  ``stages`` the split is ``costmodels.split.balanced_stages`` of the layer table (when the
+  rank r runs stages r and 2·pp−1−r, ``costmodels.contracts.plan.stages_of_rank``). Without
+  ``stages`` the split is ``costmodels.contracts.split.balanced_stages`` of the layer table (when the
   trace is at hand via ``spec=``/``table=``), else the same partition over a FLOP proxy.
 * **Tensor / sequence parallel, recompute**: each row of this rank goes through
   ``autopar.rewrite.rewrite_row`` (identity for tp=1 and recompute "none").
@@ -61,21 +61,28 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autopar.runtime import dist as adist
-from autopar.runtime import liveness, state_hooks
-from autopar.runtime.checkpoint import full_state_dict
-from autopar.runtime.clipping import clip_grad_norm_
-from autopar.runtime.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
-from autopar.runtime.failures import alike_on_every_rank, install_error_hook, peer_failures
-from autopar.runtime.materialize import RowFiller, has_meta
-from autopar.runtime.prelaunch import Launchable, check_before_launch
-from autopar.runtime.stages import build_local_stages, pipeline_users, row_state_keys, stage_ranges, tie_parameters
-from autopar.runtime.step import all_reduce_tied, make_schedule, run_local, run_pipeline
-from autopar.runtime.weights import open_weights
-from costmodels.errors import PlanError
-from costmodels.plan import Plan
-from costmodels.plans_file import load_plan
-from costmodels.runnable import check_schedule
+from autopar.runtime.assemble import state_hooks
+from autopar.runtime.assemble.materialize import RowFiller, has_meta
+from autopar.runtime.assemble.prelaunch import Launchable, check_before_launch
+from autopar.runtime.assemble.stages import (
+    build_local_stages,
+    pipeline_users,
+    row_state_keys,
+    stage_ranges,
+    tie_parameters,
+)
+from autopar.runtime.assemble.weights import open_weights
+from autopar.runtime.checkpoints.gather import full_state_dict
+from autopar.runtime.faults import dist as adist
+from autopar.runtime.faults import liveness
+from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
+from autopar.runtime.step.clipping import clip_grad_norm_
+from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
+from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+from costmodels.contracts.plans_file import load_plan
+from costmodels.contracts.runnable import check_schedule
 
 _stage_ranges = stage_ranges  # the name tests import
 
@@ -89,7 +96,8 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
-    JSON string or a path (``costmodels.plans_file.load_plan``). ``loss_fn(output, targets)`` defaults to autopar's
+    JSON string or a path (``costmodels.contracts.plans_file.load_plan``). ``loss_fn(output, targets)``
+    defaults to autopar's
     token loss (cross-entropy / MSE). ``spec`` (with ``seq``, its sequence-length override) or
     ``table``: the model spec or layer table used for the balanced split when the plan has no
     ``stages``. ``example_inputs``: the model's inputs
@@ -101,15 +109,15 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
 
     Models too large for one process: build ``model`` on ``meta`` (``source.build_meta()`` or
     ``torch.device("meta")``); each rank then materialises only the rows it runs, one at a time
-    (``autopar.runtime.materialize``), initialised by the model's own initialiser (or
+    (``autopar.runtime.assemble.materialize``), initialised by the model's own initialiser (or
     ``init_fn(row)``) from a generator seeded by (``seed``, row name) — the weights
     ``autopar.init_serial(model, seed)`` gives in one process — or read from ``weights``: a
     ``torch.save`` state dict, a ``.safetensors`` file, a Hugging Face checkpoint directory or an
-    autopar checkpoint (``autopar.runtime.weights``), only this rank's rows.
+    autopar checkpoint (``autopar.runtime.assemble.weights``), only this rank's rows.
 
     Every check of the plan against the model runs before the process group is started
-    (``autopar.runtime.prelaunch``); under a launcher an uncaught error then prints one line on
-    one rank (``autopar.runtime.failures``).
+    (``autopar.runtime.assemble.prelaunch``); under a launcher an uncaught error then prints one line on
+    one rank (``autopar.runtime.faults.failures``).
     """
     install_error_hook()
     with alike_on_every_rank():   # nothing in here differs between ranks: rank 0 reports it
@@ -282,18 +290,18 @@ class Runner:
         return None if state is None else state_hooks.apply_hooks(self._state_hooks, state)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Clip every gradient by the serial model's global norm (``autopar.runtime.clipping``);
+        """Clip every gradient by the serial model's global norm (``autopar.runtime.step.clipping``);
         call on every rank after ``train_step``, before the optimizer's ``step``."""
         return clip_grad_norm_(self._raw, self._local.names, self._local.shards, self._tied,
                                self.layout, max_norm, norm_type)
 
     def save(self, path, optimizer=None, extra=None, async_save: bool = False):
         """Write a distributed checkpoint of the model, ``optimizer``'s state, the step, every
-        rank's RNG state, the plan, the spec and ``extra`` (``autopar.runtime.dcp``); every rank
+        rank's RNG state, the plan, the spec and ``extra`` (``autopar.runtime.checkpoints.dcp``); every rank
         of the plan calls it. A crash mid-save leaves the previous checkpoint whole.
         ``async_save``: return once the state is copied, write in the background; the
         returned ``PendingSave.wait()`` (also run by the next save or load) completes it."""
-        from autopar.runtime import dcp
+        from autopar.runtime.checkpoints import dcp
         with peer_failures("runner.save", self.layout.ranks, self.rank, adist.timeout_s()):
             self.wait_for_save()
             out = dcp.save(self, path, optimizer=optimizer, extra=extra, async_save=async_save)
@@ -308,7 +316,7 @@ class Runner:
     def load(self, path, optimizer=None):
         """Read a checkpoint saved under any plan of this model into this runner (and
         ``optimizer``, built over ``runner.parameters()``); returns the saved ``extra``."""
-        from autopar.runtime import dcp
+        from autopar.runtime.checkpoints import dcp
         with peer_failures("runner.load", self.layout.ranks, self.rank, adist.timeout_s()):
             self.wait_for_save()
             return dcp.load(self, path, optimizer=optimizer)

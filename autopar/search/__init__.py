@@ -2,7 +2,7 @@
 
 ``search(model, hardware, gpus, global_batch, ...) -> SearchResult`` finds the top-k plans (the
 best proved optimal under the cost model); ``SearchResult.plans_file()`` is the plans file of
-docs/CONTRACTS.md as a dict (``costmodels.plans_file.PlansFile`` reads and writes such files).
+docs/CONTRACTS.md as a dict (``costmodels.contracts.plans_file.PlansFile`` reads and writes such files).
 The integer program is written out in ``autopar.search.split_model``; the driver is
 ``autopar.search.engine``; ``enumerate_plans`` is the solver-free path used by the tests.
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodels.errors import PlanError
+from costmodels.contracts.errors import PlanError
 
 
 def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int | None = None,
@@ -19,10 +19,10 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     ``gpus``), ``fewest_gpus`` (the fewest GPUs up to ``gpus`` whose step time reaches the target;
     give ``target_step_time_s`` or ``target_tokens_per_s``). ``table``: a LayerTable to use instead
     of tracing ``model``. ``runtime``: the software that will run the plans (a runtime profile,
-    ``costmodels.runtime``; default autopar's): the search then proposes only what it can run and
+    ``costmodels.profiles.runtime``; default autopar's): the search then proposes only what it can run and
     scores them as it runs them. Raises ``NoFeasiblePlanError`` with the explanation when nothing
     fits. ``hardware`` may name pools (``a100-80g-sxm:256,h100-80g-sxm:128``) or be a
-    ``costmodels.cluster.Cluster``, or ``cluster_file`` a cluster.toml: the search then places
+    ``costmodels.profiles.cluster.Cluster``, or ``cluster_file`` a cluster.toml: the search then places
     stages on pools (``autopar.search.pools``); ``gpus`` may then be None (the pools' sum).
     ``zero_bubble``: also search interleaved-zb, zb-v and dualpipe-v (slower:
     ``autopar.search.space._schedules``; a pinned one is searched either way).
@@ -30,13 +30,13 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
     from autopar.search.costs import Costs
     from autopar.search.engine import Progress, run_search
     from autopar.search.space import parse_fix
-    from costmodels.hardware import load_profile
+    from costmodels.profiles.hardware_files import load_profile
     if isinstance(fix, str):
         fix = parse_fix(fix)
     if runtime is not None:
-        from costmodels.runtime import load_runtime
+        from costmodels.profiles.runtime import load_runtime
         fix = {**(fix or {}), "runtime": load_runtime(runtime).name}
-    from costmodels.cluster import Cluster, resolve_hardware
+    from costmodels.profiles.cluster import Cluster, resolve_hardware
     hw, gpus = resolve_hardware(hardware, cluster_file, gpus)
     if gpus is None:
         raise PlanError("--gpus N is needed with a single hardware profile")

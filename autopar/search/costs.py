@@ -1,7 +1,7 @@
 """The search's view of the cost model: per-configuration coefficients, bounds, and the evaluator.
 
 Nothing here prices anything itself: the coefficients of a configuration's split program are
-``costmodels.coefficients.row_coefficients`` (the per-row arrays ``estimate`` reads too), the
+``costmodels.model.coefficients.row_coefficients`` (the per-row arrays ``estimate`` reads too), the
 schedule's in-flight counts ``memory.in_flight``, the cheap bound ``compute.row_times`` and
 ``optimizer_step_s``. So the integer model's objective is ``estimate``'s step time up to integer
 rounding, and ``evaluate`` *is* ``estimate``.
@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from autopar.search.space import Config
 from autopar.search.terms import Terms
-from costmodels.coefficients import row_coefficients, zero_hbm_param_s
-from costmodels.compute import host_block_floor, optimizer_shards, optimizer_step_s, row_times, table_arrays
-from costmodels.estimate import estimate
-from costmodels.memory import in_flight, w_input_bytes
-from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
-from costmodels.runtime import load_runtime
-from costmodels.schedule_program import in_flight_states, period
+from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
+from costmodels.model.coefficients import row_coefficients, zero_hbm_param_s
+from costmodels.model.compute import host_block_floor, row_times
+from costmodels.model.estimate import estimate
+from costmodels.model.memory import in_flight, w_input_bytes
+from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
+from costmodels.model.schedule_program import in_flight_states, period
+from costmodels.model.table_arrays import table_arrays
+from costmodels.profiles.runtime import load_runtime
 
 
 class Costs:
@@ -82,5 +84,5 @@ class Costs:
 
     # ---- the evaluator -----------------------------------------------------------------------
     def evaluate(self, plan) -> dict:
-        """``costmodels.estimate`` on ``plan`` (the solver-free scorer of any plan)."""
+        """``costmodels.model.estimate`` on ``plan`` (the solver-free scorer of any plan)."""
         return estimate(self.table, self.profile, plan, plan.world_size, self.global_batch).to_dict()

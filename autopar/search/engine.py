@@ -12,7 +12,7 @@ below):
 3. pop the smallest; a configuration popped the first time gets its full terms (``costs.terms``)
    and is pushed back with the tighter split-independent bound (``Terms.time_lower_bound``) —
    unless its memory bound already exceeds HBM, which drops it; popped the second time, CP-SAT
-   places its split points (``SplitModel``), the evaluator (``costmodels.estimate``) scores the
+   places its split points (``SplitModel``), the evaluator (``costmodels.model.estimate``) scores the
    resulting plan, and it is pushed back with that exact prediction; popped the third time it is
    the next-best plan. CP-SAT stops early once its proved bound passes the next entry's key: the
    configuration goes back on the heap at level 1 with that bound (``SearchStats.deferred``) and
@@ -51,9 +51,9 @@ from typing import Any
 
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
-from costmodels.errors import AutoparError, NoFeasiblePlanError, PlanError
-from costmodels.estimate import check_plan
-from costmodels.runtime import load_runtime
+from costmodels.contracts.errors import AutoparError, NoFeasiblePlanError, PlanError
+from costmodels.model.checks import check_plan
+from costmodels.profiles.runtime import load_runtime
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
 
@@ -75,7 +75,7 @@ class SearchResult:
 
     def plans_file(self) -> dict:
         """The plans file of docs/CONTRACTS.md."""
-        from costmodels.plans_file import PLANS_FILE_VERSION
+        from costmodels.contracts.plans_file import PLANS_FILE_VERSION
         return {"version": PLANS_FILE_VERSION, "model": self.model, "hardware": self.hardware,
                 "gpus": self.gpus, "global_batch": self.global_batch, "seq": self.seq,
                 "objective": self.objective, "optimal": self.optimal,
@@ -196,7 +196,7 @@ def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: di
     configs = sorted(configurations(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
                                     allow_cross_node_tp, max_micro_batch, zero_bubble),
                      key=costs.quick_bound)
-    from costmodels.split import balanced_stages
+    from costmodels.contracts.split import balanced_stages
     scored, t0 = [], time.perf_counter()
     for c in configs:
         if time.perf_counter() - t0 > budget_s:

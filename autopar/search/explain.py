@@ -3,7 +3,7 @@
 Works on a plans file (``autopar search -o``) or anything holding estimate results. Pure data in,
 data out (``explain_plans``) plus a text rendering (``render_explanation``).
 
-* The best plan's bottleneck as ``costmodels.breakdown.bottleneck`` defines it (the definition the
+* The best plan's bottleneck as ``costmodels.contracts.breakdown.bottleneck`` defines it (the definition the
   report uses too): the largest term of its step-time breakdown (``breakdown_s``: compute,
   recompute, bubble, exposed dp / tp / pp / ZeRO communication), with its share of the step and,
   for a pipelined plan, the stage; plus its memory headroom on the most loaded GPU and which
@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from autopar.search.schedule_gain import gain_text
-from costmodels.breakdown import bottleneck as find_bottleneck
-from costmodels.breakdown import term_label
-from costmodels.plan import PLAN_FIELDS, Plan
-from costmodels.plans_file import PlanResult
+from costmodels.contracts.breakdown import bottleneck as find_bottleneck
+from costmodels.contracts.breakdown import term_label
+from costmodels.contracts.plan import PLAN_FIELDS, Plan
+from costmodels.contracts.plans_file import PlanResult
 
 # the fields compared between plans: all but the split points (every searched plan has its own)
 COMPARED_FIELDS = tuple(k for k in PLAN_FIELDS if k != "stages")

@@ -7,10 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodels.errors import AutoparError, PlanError
-from costmodels.plan import ATTENTION, MULTI_STAGE_SCHEDULES, PLACEMENTS, PLAN_FIELDS, RECOMPUTE, SCHEDULES, V_SCHEDULES
-from costmodels.runnable import divisors
-from costmodels.runtime import load_runtime
+from costmodels.contracts.errors import AutoparError, PlanError
+from costmodels.contracts.plan import (
+    ATTENTION,
+    MULTI_STAGE_SCHEDULES,
+    PLACEMENTS,
+    PLAN_FIELDS,
+    RECOMPUTE,
+    SCHEDULES,
+    V_SCHEDULES,
+)
+from costmodels.contracts.runnable import divisors
+from costmodels.profiles.runtime import load_runtime
 
 ALIASES = {"mbs": "micro_batch_size", "micro_batch": "micro_batch_size", "micro-batch": "micro_batch_size",
            "micro_batch_size": "micro_batch_size", "sp": "sequence_parallel",
@@ -149,7 +157,7 @@ def check_fix_against(fix: dict[str, Any], gpus: int | None) -> None:
 
 
 def _check_fix_schedule(fix: dict[str, Any]) -> None:
-    """A pinned schedule against the pinned vpp, pp and runtime (``costmodels.plan``'s rules:
+    """A pinned schedule against the pinned vpp, pp and runtime (``costmodels.contracts.plan``'s rules:
     several stages per rank need a multi-stage schedule and pp ≥ 2, the V schedules exactly two)."""
     sched, vpp = fix.get("schedule"), fix.get("vpp")
     if vpp is not None and vpp > 1 and sched is not None and sched not in MULTI_STAGE_SCHEDULES:

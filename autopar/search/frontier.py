@@ -18,7 +18,7 @@ from autopar.search.space import Config
 @dataclass
 class Candidate:
     config: Config
-    plan: Any                       # costmodels.plan.Plan with explicit stages
+    plan: Any                       # costmodels.contracts.plan.Plan with explicit stages
     prediction: dict                # estimate(...).to_dict() plus rank
     solver_objective_s: float       # a·T + k from the integer model
     status: str                     # CP-SAT status of its split
@@ -259,7 +259,7 @@ class Frontier:
         return res
 
     def _evaluate(self, plan) -> dict:
-        """The evaluator (``costmodels.estimate``), once per plan."""
+        """The evaluator (``costmodels.model.estimate``), once per plan."""
         pred = self._evaluated.get(plan)
         if pred is None:
             te = time.perf_counter()

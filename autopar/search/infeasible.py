@@ -137,7 +137,7 @@ def _drop(fix, keys):
 
 
 def _larger_gpus(costs, mm) -> list[str]:
-    from costmodels.hardware import list_profiles, load_profile
+    from costmodels.profiles.hardware_files import list_profiles, load_profile
     out = []
     reserve_here = float(mm.prediction["memory_bytes"].get("reserve", costs.profile.memory_reserve_bytes))
     need = mm.total - reserve_here

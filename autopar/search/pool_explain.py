@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodels.plan_pools import short_name
+from costmodels.contracts.plan_pools import short_name
 
 
 def split_reasons(table, cluster, cand, pc_costs) -> list[str]:

@@ -7,7 +7,7 @@ reserve, HBM), and the cut between two stages of different pools pays the link b
 (``Cluster.link``) instead of the pool's pipeline tier. Everything else — the split variables,
 the ZeRO-3 exposure, the data-parallel exposure, the memory families, the 1F1B objective
 ``m·T + (Σ_r T_r − T) + D + O`` — is the uniform program's, family by family, with the
-coefficients indexed by stage. So its optimum equals ``costmodels.estimate`` on the pooled plan
+coefficients indexed by stage. So its optimum equals ``costmodels.model.estimate`` on the pooled plan
 up to the same integer rounding, as the uniform one does (``tests/test_search_pools.py``
 checks it against enumeration).
 

@@ -20,7 +20,7 @@ with ``μ_i = min_q τ_{q,i}`` (row i on its fastest pool used) and ``s_q = min_
 so the 1F1B step is at least ``(m − 1)·T + Σ_i μ_i``; and a memory bound (every GPU's states and
 one micro-batch's activations must fit the HBM of the stages there are). Configurations are
 solved by increasing bound (CP-SAT, ``PoolSplitModel``, cut by the k-th plan so far), every
-solution scored by ``costmodels.estimate`` on the cluster; the search stops once the next bound
+solution scored by ``costmodels.model.estimate`` on the cluster; the search stops once the next bound
 is no better than the k-th plan, so the best plan is optimal over this space whenever each solve
 ended OPTIMAL or INFEASIBLE (``optimal``). ``enumerate_pool_plans`` is the solver-free check.
 """
@@ -39,13 +39,14 @@ from autopar.search.frontier import Candidate, SearchStats
 from autopar.search.pool_explain import split_reasons
 from autopar.search.pool_split import PoolSplitModel
 from autopar.search.space import Config, Shape, _recomputes, divisors, runnable, tp_candidates
-from costmodels.coefficients import cut_p2p, zero_hbm_param_s
-from costmodels.compute import host_block_floor, row_times, table_arrays
-from costmodels.errors import NoFeasiblePlanError, PlanError
-from costmodels.estimate import estimate
-from costmodels.memory import activation_bytes, model_state_bytes
-from costmodels.runnable import ModelDims, is_runnable
-from costmodels.runtime import load_runtime
+from costmodels.contracts.errors import NoFeasiblePlanError, PlanError
+from costmodels.contracts.runnable import ModelDims, is_runnable
+from costmodels.model.coefficients import cut_p2p, zero_hbm_param_s
+from costmodels.model.compute import host_block_floor, row_times
+from costmodels.model.estimate import estimate
+from costmodels.model.memory import activation_bytes, model_state_bytes
+from costmodels.model.table_arrays import table_arrays
+from costmodels.profiles.runtime import load_runtime
 
 UNSUPPORTED_FIX = ("vpp", "stages", "placement", "attention")
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodels.errors import PlanError
-from costmodels.plan import SPLIT_BACKWARD_SCHEDULES
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES
 
 BASELINE = "interleaved-1f1b"
 

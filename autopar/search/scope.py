@@ -11,9 +11,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from costmodels.plan import SCHEDULES, SPLIT_BACKWARD_SCHEDULES
-from costmodels.runtime import load_runtime
-from costmodels.runtime_rules import zero_rule
+from costmodels.contracts.plan import SCHEDULES, SPLIT_BACKWARD_SCHEDULES
+from costmodels.profiles.runtime import load_runtime
+from costmodels.profiles.runtime_rules import zero_rule
 
 
 def space_exclusions(fix: dict[str, Any] | None, *, allow_cross_node_tp: bool = False,

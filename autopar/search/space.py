@@ -20,9 +20,9 @@ every configuration that can exist for a model, a cluster and a global batch:
   CP-SAT work for near-ties there); the uneven ones are searched where ``pp`` has no even vpp
   (llama3-405b's 126 blocks on 16 stages), the smallest vpp for each largest chunk size
   ``⌈layers/(pp·vpp)⌉``, or any when ``vpp`` is pinned;
-* the runtime (``fix["runtime"]``, default ``autopar``; ``costmodels.runtime_rules``) can run it:
+* the runtime (``fix["runtime"]``, default ``autopar``; ``costmodels.profiles.runtime_rules``) can run it:
   its ZeRO stages (with a pipeline: those it combines with one), schedules, sequence parallel;
-* the runtime's own rules, ``costmodels.runnable.check_runnable`` (1F1B needs ``m ≥ pp``,
+* the runtime's own rules, ``costmodels.contracts.runnable.check_runnable`` (1F1B needs ``m ≥ pp``,
   interleaving ``m`` a multiple of ``pp``; tp vs heads, kv heads, SP's sequence; ``pp·vpp`` vs rows);
 * canonical forms, so that the top-k plans are distinct in what they do: ``dp = 1`` → ZeRO 0
   (there is nothing to shard across); ``pp = 1`` → schedule ``1f1b``, ``vpp = 1``; ``tp = 1`` →
@@ -47,7 +47,7 @@ from autopar.search.fix import (  # noqa: F401  (re-exported: the --fix API live
     parse_fix,
     schedule_name,
 )
-from costmodels.plan import (
+from costmodels.contracts.plan import (
     MULTI_STAGE_SCHEDULES,
     RECOMPUTE,
     SCHEDULES,
@@ -55,9 +55,9 @@ from costmodels.plan import (
     V_SCHEDULES,
     Plan,
 )
-from costmodels.runnable import ModelDims, is_runnable
-from costmodels.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
-from costmodels.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
+from costmodels.contracts.runnable import ModelDims, is_runnable
+from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
+from costmodels.profiles.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
 
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:
-    """The runtime's rules (``costmodels.runtime_rules``) that a configuration can break."""
+    """The runtime's rules (``costmodels.profiles.runtime_rules``) that a configuration can break."""
     return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c))
 
 
@@ -203,7 +203,7 @@ def _recomputes(fix: dict[str, Any]) -> list[str]:
 def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any], rt: RuntimeProfile,
                zero_bubble: bool = False) -> list[tuple[str, int]]:
     """(schedule, vpp) pairs for a pipeline depth (module docstring). The micro-batch rules of
-    each schedule are ``costmodels.runnable``'s (``configurations`` asks ``is_runnable``);
+    each schedule are ``costmodels.contracts.runnable``'s (``configurations`` asks ``is_runnable``);
     interleaved 1F1B's multiple of pp is checked here too, before listing its vpps.
 
     The zero-bubble schedules (``SPLIT_BACKWARD_SCHEDULES``) are listed only with
@@ -222,7 +222,7 @@ def _schedules(shape: Shape, pp: int, m: int, fix: dict[str, Any], rt: RuntimePr
             probe = Config(1, 1, pp, vpp, 1, 0, "none", False, "interleaved-1f1b")
             if not interleaving_rule(rt, probe, shape.layers):
                 out.extend((s, vpp) for s in looped)
-        if 2 * pp <= shape.rows:   # V schedules: exactly two stages per rank (costmodels.plan)
+        if 2 * pp <= shape.rows:   # V schedules: exactly two stages per rank (costmodels.contracts.plan)
             probe = Config(1, 1, pp, 2, 1, 0, "none", False, "zb-v")
             if not interleaving_rule(rt, probe, shape.layers):
                 out.extend((s, 2) for s in V_SCHEDULES)

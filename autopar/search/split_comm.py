@@ -5,7 +5,7 @@ family is (``split_memory``); each function adds its variables and constraints t
 ``sm`` it is given."""
 from __future__ import annotations
 
-from costmodels.plan import V_SCHEDULES
+from costmodels.contracts.plan import V_SCHEDULES
 
 
 def add_communication(sm) -> None:

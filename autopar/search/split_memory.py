@@ -1,7 +1,7 @@
 """The split program's memory constraints (family 6 of ``autopar.search.split_model``'s
 docstring), kept apart from the time families: per rank, reserve + model states + in-flight
 activations (+ one rebuilt block under full recompute, + the ZeRO-3 buffer of its two largest
-rows) ≤ HBM, with the same coefficients ``estimate`` uses (``costmodels.coefficients``)."""
+rows) ≤ HBM, with the same coefficients ``estimate`` uses (``costmodels.model.coefficients``)."""
 from __future__ import annotations
 
 import math

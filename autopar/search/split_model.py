@@ -15,10 +15,10 @@ Decision variables
   ``layers % (pp·vpp) = 0`` and ``m % pp = 0``; ``pp·vpp ≤ n``;
 * the split points ``0 = x_0 < x_1 < … < x_S = n``, ``S = pp·vpp``: virtual stage ``v`` runs rows
   ``[x_v, x_{v+1})`` on pipeline rank ``v mod pp`` (V schedules: ranks ``v`` and ``2·pp − 1 − v``,
-  ``costmodels.plan.stages_of_rank``; the V's turn sends nothing).
+  ``costmodels.contracts.plan.stages_of_rank``; the V's turn sends nothing).
 
 Coefficients: each is a field of the cost model's ``RowCoefficients``
-(``costmodels.coefficients.row_coefficients``, whose arrays ``estimate.chunk_cost`` reads too)
+(``costmodels.model.coefficients.row_coefficients``, whose arrays ``estimate.chunk_cost`` reads too)
 for configuration ``c``, per micro-batch and GPU; ``Terms`` adds the schedule's and the GPU's:
 
 * ``τ_i`` ``row_s``: forward + backward + recompute + TP collectives of row ``i``
@@ -67,7 +67,7 @@ Constraints (one method of ``SplitModel`` per family):
 Every coefficient is rounded per row to an integer (times in units of ``time_unit``: 1 ns for
 steps of seconds, finer for small models; bytes
 rounded up, so a split CP-SAT accepts also fits in the evaluator). The objective CP-SAT proves optimal therefore equals
-``costmodels.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per time
+``costmodels.model.estimate`` on the returned plan up to that rounding (at most ``n/2`` units per time
 term, times ``m + pp``), which the tests assert.
 
 Why the search's result is still optimal under the model although CP-SAT sees one
@@ -119,7 +119,7 @@ class SplitModel:
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
-        self.co = terms.coef      # costmodels.coefficients.RowCoefficients
+        self.co = terms.coef      # costmodels.model.coefficients.RowCoefficients
         self.objective = objective
         self.time_limit_s = time_limit_s
         self.workers = workers
@@ -133,7 +133,7 @@ class SplitModel:
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
-        # virtual stages of each rank (V placement for zb-v / dualpipe-v: costmodels.plan)
+        # virtual stages of each rank (V placement for zb-v / dualpipe-v: costmodels.contracts.plan)
         self.rank_stages = rank_stages(terms.config)
         # the split-backward schedules' pipeline time (autopar.search.split_schedules); the
         # objective then counts in 1/scale units
@@ -313,10 +313,10 @@ class SplitModel:
         return 4 * self.n * (self.t.m + self.pp + 2)
 
     def _hint(self):
-        """Start from the min-max split of the row times (``costmodels.split.partition``)."""
+        """Start from the min-max split of the row times (``costmodels.contracts.split.partition``)."""
         if self.fixed_stages is not None or self.S < 2:
             return
-        from costmodels.split import partition
+        from costmodels.contracts.split import partition
         try:
             st = partition([float(x) for x in self.co.row_s], self.S)
         except Exception:  # a hint only

@@ -2,21 +2,21 @@
 dualpipe-v): the simulator's own op graph, as CP-SAT constraints.
 
 Why a module of its own: the estimate prices these schedules by simulating them
-(``costmodels.pipeline_split``), not by a formula in rank totals or column maxima::
+(``costmodels.model.pipeline_split``), not by a formula in rank totals or column maxima::
 
     m ≤ m1:  P = makespan(m)
     m > m1:  P = makespan(m1) + (m − m1)/p · max(Δ, p·T),   Δ = makespan(m1) − makespan(m0)
 
 (``p`` the schedule's period, ``m0 = 2p``, ``m1 = 3p``, ``T`` the busiest rank's work for one
 micro-batch), where ``makespan`` is the longest path through the simulator's op graph
-(``costmodels.schedule_program.program``: torch's per-rank order, each op waiting for the one
+(``costmodels.model.schedule_program.program``: torch's per-rank order, each op waiting for the one
 before it on its rank and for the outputs it needs). The graph depends only on (schedule, pp,
 vpp, m); its op durations — F, B (input gradient) and W (weight gradient) of each virtual
 stage — are sums over the stage's rows, linear in the split points. So each op gets an end time
 ``e_o ≥ e_prev + d_o``, ``e_o ≥ e_w + d_o`` for every op ``w`` it waits on, and ``M ≥ e_o``:
 minimised, ``M`` is exactly the longest path, the simulator's makespan.
 
-Durations mirror ``costmodels.estimate`` (``_fwd_total`` / ``_bwd_total`` / ``bwd_w_s``): a
+Durations mirror ``costmodels.model.estimate`` (``_fwd_total`` / ``_bwd_total`` / ``bwd_w_s``): a
 stage's forward is its rows' forward compute plus their share of the TP collectives (½, ⅓ with
 full recompute) plus half its p2p sends and half its exposed ZeRO time; its W the rows'
 weight-gradient compute; its B the rest of the stage's time. The halves make the program count in
@@ -31,7 +31,7 @@ above that bound, solves again with ``exact=True``: ``makespan(m0)`` as equaliti
 """
 from __future__ import annotations
 
-from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
+from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 
 
 def is_split(config) -> bool:
@@ -39,9 +39,9 @@ def is_split(config) -> bool:
 
 
 def periods(schedule: str, pp: int, m: int) -> tuple[int, int, int] | None:
-    """``(m0, m1, period)`` of ``costmodels.pipeline_split``'s extrapolation, or None when it
+    """``(m0, m1, period)`` of ``costmodels.model.pipeline_split``'s extrapolation, or None when it
     simulates all ``m`` micro-batches (``m ≤ m1``). Mirrors ``split_pipeline_time``."""
-    from costmodels.schedule_program import period
+    from costmodels.model.schedule_program import period
     per = period(schedule, pp, m)
     if m <= 3 * per:
         return None
@@ -49,7 +49,7 @@ def periods(schedule: str, pp: int, m: int) -> tuple[int, int, int] | None:
 
 
 def rank_stages(config) -> list[tuple[int, ...]]:
-    """The virtual stages of each pipeline rank (``costmodels.plan.stages_of_rank``)."""
+    """The virtual stages of each pipeline rank (``costmodels.contracts.plan.stages_of_rank``)."""
     return [stages_of_rank(config.schedule, config.pp, config.vpp, r) for r in range(config.pp)]
 
 
@@ -89,7 +89,7 @@ class SplitScheduleTime:
         An op only gets a variable where it waits for another rank: a wait on its own rank is
         implied by the rank's order, and an op that waits for nothing else ends ``d`` after the
         one before it (an expression, no variable) — W passes always, most of the V's turn."""
-        from costmodels.schedule_program import program
+        from costmodels.model.schedule_program import program
         md = self.sm.model
         stages = rank_stages(self.sm.t.config)
         ops = program(self.schedule, self.pp, self.vpp, m)

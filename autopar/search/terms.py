@@ -1,5 +1,5 @@
 """The data of one configuration's split program, and the bounds that hold for every split (the
-search's best-first keys). The coefficients are the cost model's (``costmodels.coefficients``);
+search's best-first keys). The coefficients are the cost model's (``costmodels.model.coefficients``);
 the program itself is ``autopar.search.split_model``."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodels.coefficients import RowCoefficients, dp_exposed
-from costmodels.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, stages_of_rank
+from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, stages_of_rank
+from costmodels.model.coefficients import RowCoefficients, dp_exposed
 
 TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 
@@ -17,7 +17,7 @@ TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 @dataclass
 class Terms:
     """The data of one configuration's split program: the cost model's per-row coefficients
-    (``costmodels.coefficients.RowCoefficients``: τ, f, β, P, g, π, σ, α, λ_d, γ_d, γ_o), the
+    (``costmodels.model.coefficients.RowCoefficients``: τ, f, β, P, g, π, σ, α, λ_d, γ_d, γ_o), the
     schedule's micro-batches and in-flight counts, and the GPU's memory limits."""
     config: object             # autopar.search.space.Config
     coef: RowCoefficients
@@ -57,7 +57,7 @@ class Terms:
 
     @property
     def v_placement(self) -> bool:
-        """Rank r holds stages r and 2·pp − 1 − r (``costmodels.plan.stages_of_rank``)."""
+        """Rank r holds stages r and 2·pp − 1 − r (``costmodels.contracts.plan.stages_of_rank``)."""
         return self.config.schedule in V_SCHEDULES and self.pp > 1
 
     def stages_of(self, rank: int) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""autopar.trace: a model → its LayerTable (see ``costmodels.layer_table``) and fx/networkx graph.
+"""autopar.trace: a model → its LayerTable (see ``costmodels.contracts.layer_table``) and fx/networkx graph.
 
 ``trace_model(source, micro_batch=1, leaf_modules=())`` traces a ModelSource on meta tensors;
 ``table_for(spec, micro_batch=1, seq=None)`` is the cached convenience most callers want;

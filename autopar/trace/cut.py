@@ -37,7 +37,7 @@ from torch.fx.node import map_aggregate
 from autopar.models.outputs import forward_kwargs, model_logits
 from autopar.trace.blocks import assign_rows, block_modules, find_block_list, structure_groups
 from autopar.trace.tracer import trace_call
-from costmodels.errors import TraceError
+from costmodels.contracts.errors import TraceError
 
 
 @dataclass

@@ -43,9 +43,9 @@ from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter
 from autopar.trace.result import TraceResult
 from autopar.trace.table import build_table
 from autopar.trace.tracer import CallWrapper, trace_call, trace_error
-from costmodels.checks import limit, quote
-from costmodels.errors import TraceError
-from costmodels.layer_table import LayerTable
+from costmodels.contracts.checks import limit, quote
+from costmodels.contracts.errors import TraceError
+from costmodels.contracts.layer_table import LayerTable
 
 ACT_DTYPE = torch.bfloat16
 

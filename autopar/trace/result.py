@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from autopar.trace.blocks import RowInfo
 from autopar.trace.measure import Recorder
-from costmodels.layer_table import LayerTable
+from costmodels.contracts.layer_table import LayerTable
 
 
 @dataclass

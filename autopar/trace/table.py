@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 from autopar.trace.blocks import module_path
 from autopar.trace.measure import tensor_bytes
 from autopar.trace.tp import attention_core_nodes, attention_mask_nodes, find_tp_pairs, region_nodes
-from costmodels.layer_table import LayerRow, LayerTable, TPPair
+from costmodels.contracts.layer_table import LayerRow, LayerTable, TPPair
 
 if TYPE_CHECKING:
     from autopar.trace.result import TraceResult

@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch.fx.node import map_arg
 from torch.utils import _pytree as pytree
 
-from costmodels.errors import TraceError
+from costmodels.contracts.errors import TraceError
 
 # methods / attributes that return plain Python values computed from the meta value
 _CONCRETE_METHODS = {"size", "dim", "numel", "nelement", "is_floating_point", "is_complex",

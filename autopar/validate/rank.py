@@ -36,7 +36,7 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
     from autopar.models import load_model
     from autopar.profile.measure import ProgressBar as _Bar
     from autopar.profile.measure import rss_bytes
-    from autopar.runtime import dist as adist
+    from autopar.runtime.faults import dist as adist
     warnings.filterwarnings("ignore")
     cuda = torch.cuda.is_available()
     if cuda:
@@ -149,7 +149,7 @@ def _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec,
     import torch
 
     from autopar.runtime.apply import apply
-    from costmodels.plan import Plan
+    from costmodels.contracts.plan import Plan
     cuda = device.type == "cuda"
     live = lp = None
     try:

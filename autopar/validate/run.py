@@ -2,15 +2,15 @@
 
 ``validate(spec, hardware, nproc, global_batch, plans=None, steps=10, warmup=2) -> dict``
 
-* **Predictions**: ``autopar.scoring.estimate_plans`` (trace + ``costmodels.estimate``) on the
+* **Predictions**: ``autopar.scoring.estimate_plans`` (trace + ``costmodels.model.estimate``) on the
   given profile, with the memory model in ``precision="amp"`` (what the ranks run: fp32 weights,
   grads and AdamW state, autocast's bf16 weight cache, the unfused fp32 loss, DDP / FSDP2 /
-  pipelining buffers; ``"fp32"`` with ``amp=False``; costmodels/memory.py);
+  pipelining buffers; ``"fp32"`` with ``amp=False``; costmodels/model/memory.py);
   ``predicted_step_s`` = its ``step_time_s``, ``predicted_memory_bytes`` = its
   ``memory_bytes.total − memory_bytes.reserve`` (what the plan itself puts in memory; the
   reserve is a constant per process and is reported apart).
 * **Plans**: ``plans`` (a plans file, validate output, a list of plan dicts, …: whatever
-  ``costmodels.plans_file.PlansFile.read`` accepts) or,
+  ``costmodels.contracts.plans_file.PlansFile.read`` accepts) or,
   without, ``default_plans``: a spread picked from ``autopar search``'s ranked plans covering every
   (dp, tp, pp) shape, several micro-batch sizes and every recompute policy.
 * **Measurement**: ``nproc`` local ranks are spawned once (gloo on CPU, NCCL on GPU) and run every
@@ -53,8 +53,8 @@ from typing import Any
 
 from autopar.validate.rank import validate_rank
 from autopar.validate.stats import mape, spearman
-from costmodels.errors import PlanError
-from costmodels.plan import PLAN_FIELDS
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import PLAN_FIELDS
 
 __all__ = ["validate", "default_plans", "summarize", "mape", "spearman", "is_validate_output"]
 
@@ -149,11 +149,11 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
     import torch
 
     from autopar.models import load_model
-    from autopar.runtime.verify import spawn
+    from autopar.runtime.verify.serial import spawn
     from autopar.scoring import estimate_plans
-    from costmodels.hardware import load_profile
-    from costmodels.plan import Plan
-    from costmodels.plans_file import PlansFile
+    from costmodels.contracts.plan import Plan
+    from costmodels.contracts.plans_file import PlansFile
+    from costmodels.profiles.hardware_files import load_profile
     if nproc < 1:
         raise PlanError(f"--nproc {nproc} must be at least 1")
     if steps < 1 or warmup < 0:

@@ -1,0 +1,351 @@
+"""Runtime profiles: what overlaps with what depends on the software that runs the plan.
+
+The same plan runs differently under Megatron-LM, DeepSpeed, PyTorch FSDP or autopar's own
+runtime: whether the data-parallel gradient sync hides behind the backward, whether ZeRO-3's
+gathers are prefetched, in what dtype gradients are reduced, which kernels are fused, and what the
+runtime can run at all (ZeRO stages, schedules, uneven interleaving). A runtime profile is a TOML
+file in ``runtime-profiles/`` (package data) or anywhere on disk; ``load_runtime``
+takes a name, a name with options (``megatron:overlap_grad_reduce``) or a path.
+
+Format (version 1); every figure is ``{ value = ..., source = "..." }`` as in the hardware
+profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as autopar's runtime does it"
+(the hardware profile's ``comm_overlap`` / ``fsdp_overlap``, the precision's byte counts)::
+
+    version = 1
+    name = "megatron"
+    description = "..."
+
+    [overlap]
+    dp_sync = { value = 0.0, source = "..." }       # share of the backward the dp gradient sync
+                                                    # hides in (0: it runs after the last backward)
+    dp_bucket_bytes = { value = 1.6e8, source = "..." }  # the last gradient bucket, issued
+                                                    # after the last backward: never hidden
+    param_gather = { value = 0.0, source = "..." }  # share of the weights' all-gather after the
+                                                    # optimizer step (ZeRO-1/2) the next forward hides
+    zero_gathers = { value = 1.0, source = "..." }  # share of compute ZeRO collectives hide in
+    zero_edges_exposed = { value = 1, source = "..." }  # 1: a stage's first forward gather and its
+                                                    # last backward reduce-scatter are never hidden
+                                                    # (nothing runs before / after them to hide them)
+    zero_reduce_per_micro_batch = { value = 1, source = "..." }  # 1: ZeRO-2/3 reduce-scatter each
+                                                    # row's gradients in every micro-batch's backward
+                                                    # (FSDP, DeepSpeed); 0: once per step
+    zero2_gather_per_micro_batch = { value = 1, source = "..." }  # 1: ZeRO-2 gathers each row's
+                                                    # weights before every micro-batch's forward (FSDP
+                                                    # SHARD_GRAD_OP); 0: once after the optimizer step
+    compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
+                                                    # communication (NCCL kernels share the SMs);
+                                                    # only where the hardware profile has no
+                                                    # fitted [gpu] collective_slowdown
+
+    [communication]
+    grad_reduce_bytes = { value = 4, source = "..." }   # bytes per gradient the dp sync moves
+
+    [kernels]
+    elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
+    loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
+    gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
+    reduce_copy_passes = { value = 2, source = "..." }  # ... over each reduced gradient, per micro-
+                                                    # batch on a GPU (costmodels.model.zero_traffic); default 0
+
+    [host]
+    seconds_per_block_pass = { value = 7.5e-4, source = "..." }  # host time (Python, autograd,
+                                                    # hooks) to issue one block's kernels, forward
+                                                    # or backward: a pass takes at least this long
+                                                    # (compute docstring, "Host"); default 0
+
+    [capabilities]                                   # what the runtime can run (the search's space)
+    zero = [0, 1]
+    pipeline_zero = [0, 1]                           # ZeRO stages it runs with a pipeline
+    schedules = ["1f1b", "interleaved-1f1b"]
+    uneven_interleaving = true                       # interleave when blocks do not divide pp·vpp
+    sequence_parallel = true
+    precisions = ["bf16-mixed"]
+    source = "..."
+
+    [options.overlap_grad_reduce]                    # enabled by "megatron:overlap_grad_reduce"
+    description = "--overlap-grad-reduce"
+    overlap = { dp_sync = { value = 1.0, source = "..." } }   # replaces the figures it names
+
+A malformed profile raises ``ProfileError`` naming the file and the field.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from costmodels.contracts.errors import ProfileError
+from costmodels.contracts.files import tomllib
+from costmodels.contracts.plan import SCHEDULES, SPLIT_BACKWARD_SCHEDULES
+from costmodels.profiles.shipped import shipped_dir
+
+RUNTIME_VERSION = 1
+RUNTIMES_DIR = shipped_dir("runtime-profiles")
+DEFAULT_RUNTIME = "autopar"
+ALL_SCHEDULES = SCHEDULES   # every schedule a plan can name (costmodels.contracts.plan)
+ALL_PRECISIONS = ("bf16-mixed", "amp", "fp32")
+# [section] -> figure -> (attribute, minimum, maximum, integer)
+FIGURES = {
+    "overlap": {"dp_sync": ("dp_overlap", 0.0, 1.0, False),
+                "dp_bucket_bytes": ("dp_bucket_bytes", 0.0, None, False),
+                "param_gather": ("param_gather_overlap", 0.0, 1.0, False),
+                "zero_gathers": ("zero_overlap", 0.0, 1.0, False),
+                "zero_edges_exposed": ("zero_edges_exposed", 0, 1, True),
+                "zero_reduce_per_micro_batch": ("zero_reduce_per_micro_batch", 0, 1, True),
+                "zero2_gather_per_micro_batch": ("zero2_gather_per_micro_batch", 0, 1, True),
+                "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False)},
+    "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False)},
+    "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
+                "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
+                "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
+                "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
+    "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
+}
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """A parsed runtime profile with its options applied (module docstring). ``None`` figures
+    mean "as autopar's runtime does it"."""
+
+    name: str                                   # as asked for, options included: "megatron:overlap_grad_reduce"
+    base: str                                   # the profile's own name
+    description: str = ""
+    options: tuple[str, ...] = ()               # the options switched on
+    available_options: tuple[tuple[str, str], ...] = ()   # (name, description)
+    dp_overlap: float | None = None
+    dp_bucket_bytes: float = 0.0
+    param_gather_overlap: float | None = None   # None: the gather joins the dp sync's window
+    zero_overlap: float | None = None
+    zero_edges_exposed: int = 0
+    zero_reduce_per_micro_batch: int = 0
+    zero2_gather_per_micro_batch: int = 0
+    compute_slowdown: float = 0.0
+    grad_reduce_bytes: float | None = None
+    elementwise_traffic: float | None = None
+    host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
+    loss_saved_bytes: float | None = None
+    gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
+    reduce_copy_passes: float = 0.0             # ... over each reduced gradient
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    schedules: tuple[str, ...] = ALL_SCHEDULES
+    uneven_interleaving: bool = True
+    sequence_parallel: bool = True
+    split_backward_dp_after_step: bool = False  # dp grads of ZeRO 0/1 reduced after the step (W bypasses DDP)
+    pipeline_zero: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages it runs together with pp > 1
+    precisions: tuple[str, ...] = ALL_PRECISIONS
+    path: str = ""
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_default(self) -> bool:
+        """autopar's runtime without options: the cost model exactly as before runtime profiles."""
+        return self.name == DEFAULT_RUNTIME
+
+    def dp_window(self, hw_overlap: float) -> float:
+        """Share of the backward the dp gradient sync hides in (the hardware's when unset)."""
+        return hw_overlap if self.dp_overlap is None else self.dp_overlap
+
+    def dp_window_for(self, plan, hw_overlap: float) -> float:
+        """``dp_window`` for ``plan``: 0 where this runtime reduces the data-parallel gradients
+        after the step instead of during the backward — the split-backward schedules with ZeRO
+        0/1 on a runtime with ``split_backward_dp_after_step`` (autopar's: torch's W pass
+        bypasses DDP's hooks, so it all-reduces in buckets after the step)."""
+        if (self.split_backward_dp_after_step and plan.schedule in SPLIT_BACKWARD_SCHEDULES
+                and plan.zero <= 1 and plan.dp > 1):
+            return 0.0
+        return self.dp_window(hw_overlap)
+
+    def zero_window(self, hw_overlap: float) -> float:
+        """Share of compute the ZeRO gathers and reduce-scatters hide in."""
+        return hw_overlap if self.zero_overlap is None else self.zero_overlap
+
+
+def list_runtimes() -> list[str]:
+    """Names of the shipped runtime profiles, sorted."""
+    return sorted(p.stem for p in RUNTIMES_DIR.glob("*.toml")) if RUNTIMES_DIR.is_dir() else []
+
+
+_CACHE: dict[tuple, RuntimeProfile] = {}
+_REGISTERED: dict[str, RuntimeProfile] = {}
+# shipped profiles by the text asked for ("fsdp:bf16_reduce"): the search asks once per configuration,
+# hundreds of thousands of times, and resolving and stat-ing the file each time dominated it
+_SHIPPED: dict[str, RuntimeProfile] = {}
+
+
+def register_runtime(profile: RuntimeProfile) -> RuntimeProfile:
+    """Make ``profile`` loadable by its name (a variant built in Python, e.g. by a calibration
+    that varies one figure); a shipped name cannot be replaced."""
+    if profile.name in list_runtimes():
+        raise ProfileError(f"runtime '{profile.name}' is shipped; register a variant under another name")
+    _REGISTERED[profile.name] = profile
+    return profile
+
+
+def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> RuntimeProfile:
+    """A runtime by shipped name, ``name:option,option`` or path to a TOML file (options after
+    a ``:`` too); None is autopar's runtime."""
+    if isinstance(spec, RuntimeProfile):
+        return spec
+    text = DEFAULT_RUNTIME if spec is None else str(spec).strip()
+    if text in _REGISTERED:
+        return _REGISTERED[text]
+    shipped = _SHIPPED.get(text)
+    if shipped is not None:
+        return shipped
+    if ".toml" in text:      # a path, maybe with options after it: "my.toml:opt"
+        cut = text.rindex(".toml") + len(".toml")
+        base, opts = text[:cut], text[cut:].lstrip(":")
+    else:
+        base, _, opts = text.partition(":")
+    options = tuple(o.strip() for o in opts.split(",") if o.strip())
+    path = Path(base)
+    if not (base.endswith(".toml") or os.sep in base):
+        path = RUNTIMES_DIR / f"{base}.toml"
+        if not path.is_file():
+            close = difflib.get_close_matches(base, list_runtimes(), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ProfileError(f"unknown runtime '{base}'; {hint}shipped runtimes: "
+                               f"{', '.join(list_runtimes()) or '(none)'}, or pass a path to a .toml file")
+    if not path.is_file():
+        raise ProfileError(f"runtime profile file '{base}' does not exist; pass a shipped name "
+                           f"({', '.join(list_runtimes())}) or a path to a .toml file")
+    key = (str(path.resolve()), path.stat().st_mtime, options)
+    if key not in _CACHE:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ProfileError(f"runtime profile '{path}' is not valid TOML ({e}); fix the file") from None
+        _CACHE[key] = parse_runtime(data, str(path), options)
+    prof = _CACHE[key]
+    name = prof.base + (":" + ",".join(options) if options else "")
+    prof = prof if prof.name == name else _replace(prof, name=name)
+    if path.parent == RUNTIMES_DIR:   # a shipped profile: read once per process, by its text
+        _SHIPPED[text] = prof
+    return prof
+
+
+def _replace(prof: RuntimeProfile, **kw) -> RuntimeProfile:
+    from dataclasses import replace
+    return replace(prof, **kw)
+
+
+def parse_runtime(data: dict[str, Any], where: str = "<runtime>",
+                  options: tuple[str, ...] = ()) -> RuntimeProfile:
+    """Validate a parsed TOML document and build the profile with ``options`` switched on
+    (ProfileError names the field)."""
+    def err(name: str, problem: str) -> ProfileError:
+        return ProfileError(f"runtime profile '{where}': field '{name}' {problem}; see the format "
+                            "in the costmodels/profiles/runtime.py docstring")
+
+    if not isinstance(data, dict):
+        raise err("(top level)", "must be a table")
+    version = data.get("version", RUNTIME_VERSION)
+    if version != RUNTIME_VERSION:
+        raise err("version", f"is {version!r}; this autopar reads version {RUNTIME_VERSION}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise err("name", "is missing, not a string, or holds a ':'")
+    desc = data.get("description", "")
+    if not isinstance(desc, str):
+        raise err("description", "must be a string")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    _figures(data, "", values, sources, err)
+    values.update(_capabilities(data.get("capabilities"), err, sources))
+    opts = data.get("options", {})
+    if not isinstance(opts, dict):
+        raise err("options", "must be a table of [options.<name>] tables")
+    available = []
+    for oname, o in opts.items():
+        if not isinstance(o, dict):
+            raise err(f"options.{oname}", "must be a table")
+        if not isinstance(o.get("description"), str) or not o["description"].strip():
+            raise err(f"options.{oname}.description", "is missing or empty")
+        available.append((oname, o["description"]))
+        unknown = [k for k in o if k != "description" and k not in FIGURES]
+        if unknown:
+            raise err(f"options.{oname}.{unknown[0]}", f"is not one of {', '.join(FIGURES)}")
+        if oname in options:
+            _figures(o, f"options.{oname}.", values, sources, err)
+    missing = [o for o in options if o not in dict(available)]
+    if missing:
+        names = ", ".join(n for n, _ in available) or "(none)"
+        raise ProfileError(f"runtime '{name}' has no option '{missing[0]}'; its options: {names}")
+    return RuntimeProfile(name=name + (":" + ",".join(options) if options else ""), base=name,
+                          description=desc, options=tuple(options), available_options=tuple(available),
+                          path=where, sources=sources, **values)
+
+
+def _figures(data: dict, prefix: str, values: dict, sources: dict, err) -> None:
+    for sect, figs in FIGURES.items():
+        t = data.get(sect)
+        if t is None:
+            continue
+        if not isinstance(t, dict):
+            raise err(f"{prefix}{sect}", "must be a table")
+        for key in t:
+            if key not in figs:
+                raise err(f"{prefix}{sect}.{key}", f"is not a known figure ({', '.join(figs)})")
+        for key, (attr, lo, hi, integer) in figs.items():
+            if key in t:
+                values[attr], sources[f"{sect}.{key}"] = _figure(t[key], f"{prefix}{sect}.{key}", lo, hi,
+                                                                 integer, err)
+
+
+def _figure(v: Any, full: str, lo, hi, integer: bool, err) -> tuple[float, str]:
+    if not isinstance(v, dict):
+        raise err(full, f"must be an inline table {{ value = ..., source = \"...\" }}, got {v!r}")
+    if not isinstance(v.get("source"), str) or not v["source"].strip():
+        raise err(full + ".source", "is missing or empty (every figure must cite where it comes from)")
+    x = v.get("value")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise err(full + ".value", f"must be a finite number, got {x!r}")
+    if integer and not float(x).is_integer():
+        raise err(full + ".value", f"must be an integer, got {x!r}")
+    if x < lo or (hi is not None and x > hi):
+        raise err(full + ".value", f"must be in [{lo}, {hi if hi is not None else 'inf'}], got {x!r}")
+    return (int(x) if integer else float(x)), v["source"]
+
+
+def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
+    if t is None:
+        return {}
+    if not isinstance(t, dict):
+        raise err("capabilities", "must be a table")
+    out: dict[str, Any] = {}
+    known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
+             "split_backward_dp_after_step"}
+    for key in t:
+        if key not in known:
+            raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
+    if not isinstance(t.get("source"), str) or not t["source"].strip():
+        raise err("capabilities.source", "is missing or empty")
+    sources["capabilities"] = t["source"]
+    for key, attr in (("zero", "zero_stages"), ("pipeline_zero", "pipeline_zero")):
+        if key in t:
+            z = t[key]
+            if not isinstance(z, list) or not z or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in z):
+                raise err(f"capabilities.{key}", f"must be a non-empty list of ZeRO stages 0-3, got {z!r}")
+            out[attr] = tuple(sorted(set(int(x) for x in z)))
+    for key, attr, allowed in (("schedules", "schedules", ALL_SCHEDULES),
+                               ("precisions", "precisions", ALL_PRECISIONS)):
+        if key in t:
+            v = t[key]
+            if not isinstance(v, list) or not v or any(x not in allowed for x in v):
+                raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
+            out[attr] = tuple(x for x in allowed if x in v)
+    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step"):
+        if key in t:
+            if not isinstance(t[key], bool):
+                raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")
+            out[key] = t[key]
+    if 0 not in out.get("zero_stages", (0,)) or 0 not in out.get("pipeline_zero", (0,)):
+        raise err("capabilities.zero", "must include 0 (a plan without data parallelism shards nothing)")
+    if "1f1b" not in out.get("schedules", ("1f1b",)):
+        raise err("capabilities.schedules", "must include '1f1b' (plans without a pipeline use it)")
+    return out

@@ -1,0 +1,70 @@
+"""What a runtime can run: one function per rule, read from the runtime profile's
+``[capabilities]`` (``costmodels.profiles.runtime``).
+
+``estimate`` refuses a plan its runtime cannot run (one ``PlanError`` line naming the rule and the
+fix), and the search's configuration enumeration (``autopar.search.space``) asks the same rules,
+so ``autopar search --runtime NAME`` only proposes what that runtime can run. Each rule returns
+``None`` when the plan passes, else the reason in words. A rule takes anything with the plan's
+fields (a ``Plan`` or the search's ``Config``).
+"""
+from __future__ import annotations
+
+from costmodels.contracts.errors import PlanError
+from costmodels.profiles.runtime import RuntimeProfile
+
+
+def zero_rule(rt: RuntimeProfile, plan) -> str | None:
+    """The ZeRO stage is one the runtime has, and one it combines with a pipeline when pp > 1."""
+    if plan.zero not in rt.zero_stages:
+        return (f"runtime '{rt.name}' has no ZeRO-{plan.zero} (its stages: "
+                f"{', '.join(map(str, rt.zero_stages))})")
+    if plan.pp > 1 and plan.zero not in rt.pipeline_zero:
+        return (f"runtime '{rt.name}' cannot combine ZeRO-{plan.zero} with a pipeline (with pp > 1: "
+                f"ZeRO {', '.join(map(str, rt.pipeline_zero))})")
+    return None
+
+
+def schedule_rule(rt: RuntimeProfile, plan) -> str | None:
+    """A pipelined plan's schedule is one the runtime has (without a pipeline nothing is scheduled)."""
+    if plan.pp > 1 and plan.schedule not in rt.schedules:
+        return (f"runtime '{rt.name}' has no '{plan.schedule}' schedule (its schedules: "
+                f"{', '.join(rt.schedules)})")
+    return None
+
+
+def interleaving_rule(rt: RuntimeProfile, plan, layers: int) -> str | None:
+    """Without uneven interleaving (``uneven_interleaving = false``) the blocks must divide
+    pp·vpp, every model chunk holding as many (Megatron's old rule)."""
+    if plan.vpp > 1 and not rt.uneven_interleaving and layers % (plan.pp * plan.vpp):
+        return (f"runtime '{rt.name}' interleaves only when the {layers} blocks divide "
+                f"pp·vpp = {plan.pp * plan.vpp}")
+    return None
+
+
+def sequence_parallel_rule(rt: RuntimeProfile, plan) -> str | None:
+    if plan.sequence_parallel and not rt.sequence_parallel:
+        return f"runtime '{rt.name}' has no sequence parallelism"
+    return None
+
+
+def precision_rule(rt: RuntimeProfile, precision: str) -> str | None:
+    """amp / fp32 are autopar's own runtime's recipes; the others train in bf16-mixed."""
+    if precision not in rt.precisions:
+        return (f"precision '{precision}' is not a recipe of runtime '{rt.name}' (its recipes: "
+                f"{', '.join(rt.precisions)})")
+    return None
+
+
+def runtime_violations(rt: RuntimeProfile, plan, layers: int) -> list[str]:
+    """Every rule the plan breaks, in words (empty: the runtime can run it)."""
+    found = (zero_rule(rt, plan), schedule_rule(rt, plan), interleaving_rule(rt, plan, layers),
+             sequence_parallel_rule(rt, plan))
+    return [f for f in found if f]
+
+
+def check_runtime(rt: RuntimeProfile, plan, layers: int, precision: str) -> None:
+    """PlanError with the first rule the plan (or the precision) breaks."""
+    bad = [m for m in (precision_rule(rt, precision), *runtime_violations(rt, plan, layers)) if m]
+    if bad:
+        raise PlanError(f"{bad[0]}; change the plan or pick another runtime (--runtime: autopar, "
+                        "megatron, deepspeed, fsdp)")
