@@ -165,6 +165,8 @@ def print_table(data: dict) -> None:
             f"objective {data['objective']}; search {data['search_time_s']:.2f} s "
             f"({s.get('configurations', '?')} configurations, {s.get('bounded', '?')} bounded, "
             f"{s.get('solved_cp_sat', '?')} split by CP-SAT)")
+    if s.get("gpu_count_note"):
+        c.print(s["gpu_count_note"])
     if s.get("balanced_fallback"):
         c.print("the time limit came before CP-SAT had a split to return: these plans use estimate's "
                 "balanced split, scored exactly but not split-optimised (raise --time-limit to search the splits)")

@@ -72,6 +72,17 @@ class SearchResult:
     stats: SearchStats = field(default_factory=SearchStats)
     runtime: str = "autopar"
     excluded: list[str] = field(default_factory=list)   # what the searched space left out
+    # (below, above) when no plan uses all ``gpus``: the plans then run on ``below`` GPUs
+    nearest_gpu_counts: tuple[int | None, int | None] | None = None
+
+    def gpu_count_note(self) -> str | None:
+        """One line saying that no plan uses every GPU, and what the search did instead."""
+        if not self.nearest_gpu_counts:
+            return None
+        below, above = self.nearest_gpu_counts
+        other = f"; {above} would use a larger cluster" if above else ""
+        return (f"no plan can use all {self.gpus} GPUs (the divisibility rules leave nothing); planned on "
+                f"{below} GPUs, the nearest count below, leaving {self.gpus - below} idle{other}")
 
     def plans_file(self) -> dict:
         """The plans file of docs/CONTRACTS.md."""
@@ -86,6 +97,9 @@ class SearchResult:
                            "cp_sat_infeasible": self.stats.infeasible,
                            "cp_sat_cut_by_kth_plan": self.stats.pruned_bound,
                            "pruned_by_memory_bound": self.stats.pruned_memory,
+                           "plans_merged_as_ties": self.stats.ties_merged,
+                           **({"nearest_gpu_counts": list(self.nearest_gpu_counts),
+                               "gpu_count_note": self.gpu_count_note()} if self.nearest_gpu_counts else {}),
                            "solver_s": round(self.stats.solver_s, 4),
                            "solver_objective_s": [c.solver_objective_s for c in self.plans],
                            "runtime": self.runtime,
@@ -144,9 +158,19 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
                           max_micro_batch, zero_bubble)
+    nearest = None
+    if frontier.stats.configurations == 0 and objective == "step_time":
+        # no plan uses every GPU: plan on the nearest count below (fewest idle), name both sides
+        from autopar.search.gpu_counts import nearest_gpu_counts
+        nearest = nearest_gpu_counts(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
+                                     allow_cross_node_tp, max_micro_batch, zero_bubble)
+        if nearest[0] is not None:
+            _offer_configurations(frontier, shape, [nearest[0]], global_batch, fix, allow_cross_node_tp,
+                                  max_micro_batch, zero_bubble)
     if frontier.stats.configurations == 0:
+        near = "" if not nearest or nearest[1] is None else f" (the nearest count that works is {nearest[1]})"
         raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
-                                                            allow_cross_node_tp, objective))
+                                                            allow_cross_node_tp, objective) + near)
     progress = progress or Progress(False)
     optimal = frontier.run(progress) and frontier.proved()
     progress.done()
@@ -179,6 +203,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                         global_batch=global_batch, seq=costs.table.seq, objective=objective,
                         plans=results, optimal=optimal,
                         search_time_s=time.perf_counter() - t0, stats=frontier.stats,
+                        nearest_gpu_counts=nearest,
                         runtime=load_runtime(fix.get("runtime")).name,
                         excluded=space_exclusions(fix, allow_cross_node_tp=allow_cross_node_tp,
                                                   max_micro_batch=max_micro_batch, objective=objective,
@@ -309,4 +334,22 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
             if best is not None:
                 out.append(best)
     out.sort(key=lambda t: t[0])
+    return merge_zero_ties(out)
+
+
+def merge_zero_ties(entries: list) -> list:
+    """``[(key, plan, prediction)]`` best first, with plans that differ only in their ZeRO stage
+    at the same step time shown once, the one with less memory (as the search's top-k does,
+    ``frontier.same_but_zero``)."""
+    out: list = []
+    for k, plan, pred in entries:
+        for i, (_, p2, pr2) in enumerate(out):
+            t1, t2 = pred["step_time_s"], pr2["step_time_s"]
+            if (plan.zero != p2.zero and plan.with_(zero=0, stages=None) == p2.with_(zero=0, stages=None)
+                    and abs(t1 - t2) <= 1e-9 * max(t1, t2)):
+                if pred["memory_bytes"]["total"] < pr2["memory_bytes"]["total"]:
+                    out[i] = (k, plan, pred)
+                break
+        else:
+            out.append((k, plan, pred))
     return out

@@ -9,7 +9,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autopar.search.space import Config
@@ -38,6 +38,15 @@ class SearchStats:
     deferred: int = 0               # CP-SAT stopped once its bound passed the next entry's
     solver_s: float = 0.0
     evaluator_s: float = 0.0
+    ties_merged: int = 0            # plans shown once: same layout, other ZeRO stage, same step time
+
+
+def same_but_zero(a: Candidate, b: Candidate) -> bool:
+    """Two plans that differ only in their ZeRO stage (and the split that goes with it) and take
+    the same step time: where the stage cannot matter to the user but for memory."""
+    ta, tb = a.prediction["step_time_s"], b.prediction["step_time_s"]
+    return (a.config.zero != b.config.zero and replace(a.config, zero=0) == replace(b.config, zero=0)
+            and abs(ta - tb) <= 1e-9 * max(ta, tb))
 
 
 def objective_key(objective: str, config: Config, step_time: float) -> tuple:
@@ -153,7 +162,18 @@ class Frontier:
         elif level == 1:
             self._split(c, payload)
         else:
-            self.results.append(payload)
+            self._add_result(payload)
+
+    def _add_result(self, cand: Candidate) -> None:
+        """Append a plan, or merge it with a shown plan it ties with (``same_but_zero``): the tie
+        goes to the plan with less memory, so the top-k lists distinct layouts."""
+        for i, shown in enumerate(self.results):
+            if same_but_zero(shown, cand):
+                self.stats.ties_merged += 1
+                if cand.prediction["memory_bytes"]["total"] < shown.prediction["memory_bytes"]["total"]:
+                    self.results[i] = cand
+                return
+        self.results.append(cand)
 
     def describe(self) -> str:
         best = (f"best {self.results[0].prediction['step_time_s']:.4g} s" if self.results
@@ -284,7 +304,11 @@ class Frontier:
     def _know(self, c: Config, key) -> None:
         if c not in self.known or key < self.known[c]:
             self.known[c] = key
-            self.exact_keys = sorted(self.known.values())
+            # configurations that differ only in ZeRO stage at the same key become one plan of
+            # the top-k (``_add_result``), so they count once towards the k-th plan's bound
+            self.exact_keys = sorted({(replace(c2, zero=0), k2) for c2, k2 in self.known.items()},
+                                     key=lambda ck: ck[1])
+            self.exact_keys = [k2 for _, k2 in self.exact_keys]
 
     def _incumbent(self, c: Config, res) -> None:
         """A split CP-SAT found before proving it best: a real plan of ``c``, so its key bounds
