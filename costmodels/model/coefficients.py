@@ -67,7 +67,9 @@ from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_fl
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
+from costmodels.model.tp_overlap import overlapped
 from costmodels.model.zero_traffic import zero_param_s
+from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
 
@@ -149,9 +151,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                       precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
-    rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
+    kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
+    rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
+                   plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -191,7 +195,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                                    plan.attention, precision, runtime.loss_saved_bytes),
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),
+        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(dp, plan.zero),
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,

@@ -66,6 +66,7 @@ from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
 from costmodels.profiles.hardware import HardwareProfile  # noqa: F401  (re-exported)
+from costmodels.profiles.kernel_stacks import stack_profile
 from costmodels.profiles.runtime import load_runtime
 from costmodels.profiles.runtime_rules import check_runtime
 
@@ -199,7 +200,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co_r[r]) + after[r][2]
                     + bcast[r][1] for r in range(p)]
     dp_exposed_s = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profs[r])
+    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero),
+                              stack_profile(profs[r], runtime.kernel_stack))   # its stack's optimizer
              + autocast_step_s(params_r[r], m, precision, profs[r]) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed_s + opt_s

@@ -148,6 +148,7 @@ class HardwareProfile:
     elementwise_bandwidth_bytes_per_s: float | None = None   # None: hbm bandwidth
     optimizer_bandwidth_bytes_per_s: float | None = None     # None: hbm bandwidth
     attention_efficiency: float | None = None                # None: the row's matmul efficiency
+    attention_bwd_ratio: float | None = None                 # None: compute.FLASH_BWD_RATIO
     ce_logits: tuple[float, ...] = ()                        # cross-entropy curve (may be empty:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
     comm_overlap: float = 1.0
