@@ -8,8 +8,9 @@ NeMo ran it: dp·tp·pp, virtual stages, micro-batch, sequence parallel, ZeRO-1 
 ``distributed_fused_adam`` (Megatron's distributed optimizer), selective recompute where the yaml
 says so, and the runtime ``megatron`` with the switches its yaml sets: ``overlap_grad_reduce,
 overlap_param_gather`` always, ``tp_comm_overlap`` where ``ub_tp_comm_overlap true`` (the
-GPT-3 175B and Nemotron-4 15B sweeps; the 340B yaml sets it false) and ``bf16_grad_reduce``
-(``grad_sync_dtype bf16``).
+GPT-3 175B and Nemotron-4 15B sweeps; the 340B yaml sets it false), ``distributed_fused_adam``
+(NeMo's optimizer: 16-bit master-weight remainders) and ``bf16_grad_reduce`` (``grad_sync_dtype
+bf16``).
 
 **Calibration split** (a rule on what a run is, never on its error): the Nemotron-4 15B sweep
 (8 runs, tp 4, no pipeline: compute, TP and the dp sync without a pipeline's bubble) is the
@@ -35,6 +36,8 @@ def runtime_of(row: dict[str, str]) -> str:
     opts = [o for o in row["runtime"].partition(":")[2].split(",") if o]
     if "ub_tp_comm_overlap true" in notes:
         opts.append("tp_comm_overlap")
+    if "distributed_fused_adam" in notes:
+        opts.append("distributed_fused_adam")
     if "grad_sync_dtype bf16" in notes:
         opts.append("bf16_grad_reduce")
     return "megatron" + (":" + ",".join(opts) if opts else "")

@@ -54,7 +54,10 @@ def loss(runs: list[OpenRun], table_of) -> float:
                      for r in runs))
 
 
-def fit_stack(hardware: str, stack: str, table_of: Callable, grid=np.arange(0.70, 1.301, 0.01)) -> dict:
+GRID = tuple(np.round(np.arange(0.70, 1.301, 0.01), 2))   # matmul_scale candidates
+
+
+def fit_stack(hardware: str, stack: str, table_of: Callable, grid=GRID) -> dict:
     """The ``matmul_scale`` of (``hardware``, ``stack``) with the least squared log error on its
     calibration rows (module docstring)."""
     runs = [r for r in STACK_CALIBRATION[(hardware, stack)]() if r.role == "calibration"

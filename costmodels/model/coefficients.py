@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
+from costmodels.model.allocator import fragmentation, optimizer_share
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
@@ -69,8 +70,8 @@ from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.tp_overlap import overlapped
 from costmodels.model.zero_traffic import zero_param_s
-from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.hardware import HardwareProfile
+from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
 
 
@@ -180,6 +181,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
     params = arr.params / tp
     p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
+    o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
     bucket = 0.0
@@ -192,7 +194,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
         act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision, runtime.loss_saved_bytes),
+                                   plan.attention, precision, runtime.loss_saved_bytes)
+        * (1.0 + fragmentation(runtime)),   # what the caching allocator holds for them (allocator.py)
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(dp, plan.zero),

@@ -48,6 +48,7 @@ from costmodels.contracts.runnable import check_axes_implemented
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
 from costmodels.model.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
+from costmodels.model.allocator import as_allocated
 from costmodels.model.comm import collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.estimate_result import Estimate
@@ -235,12 +236,12 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         else:
             infl = in_flight(plan.schedule, p, v, m, r)
             later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
-        mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
+        mems.append(as_allocated(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
-                                 w_inputs=w_held))
+                                 w_inputs=w_held), runtime, precision))   # allocator.py
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

@@ -104,6 +104,8 @@ FIGURES = {
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
+    "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
+               "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False)},
 }
 
 
@@ -140,6 +142,8 @@ class RuntimeProfile:
     precisions: tuple[str, ...] = ALL_PRECISIONS
     kernel_stack: str = ""                      # costmodels.model.kernel_stack ("": the GPU profile's own)
     tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
+    fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
+    optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
