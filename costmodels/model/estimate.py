@@ -45,10 +45,10 @@ from costmodels.contracts.errors import PlanError
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
 from costmodels.contracts.runnable import check_axes_implemented
+from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
 from costmodels.model.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
-from costmodels.model.allocator import as_allocated
 from costmodels.model.comm import collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.estimate_result import Estimate
