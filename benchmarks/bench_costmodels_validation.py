@@ -8,7 +8,8 @@ costmodels/profiles/error_bands.toml.
 
 Sources (tests/data/validation/, each named in its README): ZeRO Table 1 (Rajbhandari et al.
 2020), Korthikanti et al. 2022 Tables 2, 3 and 5, MosaicML llm-foundry's MPT benchmark under
-FSDP (mpt_fsdp.csv), torchtitan's Llama runs (torchtitan_llama.csv) and NVIDIA's NeMo runs on DGX H100 (dgxc_nemo_h100.csv, costmodels.calibration.dgxc_runs). Real layer tables
+FSDP (mpt_fsdp.csv), torchtitan's Llama runs (torchtitan_llama.csv) and NVIDIA's NeMo runs on
+DGX H100 (dgxc_nemo_h100.csv, costmodels.calibration.dgxc_runs). Real layer tables
 (``autopar.trace.table_for``). The calibration split is costmodels.calibration.open_runs.CALIBRATION and
 costmodels.calibration.validation.CALIBRATION_ROWS; every other row is a check row.
 """
@@ -23,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costmodels.calibration.dgxc_runs import dgxc_runs  # noqa: E402
 from costmodels.calibration.open_runs import open_runs, predict, spearman  # noqa: E402
 from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
-from costmodels.calibration.dgxc_runs import dgxc_runs  # noqa: E402
 from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band, stack_of  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
