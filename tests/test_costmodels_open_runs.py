@@ -46,7 +46,7 @@ def test_check_rows_within_10_percent_per_data_set_and_gpu(results):
     for x in results:
         if x["run"].role == "check":
             groups.setdefault((x["run"].source, x["run"].hardware), []).append(abs(x["error"]))
-    assert len(groups) == 4
+    assert len(groups) == 5   # MPT and torchtitan on A100 and H100, NeMo on H100 (dgxc_runs)
     for key, errs in groups.items():
         assert sum(errs) / len(errs) <= 0.10, (key, sum(errs) / len(errs))
 
