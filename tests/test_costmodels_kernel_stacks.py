@@ -181,3 +181,21 @@ def test_no_step_is_shorter_than_its_own_communication_at_link_rate(table, drawn
             floor = floor / 2
         assert est.step_time_s >= floor * (1 - 1e-9), (plan, hw, c, est.step_time_s)
     assert math.isfinite(est.step_time_s) and est.step_time_s > 0
+
+
+@pytest.mark.parametrize("target,runtime,switch", [("megatron", "megatron:tp_comm_overlap", "--tp-comm-overlap"),
+                                                   ("torchtitan", "fsdp:async_tp", "enable_async_tensor_parallel")])
+def test_tp_overlap_switches_survive_export_and_import(target, runtime, switch):
+    from autopar.export import export_plan, import_config, problems
+    from tests.export_plans import SPREAD, ctx_for
+    plans = [p.with_(runtime=runtime) for p in SPREAD if p.tp > 1 and p.sequence_parallel]
+    plans = [p for p in plans if not problems(p, target, ctx_for(p))]
+    assert plans
+    for plan in plans[:3]:
+        text = export_plan(plan, target, ctx_for(plan)).text
+        assert switch in text
+        back = import_config(target, text, ctx_for(plan)).plan
+        assert back == plan and back.runtime == runtime
+        plain = export_plan(plan.with_(runtime=runtime.split(":")[0]), target, ctx_for(plan)).text
+        assert switch not in plain
+        assert import_config(target, plain, ctx_for(plan)).plan.runtime == runtime.split(":")[0]
