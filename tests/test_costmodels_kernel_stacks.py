@@ -199,3 +199,18 @@ def test_tp_overlap_switches_survive_export_and_import(target, runtime, switch):
         plain = export_plan(plan.with_(runtime=runtime.split(":")[0]), target, ctx_for(plan)).text
         assert switch not in plain
         assert import_config(target, plain, ctx_for(plan)).plan.runtime == runtime.split(":")[0]
+
+
+def test_collectives_at_scale_tree_all_reduce_and_per_module_zero3_latency(table):
+    from costmodels.model.collectives_at_scale import all_reduce_steps
+    from costmodels.model.comm import collective_latency, collective_steps
+    prof = load_profile("h100-80g-sxm")
+    inter, intra = prof.inter_node, prof.intra_node
+    assert all_reduce_steps(512, inter) == 18 and all_reduce_steps(8, intra) == collective_steps("all_reduce", 8)
+    assert collective_latency("all_gather", 512, inter) == 511 * inter.latency_s   # no tree for it
+    ring = estimate(table, prof, Plan(dp=64, zero=3, runtime="fsdp"), 64, 64)
+    ds = estimate(table, prof, Plan(dp=64, zero=3, runtime="deepspeed"), 64, 64)
+    big = estimate(table, prof, Plan(dp=512, zero=3, runtime="deepspeed"), 512, 512)
+    # six gathers per block and pass under DeepSpeed: latency-bound ZeRO-3 grows with the ring
+    assert ds.comm[-1]["time_s"] > ring.comm[-1]["time_s"]
+    assert big.step_time_s > 1.5 * ds.step_time_s

@@ -63,6 +63,7 @@ import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.allocator import fragmentation, optimizer_share
+from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
@@ -172,6 +173,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
                                        * arr.params / tp, dp, profile.group_link(plan, "dp"))
+    if zero and dp > 1 and runtime.zero_collectives_per_row != 1:   # per module (collectives_at_scale.py)
+        lat = collective_latency("all_gather_into_tensor", dp, profile.group_link(plan, "dp"))
+        gather_s = gather_s + extra_collectives_s(lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
+        red_s = np.asarray(red_s, dtype=float) + ("reduce" in zero) * extra_collectives_s(
+            lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
     f_on = "fwd" in zero
     zf_s, zf_b = gather_s * f_on, gather_b * f_on
     zb_s = gather_s * ("bwd" in zero) + red_s

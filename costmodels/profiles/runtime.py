@@ -98,7 +98,8 @@ FIGURES = {
                 "zero2_gather_per_micro_batch": ("zero2_gather_per_micro_batch", 0, 1, True),
                 "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False),
                 "tp_comm_overlap": ("tp_comm_overlap", 0, 1, True)},   # costmodels.model.tp_overlap
-    "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False)},
+    "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False),
+                      "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False)},
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
@@ -142,6 +143,7 @@ class RuntimeProfile:
     precisions: tuple[str, ...] = ALL_PRECISIONS
     kernel_stack: str = ""                      # costmodels.model.kernel_stack ("": the GPU profile's own)
     tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
+    zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     path: str = ""
