@@ -14,6 +14,9 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     version = 1
     name = "megatron"
     description = "..."
+    kernel_stack = "transformer-engine"             # the kernels it runs: per (GPU, stack) constants
+                                                    # (costmodels/profiles/kernel_stacks.py); an
+                                                    # option may set its own
 
     [overlap]
     dp_sync = { value = 0.0, source = "..." }       # share of the backward the dp gradient sync
@@ -32,6 +35,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     zero2_gather_per_micro_batch = { value = 1, source = "..." }  # 1: ZeRO-2 gathers each row's
                                                     # weights before every micro-batch's forward (FSDP
                                                     # SHARD_GRAD_OP); 0: once after the optimizer step
+    tp_comm_overlap = { value = 1, source = "..." }  # 1: TP collectives pipelined with the GEMMs
+                                                    # in tp chunks (costmodels/model/tp_overlap.py)
     compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
                                                     # communication (NCCL kernels share the SMs);
                                                     # only where the hardware profile has no
@@ -39,6 +44,12 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
 
     [communication]
     grad_reduce_bytes = { value = 4, source = "..." }   # bytes per gradient the dp sync moves
+    zero_collectives_per_row = { value = 6, source = "..." }  # ZeRO collectives per block and pass
+                                                    # (collectives_at_scale.py); default 1
+
+    [memory]                                         # costmodels/model/allocator.py
+    fragmentation = { value = 0.0, source = "..." }  # allocator's unallocated bytes per activation byte
+    optimizer_state_bytes = { value = 10, source = "..." }  # per parameter (default: the recipe's)
 
     [kernels]
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
