@@ -206,8 +206,11 @@ def test_collectives_at_scale_tree_all_reduce_and_per_module_zero3_latency(table
     from costmodels.model.comm import collective_latency, collective_steps
     prof = load_profile("h100-80g-sxm")
     inter, intra = prof.inter_node, prof.intra_node
-    assert all_reduce_steps(512, inter) == 18 and all_reduce_steps(8, intra) == collective_steps("all_reduce", 8)
-    assert collective_latency("all_gather", 512, inter) == 511 * inter.latency_s   # no tree for it
+    dp512 = prof.group_link(Plan(dp=512), "dp")                 # NCCL's two levels across nodes
+    assert dp512.nccl_tree and all_reduce_steps(512, dp512) == 18
+    assert all_reduce_steps(8, intra) == collective_steps("all_reduce", 8)
+    assert all_reduce_steps(512, inter) == collective_steps("all_reduce", 512)   # no NCCL there (a CPU's gloo)
+    assert collective_latency("all_gather", 512, dp512) == 511 * dp512.latency_s   # no tree for it
     ring = estimate(table, prof, Plan(dp=64, zero=3, runtime="fsdp"), 64, 64)
     ds = estimate(table, prof, Plan(dp=64, zero=3, runtime="deepspeed"), 64, 64)
     big = estimate(table, prof, Plan(dp=512, zero=3, runtime="deepspeed"), 512, 512)

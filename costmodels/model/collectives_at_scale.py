@@ -9,8 +9,8 @@ collectives a runtime issues per layer.
   ``NCCL_ALGO`` Tree; Sanders et al. 2009 trees, NVIDIA's "Massively Scale Your Deep Learning
   Training with NCCL 2.4", 2019): a reduce up and a broadcast down a tree, ``2·⌈log2 n⌉`` steps
   where the ring takes ``2·(n − 1)``, at about the ring's bus bandwidth for large messages. So an
-  all-reduce on the inter-node tier pays ``min(2(n − 1), 2⌈log2 n⌉)`` steps. Inside one node
-  (NVSwitch) the ring (or NVLS) is kept as the profile measured it.
+  all-reduce across the nodes of a GPU profile (its two-level tier) pays ``min(2(n − 1),
+  2⌈log2 n⌉)`` steps. Inside one node (NVSwitch) and on CPU hosts (gloo) the ring is kept.
 * A runtime issues ZeRO collectives per *module*, not per layer-table row: DeepSpeed's ZeRO-3
   all-gathers each submodule's parameters when it is about to run (one coalesced all-gather per
   ``nn.Module`` with parameters: partitioned_param_coordinator.fetch_sub_module), FSDP one per
@@ -26,9 +26,11 @@ import numpy as np
 
 def all_reduce_steps(n: int, tier) -> int:
     """Latency steps of an all-reduce over ``n`` ranks on ``tier``: the tree's where NCCL would
-    pick it (across nodes, where it is fewer), else the ring's ``2(n − 1)``."""
+    pick it (a group across the nodes of a GPU profile that prices NCCL's two levels,
+    ``LinkTier.nccl_tree``; where it is fewer), else the ring's ``2(n − 1)`` (gloo on a CPU host,
+    a node's NVSwitch)."""
     ring = 2 * (n - 1)
-    if n <= 2 or getattr(tier, "name", "") != "inter_node":
+    if n <= 2 or not getattr(tier, "nccl_tree", False):
         return ring
     return min(ring, 2 * math.ceil(math.log2(n)))
 
