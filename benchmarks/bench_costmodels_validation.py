@@ -8,7 +8,9 @@ costmodels/profiles/error_bands.toml.
 
 Sources (tests/data/validation/, each named in its README): ZeRO Table 1 (Rajbhandari et al.
 2020), Korthikanti et al. 2022 Tables 2, 3 and 5, MosaicML llm-foundry's MPT benchmark under
-FSDP (mpt_fsdp.csv) and torchtitan's Llama runs (torchtitan_llama.csv). Real layer tables
+FSDP (mpt_fsdp.csv), torchtitan's Llama runs (torchtitan_llama.csv) and NVIDIA's NeMo runs on
+DGX H100 (dgxc_nemo_h100.csv, costmodels.calibration.dgxc_runs), Megatron-Turing NLG 530B under
+Megatron-DeepSpeed (deepspeed_published.csv, check rows only). Real layer tables
 (``autopar.trace.table_for``). The calibration split is costmodels.calibration.open_runs.CALIBRATION and
 costmodels.calibration.validation.CALIBRATION_ROWS; every other row is a check row.
 """
@@ -23,9 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costmodels.calibration.deepspeed_runs import deepspeed_runs  # noqa: E402
+from costmodels.calibration.dgxc_runs import dgxc_runs  # noqa: E402
 from costmodels.calibration.open_runs import open_runs, predict, spearman  # noqa: E402
 from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
-from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band  # noqa: E402
+from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band, stack_of  # noqa: E402
 
 DOC = ROOT / "docs" / "validation.md"
 ROWS_DOC = ROOT / "docs" / "validation-rows.md"
@@ -43,7 +47,12 @@ def mape(rows) -> float:
 
 
 def open_results(table_for):
-    return [predict(r, table_for) for r in open_runs()]
+    return [predict(r, table_for) for r in open_runs() + dgxc_runs() + deepspeed_runs()]
+
+
+def stack(x) -> str:
+    """The kernel stack of a result's runtime (costmodels/profiles/kernel_stacks.py)."""
+    return stack_of(x["run"].plans[0].runtime)
 
 
 def sweeps(results):
@@ -55,22 +64,31 @@ def sweeps(results):
     return {k: v for k, v in sorted(out.items()) if len(v) >= 5}
 
 
-def open_sections(results) -> list[str]:
+def open_sections(results, bs=()) -> list[str]:
     L = []
     groups = collections.defaultdict(list)
     for x in results:
-        groups[(x["run"].source, x["run"].hardware)].append(x)
-    L.append("### Open runs: summary per data set and GPU (step time)\n")
-    L.append("| data set | GPU | calibration rows | calibration MAPE | check rows | check MAPE | check bias "
-             "| worst check row | runs predicted not to fit |")
-    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
-    for (src, hw), xs in sorted(groups.items()):
+        groups[(x["run"].source, x["run"].hardware, stack(x))].append(x)
+    band_of = {(b["hardware"], b["stack"], b["family"]): b["relative"] for b in bs}
+    L.append("### Open runs: summary per data set, GPU and kernel stack (step time)\n")
+    L.append("Band coverage: the share of check rows whose error lies inside the band autopar prints "
+             "for their regime (GPU · stack · family, costmodels/profiles/error_bands.toml).\n")
+    L.append("| data set | GPU | stack | calibration rows | calibration MAPE | check rows | check MAPE | check bias "
+             "| worst check row | band coverage | runs predicted not to fit |")
+    L.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    for (src, hw, st), xs in sorted(groups.items()):
         cal = [x for x in xs if x["run"].role == "calibration"]
         chk = [x for x in xs if x["run"].role == "check"]
-        worst = max(chk, key=lambda x: abs(x["error"]))
-        bias = sum(x["error"] for x in chk) / len(chk)
-        L.append(f"| {src} | {hw} | {len(cal)} | {f'{100 * mape(cal):.1f}%' if cal else '—'} | {len(chk)} | "
-                 f"{100 * mape(chk):.1f}% | {pct(bias)} | {pct(worst['error'])} {worst['run'].label} | "
+        if chk:
+            worst = max(chk, key=lambda x: abs(x["error"]))
+            bias = sum(x["error"] for x in chk) / len(chk)
+            inside = [abs(x["error"]) <= band_of.get((hw, st, family(x["run"].plans[0])), -1) + 5e-5
+                      for x in chk]   # + 5e-5: the bands file keeps 4 decimals
+            chk_txt = (f"{len(chk)} | {100 * mape(chk):.1f}% | {pct(bias)} | {pct(worst['error'])} "
+                       f"{worst['run'].label} | {100 * sum(inside) / len(inside):.0f}%")
+        else:
+            chk_txt = "0 | — | — | — | —"
+        L.append(f"| {src} | {hw} | {st} | {len(cal)} | {f'{100 * mape(cal):.1f}%' if cal else '—'} | {chk_txt} | "
                  f"{sum(not x['fits'] for x in xs)} |")
     L.append("\n### Open runs: ranking within each sweep of one model (check rows, ≥ 5 runs)\n")
     L.append("Spearman's rank correlation between published and predicted tokens/s per GPU (what the "
@@ -119,25 +137,25 @@ def every_row(results) -> list[str]:
 
 
 def bands(results, t5) -> list[dict]:
-    """The error band of every regime with check rows (costmodels.profiles.error_bands)."""
+    """The error band of every regime (GPU, kernel stack, family) with check rows
+    (costmodels.profiles.error_bands)."""
     errs = collections.defaultdict(list)
     for x in results:
         if x["run"].role == "check":
-            errs[(x["run"].hardware, x["run"].plans[0].runtime.split(":")[0], family(x["run"].plans[0]))].append(
-                x["error"])
+            errs[(x["run"].hardware, stack(x), family(x["run"].plans[0]))].append(x["error"])
     for r in t5:
         if r["role"] == "check":
-            errs[("a100-80g-sxm", r["plan"].runtime.split(":")[0], family(r["plan"]))].append(r["error"])
-    return [{"hardware": hw, "runtime": rt, "family": fam, "relative": round(percentile_band(e), 4),
-             "rows": len(e)} for (hw, rt, fam), e in sorted(errs.items())]
+            errs[("a100-80g-sxm", stack_of(r["plan"].runtime), family(r["plan"]))].append(r["error"])
+    return [{"hardware": hw, "stack": st, "family": fam, "relative": round(percentile_band(e), 4),
+             "rows": len(e)} for (hw, st, fam), e in sorted(errs.items())]
 
 
 def bands_toml(bs: list[dict]) -> str:
-    out = ["# Error bands per regime (GPU, runtime, parallelism family): the 90th percentile of the",
+    out = ["# Error bands per regime (GPU, kernel stack, parallelism family): the 90th percentile of the",
            "# check rows' |relative step-time error| (the largest below 10 rows). Written by",
            "# benchmarks/bench_costmodels_validation.py; read by costmodels.profiles.error_bands.", ""]
     for b in bs:
-        out += ["[[band]]", f'hardware = "{b["hardware"]}"', f'runtime = "{b["runtime"]}"',
+        out += ["[[band]]", f'hardware = "{b["hardware"]}"', f'stack = "{b["stack"]}"',
                 f'family = "{b["family"]}"', f'relative = {b["relative"]}', f'rows = {b["rows"]}',
                 'statistic = "90th percentile of |error| of the check rows (largest below 10 rows)"', ""]
     return "\n".join(out)
@@ -182,6 +200,11 @@ def calibrate(table_for) -> int:
         how = "fitted" if f["slowdown_fitted"] else f"from {SLOWDOWN_FROM[hw]}"
         print(f"{hw}: scale {f['scale']}, attention {f['attention']}, collective slowdown {f['slowdown']} "
               f"({how}), curve {f['curve']}, squared log error {f['loss']:.3g} over {f['rows']} calibration rows")
+    from costmodels.calibration.stack_fit import STACK_CALIBRATION, fit_stack
+    for hw, st in STACK_CALIBRATION:
+        f = fit_stack(hw, st, table_for)
+        print(f"{hw} / {st}: matmul_scale {f['matmul_scale']}, squared log error {f['loss']:.3g} "
+              f"over {f['rows']} calibration rows")
     c, err = fit(table_for)
     print(f"megatron elementwise_bytes_per_saved_byte (C_FWD) {c}, squared log error {err:.3g} "
           f"on {CALIBRATION_ROWS}  [{time.perf_counter() - t0:.0f} s]")
@@ -223,10 +246,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     results, t5 = open_results(table_for), table5(table_for)
     bs = bands(results, t5)
-    L = [BEGIN, "", "## Results (generated)", ""] + open_sections(results)
+    L = [BEGIN, "", "## Results (generated)", ""] + open_sections(results, bs)
     L += ["### Error bands per regime (costmodels/profiles/error_bands.toml)\n",
-          "| GPU | runtime | family | check rows | band |", "| --- | --- | --- | ---: | ---: |"]
-    L += [f"| {b['hardware']} | {b['runtime']} | {b['family']} | {b['rows']} | ± {100 * b['relative']:.0f} % |"
+          "A regime not listed (no check rows) takes the widest band of its GPU, and says so.\n",
+          "| GPU | kernel stack | family | check rows | band |", "| --- | --- | --- | ---: | ---: |"]
+    L += [f"| {b['hardware']} | {b['stack']} | {b['family']} | {b['rows']} | ± {100 * b['relative']:.0f} % |"
           for b in bs]
     L += [""] + classic_sections(table_for, t5) + ["", END]
     text = "\n".join(L) + "\n"
@@ -241,7 +265,7 @@ def main(argv=None) -> int:
     DOC.write_text(doc)
     ROWS_DOC.write_text("\n".join(every_row(results)) + "\n")
     BANDS_FILE.write_text(bands_toml(bs))
-    for line in open_sections(results)[:12]:
+    for line in open_sections(results, bs)[:16]:
         print(line)
     print(f"wrote {DOC.relative_to(ROOT)}, {ROWS_DOC.relative_to(ROOT)} and {BANDS_FILE.relative_to(ROOT)} "
           f"({time.perf_counter() - t0:.0f} s)")

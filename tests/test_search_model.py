@@ -111,7 +111,9 @@ def test_interleaved_split_is_the_best_of_every_split_and_its_bounds_hold(pp, vp
 
 
 @pytest.mark.parametrize("runtime", ["megatron", "megatron:overlap_grad_reduce,overlap_param_gather",
-                                     "deepspeed", "deepspeed:overlap_comm", "fsdp", "fsdp:fsdp1,bf16_reduce"])
+                                     "deepspeed", "deepspeed:overlap_comm", "fsdp", "fsdp:fsdp1,bf16_reduce",
+                                     "megatron:tp_comm_overlap,distributed_fused_adam,bf16_grad_reduce",
+                                     "fsdp:async_tp", "autopar:default_allocator"])
 def test_objective_equals_estimate_for_every_runtime(runtime):
     """Each runtime prices overlap its own way (the dp sync's bucket and after-part, ZeRO's
     exposed edges, per-micro-batch reduce-scatters, the compute slowdown): for fixed split points

@@ -31,7 +31,7 @@ SWITCH_FLAGS = (
     "--sequence-parallel", "--recompute-activations", "--checkpoint-activations",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2", "--use-flash-attn",
     "--use-flash-attn-v1", "--use-flash-attn-v2", "--use-tp-pp-dp-mapping", "--group-query-attention",
-    "--no-pipeline-parallel", "--deepspeed", "--fp16", "--bf16",
+    "--no-pipeline-parallel", "--deepspeed", "--fp16", "--bf16", "--tp-comm-overlap",
 )
 
 

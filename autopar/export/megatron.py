@@ -9,7 +9,7 @@ flag against that list; ``benchmarks/bench_export_parsers.py`` runs Megatron's o
                         uneven ends (vpp = 1): --decoder-first/last-pipeline-num-layers;
                         any other split: --pipeline-model-parallel-layout "Et*3|t*4|...|t*3L"
     micro_batch_size    --micro-batch-size; the global batch: --global-batch-size
-    sequence_parallel   --sequence-parallel
+    sequence_parallel   --sequence-parallel (+ --tp-comm-overlap under megatron:tp_comm_overlap)
     recompute           selective: --recompute-granularity selective; full: --recompute-granularity
                         full --recompute-method uniform --recompute-num-layers 1 (every block)
     zero                1: --use-distributed-optimizer; 2 / 3: --use-megatron-fsdp
@@ -47,6 +47,7 @@ from autopar.export.stages import (
     parse_megatron_layout,
     stages_from_counts,
 )
+from autopar.export.tp_overlap_switches import has_overlap, with_overlap
 from costmodels.contracts.errors import PlanError, SpecError
 from costmodels.contracts.plan import Plan
 
@@ -119,6 +120,8 @@ def plan_args(plan: Plan, ctx: TrainingContext) -> list:
     out += split_args(plan, ctx)
     if plan.sequence_parallel:
         out.append("--sequence-parallel")
+        if has_overlap(plan.runtime):   # megatron:tp_comm_overlap (tp_overlap_switches.py)
+            out.append("--tp-comm-overlap")
     if plan.placement == "tp,pp,dp":
         out.append("--use-tp-pp-dp-mapping")
     out += [("--micro-batch-size", plan.micro_batch_size),
@@ -173,7 +176,8 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     gpus = ctx.gpus or torchrun_gpus(flags)
     plan_fields, global_batch, seq = plan_fields_from_flags(flags, ctx, gpus, "megatron")
     plan = Plan(**plan_fields)
-    return Imported(with_runtime(plan, RUNTIMES["megatron"]), RUNTIMES["megatron"], "megatron",
+    runtime = with_overlap(RUNTIMES["megatron"]) if flags.get("tp_comm_overlap") else RUNTIMES["megatron"]
+    return Imported(with_runtime(plan, runtime), runtime, "megatron",
                     gpus=plan.world_size, global_batch=global_batch, seq=seq)
 
 

@@ -8,7 +8,8 @@ names), so the same keys are passed there as flags.
     dp, zero            zero 0: data_parallel_replicate_degree = dp (DDP; torchtitan runs it only
                         alone); zero 2 / 3: data_parallel_shard_degree = dp (FSDP2) with
                         fsdp_reshard_after_forward = "never" / "always"
-    tp, sp              tensor_parallel_degree (torchtitan's tp always shards the sequence too)
+    tp, sp              tensor_parallel_degree (torchtitan's tp always shards the sequence too);
+                        enable_async_tensor_parallel under fsdp:async_tp (needs compile)
     pp, schedule        pipeline_parallel_degree, pipeline_parallel_schedule (GPipe, 1F1B,
                         Interleaved1F1B)
     vpp, stages         module_fqns_per_model_part: one list of module names per virtual stage
@@ -45,6 +46,7 @@ from autopar.export.stages import (
     torchtitan_default_counts,
     torchtitan_fqns,
 )
+from autopar.export.tp_overlap_switches import has_overlap, with_overlap
 from costmodels.contracts.errors import PlanError, SpecError
 from costmodels.contracts.files import tomllib
 from costmodels.contracts.plan import Plan
@@ -85,6 +87,8 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
                    "fsdp_reshard_after_forward": policy, "tensor_parallel_degree": plan.tp,
                    "pipeline_parallel_degree": plan.pp,
                    "pipeline_parallel_schedule": SCHEDULES[plan.schedule]}
+    if plan.tp > 1 and has_overlap(plan.runtime):   # fsdp:async_tp (tp_overlap_switches.py)
+        parallelism["enable_async_tensor_parallel"] = True
     local = plan.micro_batch_size
     if plan.pp > 1:
         local = global_batch // plan.dp
@@ -183,7 +187,10 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
                 sequence_parallel=tp > 1, schedule=schedule, stages=stages)
     seq = train.get("seq_len")
-    return Imported(with_runtime(plan, RUNTIMES["torchtitan"]), RUNTIMES["torchtitan"], "torchtitan",
+    runtime = RUNTIMES["torchtitan"]
+    if par.get("enable_async_tensor_parallel"):   # fsdp:async_tp (tp_overlap_switches.py)
+        runtime = with_overlap(runtime)
+    return Imported(with_runtime(plan, runtime), runtime, "torchtitan",
                     gpus=plan.world_size, global_batch=global_batch,
                     seq=None if seq is None else positive_int(seq, "torchtitan seq_len"))
 

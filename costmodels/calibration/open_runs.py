@@ -171,7 +171,8 @@ def predict(run: OpenRun, table_of, profile=None) -> dict:
     prof = load_profile(profile or run.hardware)
     if run.hbm_bytes:
         prof = dataclasses.replace(prof, hbm_bytes=run.hbm_bytes)
-    table = table_of(run.spec)
+    # an hf config carries no sequence length: the run's is passed to the trace
+    table = table_of(run.spec, seq=run.seq) if run.spec.startswith("hf:") else table_of(run.spec)
     ests = [estimate(table, prof, p, run.gpus, run.global_batch) for p in run.plans]
     step = sum(e.step_time_s for e in ests) / len(ests)
     memory = ests[0].memory_bytes["total"]

@@ -51,7 +51,7 @@ CALIBRATION_ROWS = (("22B", "selective+sp"), ("1T", "selective+sp"))
 # 1e11 to 1e12), not fitted, and added after the check rows showed those runs predicted slow.
 SHAPE_FLOPS = (1e8, 1e10, 1e11, 1e12, 1e13)
 SHAPE = (0.10, 0.45, 0.62, 0.70, 0.80)
-RUNTIME = "megatron"
+RUNTIME = "megatron:megatron_lm_2021"   # the 2021 kernels (kernel_stack megatron-lm-2021), not Transformer Engine
 SETTINGS = {"full": ("full_recompute_iter_s", dict(recompute="full", sequence_parallel=False)),
             "selective+sp": ("selective_sp_iter_s", dict(recompute="selective", sequence_parallel=True))}
 

@@ -62,13 +62,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
+from costmodels.model.allocator import fragmentation, optimizer_share
+from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
+from costmodels.model.tp_overlap import overlapped
 from costmodels.model.zero_traffic import zero_param_s
 from costmodels.profiles.hardware import HardwareProfile
+from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
 
 
@@ -149,9 +153,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                       precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
-    rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
+    kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
+    rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
+                   plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -167,6 +173,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
                                        * arr.params / tp, dp, profile.group_link(plan, "dp"))
+    if zero and dp > 1 and runtime.zero_collectives_per_row != 1:   # per module (collectives_at_scale.py)
+        lat = collective_latency("all_gather_into_tensor", dp, profile.group_link(plan, "dp"))
+        gather_s = gather_s + extra_collectives_s(lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
+        red_s = np.asarray(red_s, dtype=float) + ("reduce" in zero) * extra_collectives_s(
+            lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
     f_on = "fwd" in zero
     zf_s, zf_b = gather_s * f_on, gather_b * f_on
     zb_s = gather_s * ("bwd" in zero) + red_s
@@ -176,6 +187,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
     params = arr.params / tp
     p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
+    o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
     bucket = 0.0
@@ -188,10 +200,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
         act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision, runtime.loss_saved_bytes),
+                                   plan.attention, precision, runtime.loss_saved_bytes)
+        * (1.0 + fragmentation(runtime)),   # what the caching allocator holds for them (allocator.py)
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),
+        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(dp, plan.zero),
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,

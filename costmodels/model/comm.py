@@ -7,7 +7,8 @@ inside a node, ``LinkTier.alpha_beta``: gloo's all-gather and reduce-scatter are
 byte than its all-reduce; and its times measured *in a step*, between compute, which
 ``curve_time`` interpolates in place of the line for a group of the size measured)::
 
-    all_reduce (ring)   bytes/GPU = 2(n-1)/n · S     time = 2(n-1)·α + bytes/β
+    all_reduce (ring)   bytes/GPU = 2(n-1)/n · S     time = 2(n-1)·α + bytes/β   (across nodes
+                        NCCL's tree where fewer steps: 2⌈log2 n⌉·α, collectives_at_scale.py)
     all_gather          bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
     reduce_scatter      bytes/GPU =  (n-1)/n · S     time =  (n-1)·α + bytes/β
     p2p (send)          bytes/GPU =  S               time =        α + S/β
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodels.model.collectives_at_scale import all_reduce_steps
 from costmodels.profiles.topology import (  # noqa: F401  (re-exported: the model reads them from comm)
     COLLECTIVES,
     MEASURED_KINDS,
@@ -97,6 +99,8 @@ def collective_steps(kind: str, n: int) -> int:
 def collective_latency(kind: str, n: int, tier) -> float:
     """The α part of a collective's line, ``steps·α`` (the same for every buffer size): the
     fixed term the search's integer program keeps apart from the per-byte one."""
+    if base_kind(kind) == "all_reduce":   # NCCL's tree across nodes (collectives_at_scale.py)
+        return all_reduce_steps(n, tier) * tier.alpha_beta(kind)[0]
     return collective_steps(kind, n) * tier.alpha_beta(kind)[0]
 
 

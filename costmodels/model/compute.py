@@ -216,7 +216,8 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
         fix = fa / peak * (1.0 / profile.attention_efficiency - 1.0 / eff)
         fwd = fwd + fix
         bwd = (bwd + ATTN_BWD_RATIO * fix
-               + (FLASH_BWD_RATIO - ATTN_BWD_RATIO) * fa / (peak * profile.attention_efficiency))
+               + ((profile.attention_bwd_ratio or FLASH_BWD_RATIO) - ATTN_BWD_RATIO) * fa
+               / (peak * profile.attention_efficiency))   # the kernel stack's ratio (kernel_stack.py)
     if profile.ce_logits:   # measured (autopar profile) at this size, fwd and bwd alike
         n = k * logits
         loss = np.where(n > 0, n / profile.cross_entropy_logits_per_s(np.maximum(n, 1.0)) / 2, 0.0)

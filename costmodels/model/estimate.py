@@ -45,6 +45,7 @@ from costmodels.contracts.errors import PlanError
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
 from costmodels.contracts.runnable import check_axes_implemented
+from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
 from costmodels.model.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
@@ -66,6 +67,7 @@ from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
 from costmodels.profiles.hardware import HardwareProfile  # noqa: F401  (re-exported)
+from costmodels.profiles.kernel_stacks import stack_profile
 from costmodels.profiles.runtime import load_runtime
 from costmodels.profiles.runtime_rules import check_runtime
 
@@ -199,7 +201,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co_r[r]) + after[r][2]
                     + bcast[r][1] for r in range(p)]
     dp_exposed_s = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero), profs[r])
+    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero),
+                              stack_profile(profs[r], runtime.kernel_stack))   # its stack's optimizer
              + autocast_step_s(params_r[r], m, precision, profs[r]) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed_s + opt_s
@@ -233,12 +236,12 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         else:
             infl = in_flight(plan.schedule, p, v, m, r)
             later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
-        mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
+        mems.append(as_allocated(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
-                                 w_inputs=w_held))
+                                 w_inputs=w_held), runtime, precision))   # allocator.py
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

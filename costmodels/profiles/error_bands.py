@@ -1,18 +1,19 @@
 """Error bars: how far off a prediction is likely to be, from the check residuals of its regime.
 
-A prediction's *regime* is (GPU, runtime, parallelism family): the hardware profile's name, the
-runtime profile's base name and ``family(plan)`` — ``"dp"`` (data parallelism / ZeRO only),
-``"tp+pp"`` (model parallelism without data parallelism) or ``"3d"``. For every regime that has
-check rows (``benchmarks/bench_costmodels_validation.py`` scores them and writes
-``costmodels/profiles/error_bands.toml``), the band is the 90th percentile of the check rows' absolute
-relative step-time errors (their largest when the regime has fewer than 10 rows). Calibration
-rows never enter a band.
+A prediction's *regime* is (GPU, kernel stack, parallelism family): the hardware profile's name,
+the kernel stack its runtime runs (``RuntimeProfile.kernel_stack``, ``kernel_stacks.py``: the
+software decides the error's sign, not the GPU) and ``family(plan)`` — ``"dp"`` (data
+parallelism / ZeRO only), ``"tp+pp"`` (model parallelism without data parallelism) or ``"3d"``.
+For every regime that has check rows (``benchmarks/bench_costmodels_validation.py`` scores them
+and writes ``costmodels/profiles/error_bands.toml``), the band is the 90th percentile of the check
+rows' absolute relative step-time errors (their largest when the regime has fewer than 10 rows).
+Calibration rows never enter a band.
 
-A prediction in a regime without check rows takes the nearest one that has some, in this order:
-the same GPU and family under any runtime, the same family on any GPU, then every check row; the
-band says which (``regime``, ``exact``) so that a user sees when it is borrowed. ``band_for``
-returns ``{"relative", "regime", "rows", "exact"}``; ``format_band`` renders ``16.1 s ± 9 %``
-(``± ~9 %`` for a borrowed band).
+A prediction in a regime without check rows takes the WIDEST band of its GPU (any stack, any
+family), never a narrow neighbour's; a GPU without any check row takes the widest band of all
+(``borrow``). The band says so (``exact`` false, ``regime`` names where it comes from).
+``band_for`` returns ``{"relative", "regime", "rows", "exact"}``; ``format_band`` renders
+``16.1 s ± 9 %`` (``± ~9 %`` for a borrowed band).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def load_bands(path: str = str(BANDS_FILE)) -> tuple[dict, ...]:
         data = tomllib.load(f)
     out = []
     for i, b in enumerate(data.get("band", [])):
-        for key, typ in (("hardware", str), ("runtime", str), ("family", str), ("relative", float),
+        for key, typ in (("hardware", str), ("stack", str), ("family", str), ("relative", float),
                          ("rows", int)):
             if not isinstance(b.get(key), (typ, int) if typ is float else typ) or isinstance(b.get(key), bool):
                 raise ProfileError(f"error bands '{p}': band {i + 1} field '{key}' is missing or not a "
@@ -64,29 +65,34 @@ def load_bands(path: str = str(BANDS_FILE)) -> tuple[dict, ...]:
     return tuple(out)
 
 
+def stack_of(runtime: str) -> str:
+    """The kernel stack of a runtime by name (its base name when the profile names none)."""
+    from costmodels.profiles.runtime import load_runtime
+    prof = load_runtime(runtime)
+    return prof.kernel_stack or prof.base
+
+
 def band_for(hardware: str, runtime: str, plan, borrow: bool = True) -> dict | None:
-    """The band of ``plan``'s regime on ``hardware`` under ``runtime`` (base name), or the
-    nearest regime with check rows (module docstring); None without a bands file, or when
-    nothing on this hardware was checked and ``borrow`` is false (a CPU host: GPU runs say
-    nothing about it)."""
+    """The band of ``plan``'s regime on ``hardware`` under ``runtime`` (a runtime name; its kernel
+    stack decides), or the widest band of the GPU, or of all (module docstring); None without a
+    bands file, or when nothing on this hardware was checked and ``borrow`` is false (a CPU host:
+    GPU runs say nothing about it)."""
     bands = load_bands()
     if not bands or (not borrow and not any(b["hardware"] == hardware for b in bands)):
         return None
     fam = family(plan)
-    base = runtime.split(":", 1)[0]
-    steps = ((lambda b: (b["hardware"], b["runtime"], b["family"]) == (hardware, base, fam), True),
-             (lambda b: (b["hardware"], b["family"]) == (hardware, fam), False),
-             (lambda b: b["family"] == fam, False),
-             (lambda b: True, False))
-    for match, exact in steps:
-        found = [b for b in bands if match(b)]
-        if found:
-            rows = sum(b["rows"] for b in found)
-            rel = max(b["relative"] for b in found)
-            regime = f"{hardware} · {base} · {fam}" if exact else \
-                "; ".join(f"{b['hardware']} · {b['runtime']} · {b['family']}" for b in found)
-            return {"relative": float(rel), "regime": regime, "rows": int(rows), "exact": exact}
-    return None
+    stack = stack_of(runtime)
+    exact = [b for b in bands if (b["hardware"], b["stack"], b["family"]) == (hardware, stack, fam)]
+    if exact:
+        b = exact[0]
+        return {"relative": float(b["relative"]), "regime": f"{hardware} · {stack} · {fam}",
+                "rows": int(b["rows"]), "exact": True}
+    pool = [b for b in bands if b["hardware"] == hardware] or list(bands)
+    widest = max(pool, key=lambda b: b["relative"])
+    where = "the widest on this GPU" if widest["hardware"] == hardware else "the widest of any GPU"
+    return {"relative": float(widest["relative"]), "rows": int(widest["rows"]), "exact": False,
+            "regime": f"no check rows for {hardware} · {stack} · {fam}; {where}: "
+                      f"{widest['hardware']} · {widest['stack']} · {widest['family']}"}
 
 
 def format_band(seconds: float, band: dict | None, *, short: bool = False) -> str:

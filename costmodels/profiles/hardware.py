@@ -110,6 +110,7 @@ class LinkTier:
     latency_s: float                # alpha, per ring step
     collectives: tuple[tuple[str, float, float], ...] = ()  # (kind, alpha_s, beta) measured
     curves: tuple[tuple[str, int, tuple, tuple], ...] = ()  # (kind, ranks, bytes, seconds) in-step
+    nccl_tree: bool = False         # NCCL across nodes: all-reduce may take its tree (collectives_at_scale)
 
     def alpha_beta(self, kind: str) -> tuple[float, float]:
         """(alpha per step, bus bandwidth) for ``kind``: its own measured fit when the profile
@@ -148,6 +149,7 @@ class HardwareProfile:
     elementwise_bandwidth_bytes_per_s: float | None = None   # None: hbm bandwidth
     optimizer_bandwidth_bytes_per_s: float | None = None     # None: hbm bandwidth
     attention_efficiency: float | None = None                # None: the row's matmul efficiency
+    attention_bwd_ratio: float | None = None                 # None: compute.FLASH_BWD_RATIO
     ce_logits: tuple[float, ...] = ()                        # cross-entropy curve (may be empty:
     ce_rates: tuple[float, ...] = ()                         # bytes at element-wise bandwidth)
     comm_overlap: float = 1.0
@@ -228,4 +230,4 @@ def _group_link(profile: HardwareProfile, placement: str, tp: int, dp: int, pp: 
     per_node, _ = group_span(placement, sizes, dim, profile.gpus_per_node)
     per_node = min(per_node, profile.nics_per_node)
     alpha, beta = two_level(sizes[dim], per_node, profile.intra_node, profile.inter_node, int(contention))
-    return LinkTier("inter_node", beta, alpha)
+    return LinkTier("inter_node", beta, alpha, nccl_tree=True)

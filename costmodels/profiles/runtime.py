@@ -14,6 +14,9 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     version = 1
     name = "megatron"
     description = "..."
+    kernel_stack = "transformer-engine"             # the kernels it runs: per (GPU, stack) constants
+                                                    # (costmodels/profiles/kernel_stacks.py); an
+                                                    # option may set its own
 
     [overlap]
     dp_sync = { value = 0.0, source = "..." }       # share of the backward the dp gradient sync
@@ -32,6 +35,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     zero2_gather_per_micro_batch = { value = 1, source = "..." }  # 1: ZeRO-2 gathers each row's
                                                     # weights before every micro-batch's forward (FSDP
                                                     # SHARD_GRAD_OP); 0: once after the optimizer step
+    tp_comm_overlap = { value = 1, source = "..." }  # 1: TP collectives pipelined with the GEMMs
+                                                    # in tp chunks (costmodels/model/tp_overlap.py)
     compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
                                                     # communication (NCCL kernels share the SMs);
                                                     # only where the hardware profile has no
@@ -39,6 +44,12 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
 
     [communication]
     grad_reduce_bytes = { value = 4, source = "..." }   # bytes per gradient the dp sync moves
+    zero_collectives_per_row = { value = 6, source = "..." }  # ZeRO collectives per block and pass
+                                                    # (collectives_at_scale.py); default 1
+
+    [memory]                                         # costmodels/model/allocator.py
+    fragmentation = { value = 0.0, source = "..." }  # allocator's unallocated bytes per activation byte
+    optimizer_state_bytes = { value = 10, source = "..." }  # per parameter (default: the recipe's)
 
     [kernels]
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
@@ -96,13 +107,17 @@ FIGURES = {
                 "zero_edges_exposed": ("zero_edges_exposed", 0, 1, True),
                 "zero_reduce_per_micro_batch": ("zero_reduce_per_micro_batch", 0, 1, True),
                 "zero2_gather_per_micro_batch": ("zero2_gather_per_micro_batch", 0, 1, True),
-                "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False)},
-    "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False)},
+                "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False),
+                "tp_comm_overlap": ("tp_comm_overlap", 0, 1, True)},   # costmodels.model.tp_overlap
+    "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False),
+                      "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False)},
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
+    "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
+               "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False)},
 }
 
 
@@ -137,6 +152,11 @@ class RuntimeProfile:
     split_backward_dp_after_step: bool = False  # dp grads of ZeRO 0/1 reduced after the step (W bypasses DDP)
     pipeline_zero: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages it runs together with pp > 1
     precisions: tuple[str, ...] = ALL_PRECISIONS
+    kernel_stack: str = ""                      # costmodels.model.kernel_stack ("": the GPU profile's own)
+    tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
+    zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
+    fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
+    optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -255,6 +275,8 @@ def parse_runtime(data: dict[str, Any], where: str = "<runtime>",
         raise err("description", "must be a string")
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    if "kernel_stack" in data:   # the kernels the runtime runs (costmodels.model.kernel_stack)
+        values["kernel_stack"] = _stack_name(data["kernel_stack"], "kernel_stack", err)
     _figures(data, "", values, sources, err)
     values.update(_capabilities(data.get("capabilities"), err, sources))
     opts = data.get("options", {})
@@ -267,11 +289,13 @@ def parse_runtime(data: dict[str, Any], where: str = "<runtime>",
         if not isinstance(o.get("description"), str) or not o["description"].strip():
             raise err(f"options.{oname}.description", "is missing or empty")
         available.append((oname, o["description"]))
-        unknown = [k for k in o if k != "description" and k not in FIGURES]
+        unknown = [k for k in o if k not in ("description", "kernel_stack") and k not in FIGURES]
         if unknown:
             raise err(f"options.{oname}.{unknown[0]}", f"is not one of {', '.join(FIGURES)}")
         if oname in options:
             _figures(o, f"options.{oname}.", values, sources, err)
+            if "kernel_stack" in o:
+                values["kernel_stack"] = _stack_name(o["kernel_stack"], f"options.{oname}.kernel_stack", err)
     missing = [o for o in options if o not in dict(available)]
     if missing:
         names = ", ".join(n for n, _ in available) or "(none)"
@@ -279,6 +303,12 @@ def parse_runtime(data: dict[str, Any], where: str = "<runtime>",
     return RuntimeProfile(name=name + (":" + ",".join(options) if options else ""), base=name,
                           description=desc, options=tuple(options), available_options=tuple(available),
                           path=where, sources=sources, **values)
+
+
+def _stack_name(v: Any, full: str, err) -> str:
+    if not isinstance(v, str) or not v.strip() or ":" in v:
+        raise err(full, f"must be a kernel stack's name (a string without ':'), got {v!r}")
+    return v.strip()
 
 
 def _figures(data: dict, prefix: str, values: dict, sources: dict, err) -> None:
