@@ -193,7 +193,7 @@ def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: di
     pinned to interleaved-zb: 8220 configurations, all in ~33 s; the first that fits is the
     1843rd), best ``top`` that fit. Scored exactly, but neither split-optimised nor proved: the
     result says ``optimal: false`` and each candidate's status is ``balanced-fallback``."""
-    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
+    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.link_domain, fix,
                                     allow_cross_node_tp, max_micro_batch, zero_bubble),
                      key=costs.quick_bound)
     from costmodels.contracts.split import balanced_stages
@@ -232,7 +232,7 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
     estimate')."""
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
     for g in counts:
-        for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
+        for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
                                 allow_cross_node_tp, max_micro_batch, zero_bubble):
             frontier.stats.configurations += 1
             if fixed_stages is not None:
@@ -247,7 +247,7 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
 def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allow_cross, objective) -> str:
     from autopar.search.space import divisors, tp_candidates
     bits = []
-    tps = tp_candidates(shape, costs.profile.gpus_per_node, allow_cross, gpus)
+    tps = tp_candidates(shape, costs.profile.link_domain, allow_cross, gpus)
     if not tps:
         bits.append(f"no tensor-parallel degree divides both heads={shape.heads}, kv_heads={shape.kv_heads} "
                     f"and {gpus} GPUs")
@@ -292,7 +292,7 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     out = []
     for g in counts:
-        for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
+        for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
                                 allow_cross_node_tp, max_micro_batch, zero_bubble):
             best = None
             splits = [fix["stages"]] if fix.get("stages") else all_splits(shape.rows, c.pp * c.vpp)

@@ -148,7 +148,7 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
 def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                       precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
-    tiers = plan_tiers(plan, profile.gpus_per_node)
+    tiers = plan_tiers(plan, profile.link_domain)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))

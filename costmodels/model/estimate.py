@@ -171,7 +171,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)
     p, v = plan.pp, plan.vpp
-    tiers_r = [plan_tiers(plan, pr.gpus_per_node) for pr in profs]
+    tiers_r = [plan_tiers(plan, pr.link_domain) for pr in profs]
     arr = table_arrays(table)
     rank_chunks = [list(plan.stages_of_rank(r)) for r in range(p)]
     rank_of = {c: r for r, cs in enumerate(rank_chunks) for c in cs}
