@@ -66,7 +66,7 @@ from costmodels.model.comm import collective_latency, collective_time, plan_tier
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
-from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share
+from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.zero_traffic import zero_param_s
 from costmodels.profiles.hardware import HardwareProfile
@@ -154,12 +154,12 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
-    rt = fp8_row_times(rt, arr, profile, plan, runtime.name, tp, b, dp, plan.zero)   # FP8 plans (precision.py)
+    rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, dp, plan.zero)   # FP8 plans (precision.py)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
-    weights = STATE_BYTES[precision][0] * arr.params / tp * fp8_weight_share(arr, plan, runtime.name, plan.zero)
+    weights = STATE_BYTES[precision][0] * arr.params / tp * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
@@ -192,7 +192,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
         act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                                    plan.attention, precision, runtime.loss_saved_bytes)
-        - (fp8_saved_bytes(arr, plan, runtime.name, tp, b) if plan.recompute != "full" else 0.0),
+        - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0),
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),

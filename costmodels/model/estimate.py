@@ -62,7 +62,7 @@ from costmodels.model.memory import (
 from costmodels.model.optimizer import autocast_step_s, optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline import pipeline_time
 from costmodels.model.pipeline_split import split_pipeline_time
-from costmodels.model.precision import check_plan_precision
+from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
@@ -169,7 +169,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     runtime = load_runtime(plan.runtime)
     check_runtime(runtime, plan, table.layers, precision)
     for pr in profs:   # an FP8 plan on a GPU, stack or recipe without FP8 (costmodels.model.precision)
-        check_plan_precision(plan, pr, runtime.name, precision)
+        check_plan_precision(plan, pr, stack_key(runtime), precision)
     stages = check_plan(table, plan, gpus, global_batch)
     gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)

@@ -83,7 +83,20 @@ STACKS = {
         "torchao float8 (autopar.apply)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "autopar.runtime.assemble.float8 applies torchao.float8.convert_to_float8_training as "
         "torchtitan does (the fsdp entry)"),
+    "composer": Fp8Stack(
+        "Transformer Engine under Composer FSDP1", True, True, True, False, False, ("fp8",),
+        "Composer precision='amp_fp8' wraps the step in te.fp8_autocast with TE's default "
+        "DelayedScaling (composer/core/precision.py) on te.Linear layers; FSDP1 gathers BF16 weights, "
+        "which TE casts every forward; TE saves the FP8 input"),
 }
+
+
+def stack_key(runtime) -> str:
+    """The ``STACKS`` entry of a runtime profile: its base name, or ``composer`` for the fsdp
+    profile with the ``fsdp1`` option (Composer drives torch FSDP1 and runs FP8 through TE)."""
+    if runtime.base == "fsdp" and "fsdp1" in runtime.options:
+        return "composer"
+    return runtime.base
 
 
 def check_plan_precision(plan, profile, runtime_name: str, recipe: str) -> None:
@@ -99,9 +112,9 @@ def check_plan_precision(plan, profile, runtime_name: str, recipe: str) -> None:
                         + (f" or one of {', '.join(have)}" if have else "") + " (or a GPU with them)")
     stack = STACKS.get(runtime_name)
     if stack is None or p not in stack.precisions:
-        ok = [n for n, s in STACKS.items() if p in s.precisions]
+        ok = " or ".join(n for n, s in STACKS.items() if p in s.precisions and n != "composer")
         raise PlanError(f"plan field 'precision'={quote(p)}: runtime '{runtime_name}' has no {p} "
-                        f"training recipe autopar can price; use runtime {' or '.join(ok)} or precision='bf16'")
+                        f"training recipe autopar can price; use runtime {ok} or precision='bf16'")
     if recipe == "fp32":
         raise PlanError(f"plan field 'precision'={quote(p)} runs FP8 matmuls inside a mixed-precision "
                         "recipe, not under the 'fp32' memory recipe; use precision 'bf16-mixed' or 'amp'")
