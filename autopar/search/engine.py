@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
+from autopar.search.precision_space import search_precisions
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
 from costmodels.contracts.errors import AutoparError, NoFeasiblePlanError, PlanError
 from costmodels.model.checks import check_plan
@@ -194,7 +195,8 @@ def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: di
     1843rd), best ``top`` that fit. Scored exactly, but neither split-optimised nor proved: the
     result says ``optimal: false`` and each candidate's status is ``balanced-fallback``."""
     configs = sorted(configurations(shape, gpus, global_batch, costs.profile.link_domain, fix,
-                                    allow_cross_node_tp, max_micro_batch, zero_bubble),
+                                    allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)),
                      key=costs.quick_bound)
     from costmodels.contracts.split import balanced_stages
     scored, t0 = [], time.perf_counter()
@@ -233,7 +235,8 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
-                                allow_cross_node_tp, max_micro_batch, zero_bubble):
+                                allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)):
             frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:
@@ -293,7 +296,8 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
     out = []
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
-                                allow_cross_node_tp, max_micro_batch, zero_bubble):
+                                allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)):
             best = None
             splits = [fix["stages"]] if fix.get("stages") else all_splits(shape.rows, c.pp * c.vpp)
             for st in splits:
