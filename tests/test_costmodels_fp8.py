@@ -66,6 +66,8 @@ def test_search_lists_fp8_only_where_the_gpu_has_it_and_fix_holds_it():
     assert search_precisions(h100, fix) == ("bf16",)
     with pytest.raises(PlanError):
         parse_fix("precision=fp4")
+    with pytest.raises(PlanError, match="no FP8 tensor cores"):   # pinned on an A100: one line
+        search_precisions(a100, parse_fix("precision=fp8"))
 
 
 @pytest.mark.parametrize("runtime", ["autopar", "megatron", "fsdp"])

@@ -10,15 +10,19 @@ cost what they did.
 """
 from __future__ import annotations
 
-from costmodels.model.precision import PEAK_KEY, STACKS, stack_key
+from types import SimpleNamespace
+
+from costmodels.model.precision import PEAK_KEY, STACKS, check_plan_precision, stack_key
 from costmodels.profiles.runtime import load_runtime
 
 
 def search_precisions(profile, fix: dict | None) -> tuple[str, ...]:
     fix = fix or {}
-    if "precision" in fix:
+    key = stack_key(load_runtime(fix.get("runtime")))
+    if "precision" in fix:   # a pinned FP8 the GPU or the stack cannot run: one line, at once
+        check_plan_precision(SimpleNamespace(precision=fix["precision"]), profile, key, "bf16-mixed")
         return (fix["precision"],)
-    stack = STACKS.get(stack_key(load_runtime(fix.get("runtime"))))
+    stack = STACKS.get(key)
     if stack is not None and "fp8" in stack.precisions and PEAK_KEY["fp8"] in profile.peak_flops:
         return ("bf16", "fp8")
     return ("bf16",)

@@ -169,6 +169,7 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
     p = getattr(plan, "precision", "bf16")
     if p == "bf16":
         return rt
+    check_plan_precision(plan, profile, runtime_name, "bf16-mixed")   # no FP8 peak / stack: one line
     stack = STACKS[runtime_name]
     ld = linear_dims(arr)
     if not len(ld.mm_flops):
