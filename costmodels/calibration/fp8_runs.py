@@ -25,9 +25,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
 * published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``.
 
 **Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
-paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``);
-every other row is a check row. A (GPU, stack) without a calibration model borrows the scale of
-``BORROW`` and says so.
+paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
+of a model with weak- and strong-scaling sweeps, the weak one); every other row is a check row.
+A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so.
 """
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         if step is None and tok:
             step = gb * seq / (tok * gpus)
         speed = _f(r["speedup_vs_pair"]) if r["pair_row_id"] in by_id else None
-        calib = CALIBRATION.get((hw, stack)) == r["model"] and speed is not None
+        calib = CALIBRATION.get((hw, stack)) == r["model"] and speed is not None and "strong" not in r["row_id"]
         runs.append(Fp8Run(r["row_id"], hw, stack, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
