@@ -109,3 +109,14 @@ def test_nvl72_tiers_follow_the_nvlink_domain():
     doc["node"]["nvlink_domain_gpus"]["value"] = 70
     with pytest.raises(PlanError.__mro__[1], match="multiple"):
         parse_profile(doc, "x.toml")
+
+
+def test_precision_gain_says_the_gain_and_what_changed():
+    from autopar.search.precision_gain import compare_precisions
+    best = {"precision": "fp8", "step_time_s": 10.0, "dp": 16, "tp": 4, "pp": 4,
+            "breakdown_s": {"compute": 8.0, "tp_exposed": 1.5}}
+    bf16 = {"step_time_s": 14.0, "dp": 32, "tp": 4, "pp": 2, "breakdown_s": {"compute": 12.0, "tp_exposed": 1.4}}
+    g = compare_precisions(best, bf16)
+    assert g["gain"] == pytest.approx(1.4)
+    assert g["changed"] == {"dp": (32, 16), "pp": (2, 4)}
+    assert "1.40×" in g["text"] and "dp 32 → 16" in g["text"] and "compute 12.00 → 8.00 s" in g["text"]
