@@ -109,7 +109,9 @@ def test_every_plan_the_search_returns_round_trips_where_the_target_states_it():
             back = import_config(target, exp.text, ctx, megatron_args=exp.files.get("megatron-deepspeed.sh"))
             assert back.plan == with_runtime(plan, RUNTIMES[target]), (target, plan.label())
             exported += 1
-    assert len(found) >= 20 and exported >= 2 * len(found)
+    # the H100 searches return FP8 plans, which DeepSpeed cannot state (autopar.export.precision_flags)
+    fp8 = sum(p.precision != "bf16" for p in found)
+    assert len(found) >= 20 and exported >= 2 * len(found) - fp8
 
 
 def test_plan_without_split_points_exports_the_balanced_split():

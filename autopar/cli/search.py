@@ -87,6 +87,18 @@ def run(args) -> int:
                     time_limit_s=args.time_limit, progress=wants_progress(args), table=table,
                     runtime=runtime, zero_bubble=args.zero_bubble)
     data = result.plans_file()
+    if data["plans"] and data["plans"][0].get("precision", "bf16") != "bf16" and "precision" not in fix:
+        # what FP8 bought: the same search with precision=bf16 pinned (autopar.search.precision_gain)
+        from autopar.search.precision_gain import compare_precisions
+        with progress(args, "searching the best bf16 plan to compare"):
+            bf16 = search(args.model, hardware, args.gpus, args.global_batch, seq=args.seq,
+                          fix={**fix, "precision": "bf16"}, top=1, objective=args.objective,
+                          target_step_time_s=args.target_step_time, target_tokens_per_s=args.target_tokens_per_s,
+                          allow_cross_node_tp=args.allow_cross_node_tp, max_micro_batch=args.max_micro_batch,
+                          time_limit_s=args.time_limit, table=table, runtime=runtime,
+                          zero_bubble=args.zero_bubble).plans_file()
+        if bf16["plans"]:
+            data["precision_gain"] = compare_precisions(data["plans"][0], bf16["plans"][0])
     if imported is not None:
         add_comparison(data, imported)
     if args.output:
@@ -96,6 +108,8 @@ def run(args) -> int:
         print_json(data)
         return 0
     print_table(data)
+    if data.get("precision_gain"):
+        print(data["precision_gain"]["text"])
     if args.current:
         print(data["comparison"]["text"])
     if args.explain:
@@ -138,6 +152,9 @@ def print_table(data: dict) -> None:
     cols = ["#"] + (["GPUs"] if len(counts) > 1 else []) + [
         "dp", "tp", "pp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "step s", "tokens/s",
         "TFLOP/s/GPU", "MFU", "bubble", "mem GiB", "stages"]
+    precision = any(p.get("precision", "bf16") != "bf16" for p in plans)   # FP8 plans: say which
+    if precision:
+        cols.insert(cols.index("schedule") + 1, "precision")
     for col in cols:
         left = col in ("recompute", "schedule", "stages")
         t.add_column(col, justify="left" if left else "right", overflow="fold")
@@ -154,6 +171,7 @@ def print_table(data: dict) -> None:
         t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
+                  *([p.get("precision", "bf16")] if precision else []),
                   format_band(p["step_time_s"], p.get("error_band"), short=True),
                 f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",

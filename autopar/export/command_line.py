@@ -26,6 +26,7 @@ VALUE_FLAGS = (
     "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--num-key-value-heads",
     "--seq-length", "--zero-stage", "--ds-sequence-parallel-size",
     "--nnodes", "--nproc-per-node", "--nproc_per_node", "--plan", "--model", "--global-batch",
+    "--fp8-format", "--fp8-recipe",   # the plan's precision (autopar.export.precision_flags)
 )
 SWITCH_FLAGS = (
     "--sequence-parallel", "--recompute-activations", "--checkpoint-activations",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 
+from autopar.export import precision_flags
 from autopar.export.command_line import flag_list, format_args, read_flags
 from autopar.export.common import (
     RUNTIMES,
@@ -71,6 +72,7 @@ def problems(plan: Plan, ctx: TrainingContext) -> list[Problem]:
         elif block_counts(resolve_stages(plan, ctx), ctx.n_rows) != even:
             out.append(Problem("stages", plan.stages, "DeepSpeed splits the transformer layers evenly "
                                "(embedding first, head last)", {"stages": even_stages}))
+    out += precision_flags.problems(plan, "deepspeed")
     return out + pool_problems(plan, ctx)
 
 

@@ -24,6 +24,7 @@ its FSDP does not run with pipeline parallelism: those plans are refused, naming
 """
 from __future__ import annotations
 
+from autopar.export import precision_flags
 from autopar.export.command_line import flag_list, format_args, read_flags, torchrun_gpus
 from autopar.export.common import (
     RUNTIMES,
@@ -67,6 +68,7 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.zero >= 2 and plan.pp > 1:
         out.append(Problem("zero", plan.zero, f"ZeRO-{plan.zero} is Megatron-FSDP, which does not run "
                            "with pipeline parallelism", {"zero": 1}))
+    out += precision_flags.problems(plan, "megatron")
     return out + pool_problems(plan, ctx)
 
 
@@ -141,6 +143,7 @@ def plan_args(plan: Plan, ctx: TrainingContext) -> list:
         if plan.zero >= 1:
             out.append("--overlap-param-gather")
     out += [("--attention-backend", "flash" if plan.attention == "flash" else "unfused"), "--bf16"]
+    out += precision_flags.megatron_args(plan)   # FP8: --fp8-format / --fp8-recipe
     return out
 
 
@@ -248,7 +251,8 @@ def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, 
                   recompute=recompute_of(flags, counts, who),
                   sequence_parallel=bool(flags.get("sequence_parallel")) and tp > 1,
                   schedule="interleaved-1f1b" if vpp > 1 else "1f1b", attention=attention,
-                  stages=stages, placement="tp,pp,dp" if flags.get("use_tp_pp_dp_mapping") else "tp,dp,pp")
+                  stages=stages, placement="tp,pp,dp" if flags.get("use_tp_pp_dp_mapping") else "tp,dp,pp",
+                  precision=precision_flags.megatron_precision(flags, who))
     return fields, global_batch, seq
 
 

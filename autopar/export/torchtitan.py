@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 
+from autopar.export import precision_flags
 from autopar.export.common import (
     RUNTIMES,
     Exported,
@@ -73,6 +74,7 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.placement != "tp,dp,pp":
         out.append(Problem("placement", plan.placement, "torchtitan's mesh is pp, dp, tp (tp innermost)",
                            {"placement": "tp,dp,pp"}))
+    out += precision_flags.problems(plan, "torchtitan")
     return out + pool_problems(plan, ctx)
 
 
@@ -100,11 +102,14 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
     base = (ctx.model or "").split(":")[0]
     if base in FLAVORS and ctx.config is not None and ctx.config.layers == _preset_layers(base):
         model["flavor"] = FLAVORS[base]
+    fp8 = precision_flags.torchtitan_sections(plan)   # FP8: the float8 / mx converter
+    if fp8:
+        model["converters"] = fp8.pop("converters")
     return {"job": {"description": f"autopar plan {plan.label()}"}, "model": model,
             "training": {"local_batch_size": local, "global_batch_size": global_batch,
                          "seq_len": ctx.need("seq", "--seq or a plans file"),
                          "mixed_precision_param": "bfloat16"},
-            "parallelism": parallelism, "activation_checkpoint": ac}
+            "parallelism": parallelism, "activation_checkpoint": ac, **fp8}
 
 
 def export(plan: Plan, ctx: TrainingContext) -> Exported:
@@ -185,7 +190,8 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     else:
         mb = local
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
-                sequence_parallel=tp > 1, schedule=schedule, stages=stages)
+                sequence_parallel=tp > 1, schedule=schedule, stages=stages,
+                precision=precision_flags.torchtitan_precision(doc))
     seq = train.get("seq_len")
     runtime = RUNTIMES["torchtitan"]
     if par.get("enable_async_tensor_parallel"):   # fsdp:async_tp (tp_overlap_switches.py)

@@ -62,6 +62,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autopar.runtime.assemble import state_hooks
+from autopar.runtime.assemble.float8 import convert_stage, precompute_scales
 from autopar.runtime.assemble.materialize import RowFiller, has_meta
 from autopar.runtime.assemble.prelaunch import Launchable, check_before_launch
 from autopar.runtime.assemble.stages import (
@@ -198,6 +199,7 @@ class Runner:
             self.materialized["param_bytes"] = self.parameter_bytes()
         for stage in self._raw:
             stage.to(self.device)
+            convert_stage(stage, plan)   # FP8 plans: torchao float8 block linears (assemble/float8.py)
         del model, rows  # rows this rank does not run are freed with the model
 
         # the plan's DeviceMesh (outer dimension first, per plan.placement; dimensions of size 1
@@ -242,6 +244,8 @@ class Runner:
         """Forward and backward over this dp rank's batch (``global_batch / dp`` samples) under
         the plan's schedule; returns the global mean loss on every rank. A peer that dies or
         stops answering meanwhile raises ``PeerLostError`` (one line naming it)."""
+        if self.step:   # FP8 under FSDP2: the weights' scales after the user's optimizer step
+            precompute_scales(self._wrapped, self.plan)
         with peer_failures("train_step", self.layout.ranks, self.rank, adist.timeout_s()):
             loss = self._train_step(inputs, targets)
         self.step += 1

@@ -16,6 +16,7 @@ from costmodels.model.compute import host_block_floor, row_times
 from costmodels.model.estimate import estimate
 from costmodels.model.memory import in_flight, w_input_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
+from costmodels.model.precision import fp8_row_times, stack_key
 from costmodels.model.schedule_program import in_flight_states, period
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.runtime import load_runtime
@@ -43,11 +44,15 @@ class Costs:
         ew, host = rtp.elementwise_traffic, host_block_floor(self.profile, rtp)
         zp = zero_hbm_param_s(c, self.profile, rtp)
         key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host, zp)
+        if c.precision != "bf16":   # FP8 rows (precision.fp8_row_times) depend on the shard too
+            key += (c.precision, rtp.name, c.dp, c.zero)
         q = self._quick.get(key)
         if q is None:
-            tau = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
-                            c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
-                            host_block_s=host, zero_param_s=zp).row_total_s
+            rt = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
+                           c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
+                           host_block_s=host, zero_param_s=zp)
+            tau = fp8_row_times(rt, self.arr, self.profile, c, stack_key(rtp), c.tp, c.micro_batch_size,
+                                c.dp, c.zero).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
+from autopar.search.precision_space import search_precisions
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
 from costmodels.contracts.errors import AutoparError, NoFeasiblePlanError, PlanError
 from costmodels.model.checks import check_plan
@@ -218,8 +219,9 @@ def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: di
     pinned to interleaved-zb: 8220 configurations, all in ~33 s; the first that fits is the
     1843rd), best ``top`` that fit. Scored exactly, but neither split-optimised nor proved: the
     result says ``optimal: false`` and each candidate's status is ``balanced-fallback``."""
-    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
-                                    allow_cross_node_tp, max_micro_batch, zero_bubble),
+    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.link_domain, fix,
+                                    allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)),
                      key=costs.quick_bound)
     from costmodels.contracts.split import balanced_stages
     scored, t0 = [], time.perf_counter()
@@ -257,8 +259,9 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
     estimate')."""
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
     for g in counts:
-        for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
-                                allow_cross_node_tp, max_micro_batch, zero_bubble):
+        for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
+                                allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)):
             frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:
@@ -272,7 +275,7 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
 def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allow_cross, objective) -> str:
     from autopar.search.space import divisors, tp_candidates
     bits = []
-    tps = tp_candidates(shape, costs.profile.gpus_per_node, allow_cross, gpus)
+    tps = tp_candidates(shape, costs.profile.link_domain, allow_cross, gpus)
     if not tps:
         bits.append(f"no tensor-parallel degree divides both heads={shape.heads}, kv_heads={shape.kv_heads} "
                     f"and {gpus} GPUs")
@@ -317,8 +320,9 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     out = []
     for g in counts:
-        for c in configurations(shape, g, global_batch, costs.profile.gpus_per_node, fix,
-                                allow_cross_node_tp, max_micro_batch, zero_bubble):
+        for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
+                                allow_cross_node_tp, max_micro_batch, zero_bubble,
+                                    precisions=search_precisions(costs.profile, fix)):
             best = None
             splits = [fix["stages"]] if fix.get("stages") else all_splits(shape.rows, c.pp * c.vpp)
             for st in splits:

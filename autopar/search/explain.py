@@ -59,6 +59,8 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
         out["best"]["pools_why"] = list(why)
     if gain_text(best):   # what a zero-bubble schedule bought (search.schedule_gain)
         out["best"]["schedule_gain"] = gain_text(best)
+    if data.get("precision_gain"):   # what FP8 bought over the best BF16 plan (search.precision_gain)
+        out["best"]["precision_gain"] = data["precision_gain"]["text"]
     bf = _fields(best)
     for p in plans[1:]:
         pbd = {k: float(v) for k, v in (p.get("breakdown_s") or {}).items()}
@@ -104,6 +106,8 @@ def render_explanation(ex: dict) -> str:
             lines.append("  then: " + ", ".join(f"{term_label(k)} {v:.3g} s" for k, v in rest))
     if b.get("schedule_gain"):
         lines.append(f"  schedule: {b['schedule_gain']}")
+    if b.get("precision_gain"):
+        lines.append(f"  precision: {b['precision_gain']}")
     if b.get("memory_total_bytes") is not None and b.get("hbm_bytes"):
         lines.append(f"  memory: {b['memory_total_bytes'] / GiB:.1f} of {b['hbm_bytes'] / GiB:.1f} GiB on the "
                      f"most loaded GPU, mostly {b['memory_dominant']}")

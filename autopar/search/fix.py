@@ -110,6 +110,11 @@ def _fix_value(name: str, raw: str) -> Any:
         if raw2 not in PLACEMENTS:
             raise bad(" / ".join(p.replace(",", "-") for p in PLACEMENTS) + " (e.g. placement=tp-dp-pp)")
         return raw2
+    if name == "precision":   # the matmuls' number format (costmodels.model.precision)
+        from costmodels.contracts.plan import PRECISIONS
+        if raw not in PRECISIONS:
+            raise bad(" / ".join(PRECISIONS))
+        return raw
     if name == "stages":
         if raw in ("balanced", "none", "None"):
             return None

@@ -14,6 +14,7 @@ import itertools
 import time
 from dataclasses import dataclass
 
+from autopar.search.precision_space import search_precisions
 from autopar.search.space import Shape, configurations
 
 GiB = 1024 ** 3
@@ -36,7 +37,8 @@ def min_memory(costs, gpus: int, global_batch: int, fix: dict | None, allow_cros
     fixed_stages = fix.get("stages")
     shape = Shape.of(costs.table)
     heap, tie = [], itertools.count()
-    for c in configurations(shape, gpus, global_batch, costs.profile.gpus_per_node, fix, allow_cross_node_tp):
+    for c in configurations(shape, gpus, global_batch, costs.profile.link_domain, fix, allow_cross_node_tp,
+                             precisions=search_precisions(costs.profile, fix)):
         if fixed_stages is not None and len(fixed_stages) != c.pp * c.vpp:
             continue
         # only the smallest micro-batch can reach the minimum: activations grow with it

@@ -36,7 +36,7 @@ the solver places them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from autopar.search.fix import (  # noqa: F401  (re-exported: the --fix API lived here)
@@ -75,6 +75,7 @@ class Config:
     attention: str = "flash"
     placement: str = "tp,dp,pp"
     runtime: str = DEFAULT_RUNTIME
+    precision: str = "bf16"    # the matmuls' format (autopar.search.precision_space lists them)
 
     @property
     def gpus(self) -> int:
@@ -85,7 +86,7 @@ class Config:
                     micro_batch_size=self.micro_batch_size, zero=self.zero,
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel,
                     schedule=self.schedule, attention=self.attention, placement=self.placement,
-                    runtime=self.runtime,
+                    runtime=self.runtime, precision=self.precision,
                     stages=tuple(tuple(s) for s in stages) if stages is not None else None)
 
     @classmethod
@@ -147,7 +148,8 @@ def gpu_counts(max_gpus: int, gpus_per_node: int) -> list[int]:
 
 def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
                    fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
-                   max_micro_batch: int | None = None, zero_bubble: bool = False) -> Iterator[Config]:
+                   max_micro_batch: int | None = None, zero_bubble: bool = False,
+                   precisions: tuple[str, ...] = ("bf16",)) -> Iterator[Config]:
     """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``; the
     zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``)."""
     fix = dict(fix or {})
@@ -184,7 +186,8 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                                            schedule=schedule, attention=fix.get("attention", "flash"),
                                            placement=fix.get("placement", "tp,dp,pp"), runtime=rt.name)
                                 if runnable(rt, c) and is_runnable(c.plan(), dims, m):
-                                    yield c
+                                    for prec in allowed("precision", list(precisions)):
+                                        yield c if prec == "bf16" else replace(c, precision=prec)
 
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:

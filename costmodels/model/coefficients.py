@@ -68,6 +68,7 @@ from costmodels.model.comm import collective_latency, collective_time, plan_tier
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
+from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.tp_overlap import overlapped
 from costmodels.model.zero_traffic import zero_param_s
@@ -140,7 +141,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     runtime = load_runtime(getattr(plan, "runtime", None))
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
-           plan.schedule)   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           getattr(plan, "precision", "bf16"))
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -152,17 +154,18 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
 def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                       precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
-    tiers = plan_tiers(plan, profile.gpus_per_node)
+    tiers = plan_tiers(plan, profile.link_domain)
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
     rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, dp, plan.zero)   # FP8 plans (precision.py)
     rt = overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
-    weights = STATE_BYTES[precision][0] * arr.params / tp
+    weights = STATE_BYTES[precision][0] * arr.params / tp * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
@@ -199,8 +202,9 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
-        act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
+        act_bytes=(activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                                    plan.attention, precision, runtime.loss_saved_bytes)
+        - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0))
         * (1.0 + fragmentation(runtime)),   # what the caching allocator holds for them (allocator.py)
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,

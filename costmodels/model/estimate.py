@@ -63,6 +63,7 @@ from costmodels.model.memory import (
 from costmodels.model.optimizer import autocast_step_s, optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline import pipeline_time
 from costmodels.model.pipeline_split import split_pipeline_time
+from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
@@ -169,11 +170,13 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         gpus = plan.world_size
     runtime = load_runtime(plan.runtime)
     check_runtime(runtime, plan, table.layers, precision)
+    for pr in profs:   # an FP8 plan on a GPU, stack or recipe without FP8 (costmodels.model.precision)
+        check_plan_precision(plan, pr, stack_key(runtime), precision)
     stages = check_plan(table, plan, gpus, global_batch)
     gpus, global_batch = int(gpus), int(global_batch)
     m = plan.num_micro_batches(global_batch)
     p, v = plan.pp, plan.vpp
-    tiers_r = [plan_tiers(plan, pr.gpus_per_node) for pr in profs]
+    tiers_r = [plan_tiers(plan, pr.link_domain) for pr in profs]
     arr = table_arrays(table)
     rank_chunks = [list(plan.stages_of_rank(r)) for r in range(p)]
     rank_of = {c: r for r, cs in enumerate(rank_chunks) for c in cs}

@@ -156,6 +156,16 @@ class HardwareProfile:
     fsdp_overlap: float | None = None    # ZeRO-2/3 (FSDP2) comm hidden; None: comm_overlap
     collective_slowdown: float | None = None   # None: the runtime profile's compute_slowdown
     nics_per_node: int | None = None     # None: a group across nodes runs at the per-GPU NIC share
+    # FP8 (costmodels.model.precision): peak_flops may hold "fp8" / "mxfp8" (absent: the GPU has
+    # none); the fitted FP8 matmul efficiency scale per runtime (stack) name
+    fp8_matmul_scale: tuple[tuple[str, float], ...] = ()
+    nvlink_domain_gpus: int | None = None   # GPUs one NVLink domain joins; None: gpus_per_node
+
+    @property
+    def link_domain(self) -> int:
+        """GPUs that reach each other over NVLink: the tier boundary of every group (an NVL72
+        rack's 72, an HGX node's 8); ``gpus_per_node`` stays the host's GPUs (launch, nodes)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     def group_link(self, plan, dim: str) -> LinkTier:
         """The link tier the ``dim`` group ('tp', 'dp', 'pp') of ``plan`` runs its collectives on:
@@ -217,17 +227,19 @@ class HardwareProfile:
 def _group_link(profile: HardwareProfile, placement: str, tp: int, dp: int, pp: int, zero: int,
                 dim: str) -> LinkTier:
     sizes = {"tp": tp, "dp": dp, "pp": pp}
-    name = group_tier(placement, sizes, dim, profile.gpus_per_node)
+    domain = profile.link_domain
+    name = group_tier(placement, sizes, dim, domain)
     if name == "intra_node" or profile.nics_per_node is None or sizes[dim] < 2:
         return profile.tier(name)
-    crosses = {d: group_tier(placement, sizes, d, profile.gpus_per_node) == "inter_node" and sizes[d] > 1
+    crosses = {d: group_tier(placement, sizes, d, domain) == "inter_node" and sizes[d] > 1
                for d in sizes}
     contention = 1 + {"tp": crosses["dp"] and zero == 3, "dp": crosses["tp"],
                       "pp": crosses["tp"] or (crosses["dp"] and zero == 3)}[dim]
     inter = profile.inter_node
     if dim == "pp":   # point to point: each GPU sends its own slice on its own NIC, one hop
         return LinkTier("inter_node", inter.bandwidth_bytes_per_s / contention, inter.latency_s)
-    per_node, _ = group_span(placement, sizes, dim, profile.gpus_per_node)
-    per_node = min(per_node, profile.nics_per_node)
+    per_node, _ = group_span(placement, sizes, dim, domain)
+    # the NICs of the whole NVLink domain (its hosts' NICs; one host when the domain is the node)
+    per_node = min(per_node, profile.nics_per_node * max(1, domain // profile.gpus_per_node))
     alpha, beta = two_level(sizes[dim], per_node, profile.intra_node, profile.inter_node, int(contention))
     return LinkTier("inter_node", beta, alpha, nccl_tree=True)

@@ -91,7 +91,7 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
             raise err(name, "is missing or not a table")
         return t
 
-    def figure(sect: dict[str, Any], sect_name: str, key: str, *, optional=False):
+    def figure(sect: dict[str, Any], sect_name: str, key: str, *, optional=False, range_key=None):
         full = f"{sect_name}.{key}"
         if key not in sect:
             if optional:
@@ -104,8 +104,8 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
             raise err(full + ".value", "is missing")
         if not isinstance(v.get("source"), str) or not v["source"].strip():
             raise err(full + ".source", "is missing or empty (every figure must cite where it comes from)")
-        integer = key in ("gpus_per_node", "nics_per_node")
-        x = check_range(v["value"], full + ".value", key, err, integer=integer)
+        integer = key in ("gpus_per_node", "nics_per_node", "nvlink_domain_gpus")
+        x = check_range(v["value"], full + ".value", range_key or key, err, integer=integer)
         sources[full] = v["source"]
         return int(x) if integer else x
 
@@ -145,8 +145,18 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     overlap = figure(gpu, "gpu", "comm_overlap", optional=True)
     fsdp_ov = figure(gpu, "gpu", "fsdp_overlap", optional=True)
     slowdown = figure(gpu, "gpu", "collective_slowdown", optional=True)
+    low = {k: x for k in ("fp8", "mxfp8")
+           if (x := figure(gpu, "gpu", f"peak_{k}_flops_per_s", optional=True)) is not None}
+    scales = gpu.get("fp8_matmul_scale", {})
+    if not isinstance(scales, dict):
+        raise err("gpu.fp8_matmul_scale", "must be a table of runtime name = { value = ..., source = \"...\" }")
+    fp8_scale = tuple((str(k), figure(scales, "gpu.fp8_matmul_scale", k, range_key="fp8_matmul_scale"))
+                      for k in sorted(scales))
     node = table("node")
     gpn = figure(node, "node", "gpus_per_node")
+    domain = figure(node, "node", "nvlink_domain_gpus", optional=True)
+    if domain is not None and domain % gpn:
+        raise err("node.nvlink_domain_gpus.value", f"({domain}) must be a multiple of node.gpus_per_node ({gpn})")
     tiers = []
     own, curves = collectives_section(data, err, sources)
     for tname in ("intra_node", "inter_node"):
@@ -157,10 +167,11 @@ def parse_profile(data: dict[str, Any], where: str = "<profile>") -> HardwarePro
     nics = figure(table("inter_node"), "inter_node", "nics_per_node", optional=True)
     return HardwareProfile(
         name=name, description=desc, gpu_model=model,
-        peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32},
+        peak_flops={"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32, **low},
         hbm_bytes=hbm, hbm_bandwidth_bytes_per_s=hbm_bw, memory_reserve_bytes=reserve,
         eff_flops=fl, eff_values=ev, gpus_per_node=gpn, intra_node=tiers[0], inter_node=tiers[1],
         path=where, sources=sources, elementwise_bandwidth_bytes_per_s=elem_bw,
         optimizer_bandwidth_bytes_per_s=opt_bw, attention_efficiency=attn_eff, ce_logits=ce[0],
         ce_rates=ce[1], comm_overlap=1.0 if overlap is None else overlap, fsdp_overlap=fsdp_ov,
-        nics_per_node=nics, collective_slowdown=slowdown)
+        nics_per_node=nics, collective_slowdown=slowdown, fp8_matmul_scale=fp8_scale,
+        nvlink_domain_gpus=domain)

@@ -10,7 +10,8 @@ What is checked, in order:
 
 1. the model can be cut into layer-table rows (``autopar.runtime.assemble.rows.model_rows``);
 2. ``costmodels.contracts.runnable.check_runnable``: micro-batches vs schedule, tp vs heads / kv heads /
-   ffn / sequence, pp·vpp vs rows — with the sizes of a built-in model's config;
+   ffn / sequence, pp·vpp vs rows — with the sizes of a built-in model's config; an FP8 plan
+   against this machine (``autopar.runtime.assemble.float8.check_float8``: CUDA, FP8 tensor cores, torchao);
 3. the stage split (``stage_ranges``: pinned stages end at the last row), and under ZeRO-2/3
    no parameter shared by two stages of one pipeline rank (``check_fsdp_shared``);
 4. when the plan rewrites rows (tp > 1, sequence parallel or recompute): the rewrite itself, on
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from autopar.runtime.assemble.float8 import check_float8
 from autopar.runtime.assemble.rows import Rows, model_rows
 from autopar.runtime.assemble.stages import row_inputs, stage_ranges
 from costmodels.contracts.errors import AutoparError, PlanError
@@ -58,6 +60,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     try:
         rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
+        check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"):

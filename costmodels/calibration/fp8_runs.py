@@ -1,0 +1,239 @@
+"""Published FP8 / MXFP8 training runs (``fp8_runs.csv``) as plans the cost model scores, and the
+fit of each (GPU, stack)'s one FP8 constant, ``fp8_matmul_scale``.
+
+Each row becomes an ``Fp8Run`` (the FP8 run, and where the source gives it the BF16 run of the
+same layout and release beside it, ``pair_row_id``). Rows autopar cannot express are left out
+with their reason (``skipped``): JAX stacks (MaxText, Paxml: no runtime profile), context
+parallelism (``cp > 1``: not in this branch's cost model), NVFP4.
+
+How rows become plans (a rule of this harness, stated, not fitted):
+
+* stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine); torchtitan and the
+  torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
+  fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
+* GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
+  b200-180g-sxm, GB200 → gb200-nvl72;
+* model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
+  ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
+  FLOPs); GPT-3 and MPT as ``gpt`` (tied, dropout 0);
+* plan: dp = gpus / (tp·pp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
+  parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
+  NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
+  mean of the none and full estimates (as ``open_runs`` does);
+* torchtitan with pp > 1: the published batch is the local batch; micro-batches of 1 (its
+  ``pipeline_parallel_microbatch_size`` default), vpp 2 for its Interleaved1F1B rows;
+* published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``.
+
+**Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
+paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
+of a model with weak- and strong-scaling sweeps, the weak one); every other row is a check row.
+A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from costmodels.contracts.errors import PlanError
+from costmodels.contracts.plan import Plan
+
+COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
+# (profile, stack) -> the model whose paired rows fit the scale
+CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "megatron"): "nemotron4-340b",
+               ("h100-80g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "composer"): "mpt-1b",
+               ("b200-180g-sxm", "fsdp"): "llama3-8b"}
+BORROW = {("b200-180g-sxm", "megatron"): ("gb200-nvl72", "megatron"),
+          ("h200-141g-sxm", "fsdp"): ("h100-80g-sxm", "fsdp")}
+HALF = ("selective", "per-op")
+
+
+@dataclass(frozen=True)
+class Fp8Run:
+    row_id: str
+    hardware: str
+    stack: str                 # precision.STACKS key
+    model: str
+    spec: str
+    plans: tuple[Plan, ...]    # one, or (none, full) for a partial recompute policy (averaged)
+    bf16_plans: tuple[Plan, ...]
+    gpus: int
+    global_batch: int
+    published_step_s: float | None
+    published_speedup: float | None
+    role: str                  # calibration | check
+    hbm_bytes: float | None
+    label: str
+
+
+def _f(x: str) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _hardware(gpu: str) -> tuple[str | None, float | None]:
+    if "GB200" in gpu:
+        return "gb200-nvl72", None
+    if "B200" in gpu:
+        return "b200-180g-sxm", None
+    if "H200" in gpu:
+        return "h200-141g-sxm", None
+    if "H100" in gpu:
+        for gb in ("95GB", "96GB"):
+            if gb in gpu:
+                return "h100-80g-sxm", float(gb[:2]) * 2 ** 30
+        return "h100-80g-sxm", None
+    return None, None
+
+
+def _spec(r) -> str | None:
+    m, fam = r["model"], r["family"] or ""
+    g = {k: int(float(r[k])) for k in ("layers", "hidden", "heads", "vocab", "seq") if _f(r[k])}
+    if len(g) < 5:
+        return None
+    if m.startswith("mpt") or m.startswith("gpt3"):
+        return (f"gpt:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},vocab={g['vocab']},"
+                f"seq={g['seq']},dropout=0,tied=true")
+    ffn, kv = int(float(r["ffn"])), int(float(r["kv_heads"] or g["heads"]))
+    if "nemotron" in fam or m.startswith("nemotron"):
+        ffn = 2 * ffn // 3
+    elif not m.startswith("llama"):
+        return None
+    return (f"llama:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},kv_heads={kv},"
+            f"ffn={ffn},vocab={g['vocab']},seq={g['seq']}")
+
+
+def _precision(r) -> str:
+    if r["precision"] == "mxfp8":
+        return "mxfp8"
+    return "fp8-rowwise" if "rowwise" in (r["precision_detail"] + r["row_id"]) else "fp8"
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: fp8_runs.csv missing; pass --csv")
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
+    """(the scorable FP8 runs, [(row_id, why not scorable)])."""
+    rows = read_rows(path)
+    by_id = {r["row_id"]: r for r in rows}
+    runs, skipped = [], []
+    for r in rows:
+        if r["precision"] == "bf16":
+            continue
+        why = _why_not(r)
+        if why:
+            skipped.append((r["row_id"], why))
+            continue
+        hw, hbm = _hardware(r["gpu"])
+        fw = r["framework"]
+        stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
+        runtime = COMPOSER_RUNTIME if stack == "composer" else stack
+        gpus, tp, pp = int(r["gpus"]), int(r["tp"]), int(r["pp"])
+        vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
+        dp = gpus // (tp * pp)
+        mb = int(r["micro_batch"])
+        gb = int(_f(r["global_batch"]) or dp * mb)
+        if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
+            mb = 1                       # micro-batches of pipeline_parallel_microbatch_size = 1
+        zero = 3 if r["zero"].startswith("3") else 1
+        sp = tp > 1 and r["sequence_parallel"].startswith("true")
+        rc = r["recompute"]
+        base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
+                    schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime)
+        if rc.startswith("full"):
+            bplans = (base.with_(recompute="full"),)
+        elif any(rc.startswith(h) for h in HALF) and stack != "megatron":
+            bplans = (base, base.with_(recompute="full"))
+        elif rc.startswith("selective"):
+            bplans = (base.with_(recompute="selective"),)
+        else:
+            bplans = (base,)
+        plans = tuple(p.with_(precision=_precision(r)) for p in bplans)
+        step = _f(r["step_time_s"])
+        tok = _f(r["tokens_per_s_per_gpu"])
+        seq = int(float(r["seq"]))
+        if step is None and tok:
+            step = gb * seq / (tok * gpus)
+        speed = _f(r["speedup_vs_pair"]) if r["pair_row_id"] in by_id else None
+        calib = CALIBRATION.get((hw, stack)) == r["model"] and speed is not None and "strong" not in r["row_id"]
+        runs.append(Fp8Run(r["row_id"], hw, stack, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
+                           "calibration" if calib else "check", hbm,
+                           f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
+    return runs, skipped
+
+
+def _why_not(r) -> str:
+    fw = r["framework"]
+    if "JAX" in fw:
+        return "JAX stack (MaxText / Paxml): no autopar runtime profile"
+    if int(r["cp"]) > 1:
+        return "context parallelism (cp > 1) is not in this branch's cost model"
+    if r["precision"] not in ("fp8", "mxfp8"):
+        return f"precision {r['precision']} not planned"
+    if _hardware(r["gpu"])[0] is None:
+        return "GPU without a profile"
+    if _spec(r) is None:
+        return "model shape not in the row"
+    if not _f(r["micro_batch"]):
+        return "micro-batch not published"
+    if not (_f(r["step_time_s"]) or _f(r["tokens_per_s_per_gpu"]) or _f(r["speedup_vs_pair"])):
+        return "no step time, throughput or speed-up published"
+    return ""
+
+
+def with_scale(profile, stack: str, scale: float):
+    """``profile`` with ``stack``'s FP8 matmul scale set to ``scale`` (what the fit varies)."""
+    rest = tuple((k, v) for k, v in profile.fp8_matmul_scale if k != stack)
+    return dataclasses.replace(profile, fp8_matmul_scale=rest + ((stack, scale),))
+
+
+def predict(run: Fp8Run, table_of, profile) -> dict:
+    """Predicted FP8 and BF16 step of ``run`` on ``profile`` (``table_of(spec) -> LayerTable``);
+    ``{"error": ...}`` with a reason when the plan is refused."""
+    from costmodels.model.estimate import estimate
+    if run.hbm_bytes:
+        profile = dataclasses.replace(profile, hbm_bytes=run.hbm_bytes)
+    table = table_of(run.spec)
+    try:
+        f8 = [estimate(table, profile, p, run.gpus, run.global_batch).step_time_s for p in run.plans]
+        b16 = [estimate(table, profile, p, run.gpus, run.global_batch).step_time_s for p in run.bf16_plans]
+    except PlanError as e:
+        return {"run": run, "refused": str(e)}
+    s8, s16 = sum(f8) / len(f8), sum(b16) / len(b16)
+    out = {"run": run, "fp8_s": s8, "bf16_s": s16, "speedup": s16 / s8}
+    if run.published_step_s:
+        out["error"] = s8 / run.published_step_s - 1
+    if run.published_speedup:
+        out["speedup_error"] = out["speedup"] / run.published_speedup - 1
+    return out
+
+
+def fit_scale(runs: list[Fp8Run], table_of, profile, stack: str) -> float:
+    """The scale minimising the squared log error of the predicted speed-up over ``runs``
+    (golden-section search on [0.3, 1.5])."""
+    def loss(s):
+        prof = with_scale(profile, stack, s)
+        return sum(math.log(predict(r, table_of, prof)["speedup"] / r.published_speedup) ** 2 for r in runs)
+    lo, hi = 0.3, 1.5
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(18):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = loss(b)
+    return round((lo + hi) / 2, 3)
