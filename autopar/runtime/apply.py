@@ -76,7 +76,9 @@ from autopar.runtime.checkpoints.gather import full_state_dict
 from autopar.runtime.faults import dist as adist
 from autopar.runtime.faults import liveness
 from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
+from autopar.runtime.faults.sync_groups import shard_peers, sync_group
 from autopar.runtime.step.clipping import clip_grad_norm_
+from autopar.runtime.step.context import context_slice
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.contracts.errors import PlanError
@@ -159,6 +161,7 @@ class Runner:
         self.device = adist.device_for_backend()
         self.rank = lay.rank
         self.dp_rank, self.dp_size = lay.dp_rank, plan.dp
+        self.cp_rank, self.cp_size = lay.cp_rank, plan.cp
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
 
@@ -181,8 +184,8 @@ class Runner:
         users = pipeline_users(row_keys, self.stages_rows, plan)
         tied_sets = sorted({tuple(sorted(r)) for r in users.values() if len(r) > 1})
         if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
-            extra = [[lay.rank_at(pp=r, dp=d, tp=t) for r in s] for s in tied_sets
-                     for d in range(plan.dp) for t in range(plan.tp)]
+            extra = [[lay.rank_at(pp=r, dp=d, tp=t, cp=c) for r in s] for s in tied_sets
+                     for d in range(plan.dp) for c in range(plan.cp) for t in range(plan.tp)]
             adist.create_groups(plan, lay.ranks, extra)
 
         # this rank's stage modules (rows rewritten for tp / sp / recompute), one Parameter per
@@ -217,9 +220,9 @@ class Runner:
     def parameters(self) -> list[nn.Parameter]:
         """This rank's parameters for the user's optimizer (ZeRO-1: only those it owns; ZeRO-2/3:
         FSDP2's sharded DTensor parameters)."""
-        if self.plan.zero == 1 and self.plan.dp > 1:
+        if self.plan.zero == 1 and self.plan.dp * self.plan.cp > 1:
             if self._zero1 is None:
-                self._zero1 = Zero1(self._all_params(), self.dp_rank, self.plan.dp, self.layout)
+                self._zero1 = Zero1(self._all_params(), shard_peers(self.layout, self.plan), self.layout)
             return list(self._zero1.owned)
         return self._all_params()
 
@@ -253,6 +256,8 @@ class Runner:
         inputs = tuple(t.to(self.device) for t in inputs)
         if targets is not None:
             targets = targets.to(self.device)
+        if plan.cp > 1:   # this cp rank's tokens, load-balanced (autopar.runtime.step.context)
+            inputs, targets = context_slice(inputs, targets, plan.cp, self.cp_rank)
         batch = inputs[0].size(0)
         if batch % plan.micro_batch_size:
             raise PlanError(f"this dp rank's batch of {batch} samples is not divisible by plan "
@@ -272,14 +277,14 @@ class Runner:
             local = run_pipeline(self._schedules[n_micro], inputs, targets,
                                  self.first_virtual in self.virtual, self.last_virtual in self.virtual)
             if reduces_after_step(plan):   # a split-backward schedule without DDP (why: there)
-                all_reduce_grads(self._raw, self.layout, plan.dp)
+                all_reduce_grads(self._raw, self.layout, plan.dp * plan.cp)
             all_reduce_tied(self._raw, self._tied)
         t = torch.tensor([local], dtype=torch.float64, device=self.device)
         if plan.pp > 1:
             dist.all_reduce(t, group=self.layout.group("pp"))
-        if plan.dp > 1:
-            dist.all_reduce(t, group=self.layout.group("dp"))
-            t /= plan.dp
+        if plan.dp * plan.cp > 1:   # each cp rank's loss is the mean over its tokens
+            dist.all_reduce(t, group=sync_group(self.layout))
+            t /= plan.dp * plan.cp
         return float(t.item())
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
@@ -332,6 +337,6 @@ class Runner:
         return total
 
     def __repr__(self) -> str:
-        return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, "
+        return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, cp={self.cp_rank}/{self.cp_size}, "
                 f"tp={self.tp_rank}/{self.tp_size}, pp={self.pp_rank}/{self.pp_size}, "
                 f"virtual_stages={self.virtual}, rows={[self.stages_rows[v] for v in self.virtual]})")
