@@ -152,6 +152,7 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
                         row.to("meta")   # the full row: only this rank's shard is kept
             if fsdp and rows.kinds[i] == "block":
                 from torch.distributed.fsdp import fully_shard
+
                 from autopar.runtime.step.data_parallel import fsdp_mesh
                 fully_shard(r, mesh=fsdp_mesh(layout, plan, (device or torch.device("cpu")).type),
                             reshard_after_forward=plan.zero == 3)
