@@ -32,13 +32,16 @@ import torch.distributed as dist
 import torch.nn as nn
 
 
+_arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
+
+
 def load_balanced_positions(t_local: int, cp: int, rank: int, device=None) -> torch.Tensor:
     """Global positions of the ``t_local`` tokens cp rank ``rank`` holds: chunk ``rank`` then
     chunk ``2·cp − 1 − rank`` of the ``2·cp`` equal chunks of a sequence of ``t_local·cp``."""
     t_local = int(t_local)
     c = t_local // 2
-    a = torch.arange(rank * c, (rank + 1) * c, device=device)
-    b = torch.arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, device=device)
+    a = _arange(rank * c, (rank + 1) * c, device=device)
+    b = _arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, device=device)
     return torch.cat([a, b])
 
 

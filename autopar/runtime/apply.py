@@ -78,7 +78,7 @@ from autopar.runtime.faults import liveness
 from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
 from autopar.runtime.faults.sync_groups import shard_peers, sync_group
 from autopar.runtime.step.clipping import clip_grad_norm_
-from autopar.runtime.step.context import context_slice
+from autopar.runtime.step.context import context_slice, local_example, rows_for_cp_rank
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.contracts.errors import PlanError
@@ -132,6 +132,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
         ready = check_before_launch(model, plan, num_micro_batches=m, spec=spec, seq=seq,
                                     table=table, example_inputs=example_inputs,
                                     probe=not dist.is_initialized())
+        example_inputs = local_example(example_inputs, plan)   # cp: the S / cp tokens a rank runs
         if group is None or timeout_s is not None:
             adist.ensure_initialized(plan.world_size, timeout_s)
         if not dist.is_initialized():
@@ -165,7 +166,7 @@ class Runner:
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
 
-        rows = ready.rows
+        rows = rows_for_cp_rank(model, ready.rows, example_inputs, plan, lay.cp_rank)
         self._keys, row_keys = row_state_keys(model, rows)
         self._shapes = {k: tuple(t.shape) for k, t in model.state_dict(keep_vars=True).items()}
         self._aliases = {k: ks[0] for names in row_keys for ks in names.values() for k in ks[1:]}

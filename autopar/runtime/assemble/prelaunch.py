@@ -56,6 +56,9 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time)."""
     try:
+        if getattr(plan, "cp", 1) > 1:   # rows run on S / cp tokens (autopar.runtime.step.context)
+            from autopar.runtime.step.context import local_example
+            example_inputs = local_example(example_inputs, plan)
         rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))

@@ -11,7 +11,13 @@ losses and the average of their gradients (over the dp·cp sync group,
 """
 from __future__ import annotations
 
-from autopar.rewrite.cp_attention import sequence_slice
+import contextlib
+import sys
+
+import torch
+import torch.fx
+
+from autopar.rewrite.cp_attention import cp_positions, sequence_slice
 from costmodels.contracts.errors import PlanError
 
 
@@ -29,3 +35,59 @@ def context_slice(inputs: tuple, targets, cp: int, cp_rank: int):
         return t
 
     return tuple(cut(t) for t in inputs), cut(targets)
+
+
+def local_example(example_inputs, plan):
+    """One micro-batch's example inputs as a cp rank sees them (``S / cp`` tokens): what a model
+    cut into rows by tracing (transformers models: sizes become literals) is traced on, so its
+    rows run on the local tokens. Unchanged for cp = 1 or without example inputs."""
+    if example_inputs is None or getattr(plan, "cp", 1) <= 1:
+        return example_inputs
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if inputs[0].device.type == "meta":   # shapes only: any cp rank's slice has the same shape
+        seq = inputs[0].size(1)
+        return tuple(t[:, : seq // plan.cp] if t.dim() >= 2 and t.size(1) == seq else t for t in inputs)
+    return context_slice(inputs, None, plan.cp, 0)[0]
+
+
+# transformers' mask builders index tensors with their aranges (the mask they build is not read
+# under cp: the attention that would read it is replaced)
+_MASK_BUILDERS = ("masking_utils.py", "modeling_attn_mask_utils.py")
+
+
+@contextlib.contextmanager
+def global_positions(t_local: int, cp: int, rank: int):
+    """While a model is cut into rows by tracing it on ``t_local`` tokens (transformers models),
+    ``torch.arange(t_local)`` / ``arange(0, t_local)`` — the position ids, ``cache_position`` —
+    gives this cp rank's global positions, so what the trace folds into constants from them
+    (rotary ``cos`` / ``sin`` tables) is this rank's rows of the tables. Aranges called from
+    transformers' mask builders are left alone (``_MASK_BUILDERS``)."""
+    real = torch.arange
+
+    def arange(*args, **kwargs):
+        ends = [a for a in args if not isinstance(a, torch.Tensor)]
+        plain = (len(args) == 1 or (len(args) == 2 and args[0] == 0)) and not kwargs.get("step") \
+            and "end" not in kwargs and "start" not in kwargs and len(ends) == len(args)
+        caller = sys._getframe(1).f_code.co_filename
+        if plain and isinstance(args[-1], int) and args[-1] == t_local and not caller.endswith(_MASK_BUILDERS):
+            return cp_positions(t_local, cp, rank, device=kwargs.get("device"), dtype=kwargs.get("dtype"))
+        return real(*args, **kwargs)
+
+    torch.arange = arange
+    try:
+        yield
+    finally:
+        torch.arange = real
+
+
+def rows_for_cp_rank(model, rows, example_inputs, plan, cp_rank: int):
+    """This cp rank's rows: built-in models' rows as they are (their graphs are rewritten,
+    ``autopar.rewrite.context_parallel``); a model cut by tracing is cut again with its position
+    ids at this rank's global positions (``global_positions``)."""
+    from autopar.runtime.assemble.rows import model_rows
+    if plan.cp <= 1 or example_inputs is None or not any(
+            isinstance(m, torch.fx.GraphModule) for m in rows.modules):
+        return rows
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    with global_positions(inputs[0].size(1), plan.cp, cp_rank):
+        return model_rows(model, inputs)
