@@ -31,7 +31,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
 
 
