@@ -41,6 +41,11 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
   With pp > 1 torch's ``PipelineStage`` decides when DDP reduces (``no_sync`` for every
   micro-batch but the last, whose backward overlaps the bucketed all-reduce, every schedule);
   ``data_parallel.wrap_dp`` says why DDP's own forward must not prepare the reducer then.
+* **Context parallel / HSDP**: with ``cp > 1`` each rank runs chunks ``i`` and ``2·cp−1−i`` of
+  every sequence (``step.context``), its rows' attention, position ids and rotary tables
+  rewritten (``autopar.rewrite.context_parallel``); gradients are averaged and ZeRO shards over
+  the dp·cp ranks; ``dp_shard`` (HSDP) gives FSDP2 a (replicate, shard) mesh and ZeRO-1 a
+  shard group (``faults.sync_groups``).
 * **Failures**: plan-vs-model checks run before any process group (``prelaunch``); a rank that
   dies or freezes becomes one ``PeerLostError`` line naming it (``failures``, ``liveness``).
 

@@ -132,7 +132,6 @@ def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
     for dim in ("tp", "dp", "pp"):
         along(dim)
     if plan.cp > 1 or getattr(plan, "dp_shard", None):   # context parallel / HSDP groups
-        from autopar.runtime.faults.sync_groups import sync_rank_sets
         for t in sync_rank_sets(plan, ranks, coords):
             if len(t) > 1 and t not in out:
                 out.append(t)
@@ -141,6 +140,37 @@ def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
     if tuple(sorted(ranks)) not in out:  # the whole plan (size 1 too: a runner's own group)
         out.append(tuple(sorted(ranks)))
     return out
+
+
+def coord_to_sync(plan, c) -> tuple[int, int]:
+    """(replica index, index inside the shard group) of coordinates ``c``."""
+    shard = plan.shard_size
+    d = c.get("dp", 0)
+    return d // shard, (d % shard) * plan.cp + c.get("cp", 0)
+
+
+def sync_rank_sets(plan, ranks, coords) -> list[tuple[int, ...]]:
+    """Rank sets of the cp groups, the dp·cp sync groups and (HSDP) the shard and replicate
+    groups, for the rank list ``ranks`` whose coordinates are ``coords``."""
+    out: list[tuple[int, ...]] = []
+
+    def add(key_of):
+        groups: dict[tuple, list[int]] = {}
+        for r, c in zip(ranks, coords):
+            groups.setdefault(key_of(c), []).append(r)
+        for g in groups.values():
+            t = tuple(sorted(g))
+            if len(t) > 1 and t not in out:
+                out.append(t)
+
+    fixed = ("tp", "pp")
+    add(lambda c: tuple(c[d] for d in fixed) + (c["dp"],))            # cp group
+    add(lambda c: tuple(c[d] for d in fixed))                           # dp·cp sync group
+    if plan.dp_shard:
+        add(lambda c: tuple(c[d] for d in fixed) + (coord_to_sync(plan, c)[0],))  # shard group
+        add(lambda c: tuple(c[d] for d in fixed) + (coord_to_sync(plan, c)[1],))  # replicas
+    return out
+
 
 
 @dataclass

@@ -14,45 +14,16 @@ with the same shard index and cp coordinate. FSDP2 gets the 2-D mesh (replicate,
 (``sync_mesh``): reduce-scatter inside the shard group, all-reduce across replicas.
 
 Everything here is a pure function of the plan and the rank list, so every rank creates the
-same groups in the same order (``dist.create_groups`` calls ``sync_rank_sets``).
+same groups in the same order (``dist.create_groups`` calls ``dist.sync_rank_sets``).
 """
 from __future__ import annotations
 
 import torch
 
 from autopar.runtime.faults import dist as adist
+from autopar.runtime.faults.dist import coord_to_sync as _coord_to_sync
 
 _MESHES: dict[tuple, object] = {}
-
-
-def _coord_to_sync(plan, c) -> tuple[int, int]:
-    """(replica index, index inside the shard group) of coordinates ``c``."""
-    shard = plan.shard_size
-    d = c.get("dp", 0)
-    return d // shard, (d % shard) * plan.cp + c.get("cp", 0)
-
-
-def sync_rank_sets(plan, ranks, coords) -> list[tuple[int, ...]]:
-    """Rank sets of the cp groups, the dp·cp sync groups and (HSDP) the shard and replicate
-    groups, for the rank list ``ranks`` whose coordinates are ``coords``."""
-    out: list[tuple[int, ...]] = []
-
-    def add(key_of):
-        groups: dict[tuple, list[int]] = {}
-        for r, c in zip(ranks, coords):
-            groups.setdefault(key_of(c), []).append(r)
-        for g in groups.values():
-            t = tuple(sorted(g))
-            if len(t) > 1 and t not in out:
-                out.append(t)
-
-    fixed = ("tp", "pp")
-    add(lambda c: tuple(c[d] for d in fixed) + (c["dp"],))            # cp group
-    add(lambda c: tuple(c[d] for d in fixed))                           # dp·cp sync group
-    if plan.dp_shard:
-        add(lambda c: tuple(c[d] for d in fixed) + (_coord_to_sync(plan, c)[0],))  # shard group
-        add(lambda c: tuple(c[d] for d in fixed) + (_coord_to_sync(plan, c)[1],))  # replicas
-    return out
 
 
 def sync_peers(layout) -> list[int]:
