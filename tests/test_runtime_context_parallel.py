@@ -2,7 +2,8 @@
 
 One world of 4 gloo processes (``autopar.runtime.verify.sweep.run``) runs cp2, cp2·tp2, cp2·pp2,
 cp2·dp2 with ZeRO-3 and HSDP 2×2 (dp 4 = 2 replicas × 2 shards, ZeRO-3) on autopar's built-in
-gpt (tied head) and llama (GQA, rotary) and on a transformers Llama (tests/fixtures/zoo.py):
+gpt (tied head) and llama (GQA, rotary) and on a transformers Llama (tests/fixtures/zoo.py),
+plus cp2·tp2 on the torchtitan-shaped Llama (its rotary table sliced from a buffer in forward):
 losses of 3 SGD steps within 1e-5 relative and every parameter within 1e-4 of the serial model.
 Beside it, without processes: the load-balanced chunk order, the groups, and the one-line
 refusals (a block without attention, a sequence 2·cp does not divide).
@@ -28,6 +29,7 @@ MUST_SHOW = [(dict(cp=2), 2), (dict(cp=2, tp=2), 1), (dict(cp=2, pp=2), 2),
              (dict(cp=2, dp=2, zero=3), 1), (dict(dp=4, dp_shard=2, zero=3), 1)]
 MODELS = ("gpt", "llama", "hf_llama")
 CASES = [sweep.SweepCase(m, tuple(sorted(p.items())), mb) for m in MODELS for p, mb in MUST_SHOW]
+CASES.append(sweep.SweepCase("titan_llama", (("cp", 2), ("tp", 2)), 1))   # table[:T, 0] rotary slices
 
 
 @pytest.fixture(scope="module")

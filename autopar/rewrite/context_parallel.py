@@ -69,11 +69,13 @@ def _positions(gm: fx.GraphModule, cp: int, rank: int) -> None:
         elif (n.op == "call_function" and n.target is operator.getitem
               and isinstance(n.args[0], fx.Node) and n.args[0].op == "get_attr"
               and n.args[0].target in buffers):
-            stop = _prefix_stop(n.args[1])
+            stop, rest = _prefix_stop(n.args[1])
             if stop is None:
                 continue
             with gm.graph.inserting_before(n):
                 new = gm.graph.call_function(cp_select_rows, (n.args[0], stop, cp, rank))
+                if rest:   # table[:T, 0] -> rows[:, 0]
+                    new = gm.graph.call_function(operator.getitem, (new, (slice(None), *rest)))
             n.replace_all_uses_with(new)
             gm.graph.erase_node(n)
 
@@ -91,14 +93,13 @@ def _arange_end(n: fx.Node):
 
 
 def _prefix_stop(index):
-    """``stop`` of an index ``[:stop]`` or ``[:stop, ...]`` on dim 0, else None."""
+    """(``stop``, the other indices) of an index ``[:stop]`` or ``[:stop, …]`` on dim 0, else
+    (None, ())."""
     first = index[0] if isinstance(index, tuple) and index else index
     if isinstance(first, slice) and first.start in (None, 0) and first.step in (None, 1) \
             and first.stop is not None:
-        rest = index[1:] if isinstance(index, tuple) else ()
-        if all(r is Ellipsis or r == slice(None) for r in rest):
-            return first.stop
-    return None
+        return first.stop, tuple(index[1:]) if isinstance(index, tuple) else ()
+    return None, ()
 
 
 def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:

@@ -83,7 +83,12 @@ from autopar.runtime.faults import liveness
 from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
 from autopar.runtime.faults.sync_groups import shard_peers, sync_group
 from autopar.runtime.step.clipping import clip_grad_norm_
-from autopar.runtime.step.context import context_slice, local_example, rows_for_cp_rank
+from autopar.runtime.step.context import (
+    check_position_constants,
+    context_slice,
+    local_example,
+    rows_for_cp_rank,
+)
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.contracts.errors import PlanError
@@ -200,6 +205,9 @@ class Runner:
                                          example_inputs, plan, self.tp_rank, lay, filler=filler,
                                          device=self.device)
         self.materialized = self._local.stats
+        if plan.cp > 1 and rows is not ready.rows:   # a traced model re-cut for this cp rank
+            with alike_on_every_rank():
+                check_position_constants(self._local.modules, ready.rows, self._example_tokens(example_inputs))
         self._tied = tie_parameters(self._local, users, lay)
         self._state_hooks = state_hooks.capture(model)   # re-applied by full_state_dict
         self._raw = self._local.modules
@@ -221,6 +229,11 @@ class Runner:
             pp_group = lay.group("pp")
             self._pipe_stages = [PipelineStage(w, v, n_virtual, self.device, group=pp_group)
                                  for w, v in zip(self._wrapped, self.virtual)]
+
+    @staticmethod
+    def _example_tokens(example_inputs) -> int:
+        first = example_inputs[0] if isinstance(example_inputs, (tuple, list)) else example_inputs
+        return int(first.size(1))
 
     # ---- public API -------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:

@@ -18,6 +18,9 @@ Each rule is one function raising ``PlanError`` that names the plan field and th
 * ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
   (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
   divides the sequence length.
+* ``check_context_parallel(plan, dims)`` — ``2·cp`` divides the sequence (each sequence is cut
+  into ``2·cp`` chunks for causal load balance); with sequence parallel, tp divides ``seq / cp``.
+  (cp needs nothing of the heads beyond what tp needs: the runtime all-gathers K and V.)
 * ``costmodels.contracts.split.check_stage_rows`` (owned there, shared with the cost model) — ``pp·vpp``
   virtual stages over at most ``rows`` rows, pinned ``stages`` ending at the last row.
 

@@ -91,3 +91,39 @@ def rows_for_cp_rank(model, rows, example_inputs, plan, cp_rank: int):
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     with global_positions(inputs[0].size(1), plan.cp, cp_rank):
         return model_rows(model, inputs)
+
+
+def check_position_constants(stage_modules, cut_rows, t_local: int) -> None:
+    """Refuse (one line) a traced model whose rewritten rows still read a constant the trace
+    folded from the local token count that is *not* this rank's: a position table the model
+    slices from a buffer in its forward (``freqs_cis[:T]``, torchtitan's way) rather than
+    computing from ``torch.arange``. ``cut_rows``: the rows cut with positions ``0 … T−1``;
+    a constant equal there and here, with a dim of ``t_local``, did not follow the positions."""
+    if cut_rows is None:
+        return
+    for stage in stage_modules:
+        for gm in stage.modules():
+            if not isinstance(gm, torch.fx.GraphModule):
+                continue
+            for n in gm.graph.nodes:
+                if n.op != "get_attr" or "_tensor_constant" not in n.target:
+                    continue
+                mine = _attr(gm, n.target)
+                theirs = next((t for m in cut_rows.modules if (t := _attr(m, n.target)) is not None), None)
+                if (isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor)
+                        and not mine.is_meta and mine.shape == theirs.shape and t_local in mine.shape
+                        and torch.equal(mine, theirs.to(mine.device))):
+                    raise PlanError(f"context parallel: a block of this model reads a tensor its forward "
+                                    f"computes from the first {t_local} positions without torch.arange "
+                                    f"('{n.target}', e.g. a rotary table sliced from a buffer), which cannot "
+                                    "follow the sequence chunks a cp rank holds; compute it from "
+                                    "torch.arange(seq) positions, or use cp=1")
+
+
+def _attr(module, target: str):
+    obj = module
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
