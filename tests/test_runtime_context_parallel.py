@@ -96,3 +96,14 @@ def test_a_sequence_two_cp_does_not_divide_is_refused_before_launch():
     from autopar.runtime.verify.serial import verify
     with pytest.raises(PlanError, match="2·cp = 8"):
         verify("gpt:layers=1,hidden=16,heads=2,vocab=32,seq=12", Plan(cp=4), steps=1)
+
+
+@pytest.mark.parametrize("attention", ["math", "flash"])
+def test_attention_dropout_is_refused_under_cp(attention):
+    from autopar.models import load_model
+    from autopar.rewrite import FakeGroup, rewrite_row
+    block = load_model("gpt:layers=1,hidden=16,heads=2,vocab=32,seq=8,dropout=0.1").build(
+        "cpu", seed=0, attention=attention).blocks[0]
+    with pytest.raises(PlanError, match="attention dropout p=0.1"):
+        rewrite_row(block, kind="block", tp_rank=0, tp_size=1, tp_group=None, sequence_parallel=False,
+                    recompute="none", context_parallel=dict(cp=2, rank=0, group=FakeGroup(0, 2), name="blocks.0"))

@@ -113,6 +113,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
             q, k, v = (list(n.args) + [n.kwargs.get(x) for x in ("query", "key", "value")])[:3]
             causal = bool(n.kwargs.get("is_causal", n.args[5] if len(n.args) > 5 else False))
             causal = causal or n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None) is not None
+            _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found)
             found += 1
         elif is_softmax(gm, n):
@@ -122,6 +123,12 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
                 continue
             between, _ = walk([m1], lambda x, n=n: [u for u in x.users if order.get(u, 1 << 30) < order[n]])
             scale, causal = _scores(gm, between, m1)
+            after, _ = walk([n], lambda x, m2=m2: [u for u in x.users if order.get(u, 1 << 30) < order[m2]])
+            for x in after:
+                if x.op == "call_module" and isinstance(gm.get_submodule(x.target), torch.nn.Dropout):
+                    _no_dropout(gm.get_submodule(x.target).p)
+                elif x.op == "call_function" and x.target is F.dropout:
+                    _no_dropout(x.kwargs.get("p", x.args[1] if len(x.args) > 1 else 0.5))
             q, kt, v = m1.args[0], m1.args[1], m2.args[1]
             if isinstance(kt, fx.Node) and _is_transpose(kt):
                 k = kt.args[0]
@@ -133,6 +140,14 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
     g.eliminate_dead_code(is_impure_node=lambda x: x.is_impure()
                           or (x.op == "call_module" and hasattr(gm.get_submodule(x.target), "group")))
     return found
+
+
+def _no_dropout(p) -> None:
+    """Attention dropout is not run by the cp attention: a non-zero probability is refused."""
+    if isinstance(p, (int, float)) and p > 0:
+        raise PlanError(f"context parallel: attention dropout p={p} is not supported under cp "
+                        "(the all-gather attention runs without it); set the attention dropout to 0 "
+                        "or use cp=1")
 
 
 def _is_transpose(n: fx.Node) -> bool:
