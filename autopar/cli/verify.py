@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--index", type=int_arg(low=0, high=10 ** 6), default=0,
                    help="which plan of a plans file (default 0)")
     p.add_argument("--steps", type=int_arg(high=100_000), default=5, help="optimizer steps (default 5)")
-    p.add_argument("--nproc", type=int_arg(high=1024), default=None, help="ranks to spawn (default dp·tp·pp)")
+    p.add_argument("--nproc", type=int_arg(high=1024), default=None, help="ranks to spawn (default dp·cp·tp·pp)")
     p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
                    help="samples per step (default: the plans file's global_batch, else "
                         "dp·micro_batch_size·(2·pp, or 2 when pp=1))")

@@ -42,13 +42,22 @@ def _is_sdpa(n):
     return n.op == "call_function" and n.target is F.scaled_dot_product_attention
 
 
+def _is_cp_attention(gm, n):
+    """The context-parallel attention (``autopar.rewrite.cp_attention``): checkpointed whole,
+    its all-gather of K/V run again in backward."""
+    if n.op != "call_module":
+        return False
+    from autopar.rewrite.cp_attention import ContextParallelAttention
+    return isinstance(gm.get_submodule(n.target), ContextParallelAttention)
+
+
 def selective(gm: fx.GraphModule) -> int:
     """Checkpoint each attention core in place; returns how many were found."""
     g = gm.graph
     order = {n: i for i, n in enumerate(g.nodes)}
     cores = []
     for n in list(g.nodes):
-        if _is_sdpa(n):
+        if _is_sdpa(n) or _is_cp_attention(gm, n):
             cores.append(([n], n))
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)

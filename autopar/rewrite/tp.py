@@ -133,9 +133,11 @@ class _Rewriter(ParallelNodes, GenericNodes):
 # ---- entry point -----------------------------------------------------------------------------------
 
 def rewrite_row(module: nn.Module, *, kind: str, tp_rank: int, tp_size: int, tp_group,
-                sequence_parallel: bool, recompute: str, example_input=None) -> fx.GraphModule:
+                sequence_parallel: bool, recompute: str, example_input=None,
+                context_parallel=None) -> fx.GraphModule:
     """This rank's shard of one layer-table row as a torch.fx GraphModule (see docs/CONTRACTS.md,
-    "Rewrite API")."""
+    "Rewrite API"). ``context_parallel``: ``autopar.rewrite.context_parallel.CPRow`` (cp > 1),
+    applied after the tensor-parallel pass and before recompute."""
     if kind not in KINDS:
         raise PlanError(f"rewrite_row: kind={kind!r} is not one of {list(KINDS)}")
     if recompute not in RECOMPUTE:
@@ -161,4 +163,7 @@ def rewrite_row(module: nn.Module, *, kind: str, tp_rank: int, tp_size: int, tp_
                                  for r, cols in lay.rows.items()},
                        "collectives": rw.coll_log,
                        "vocab_parallel": vocab.target if vocab is not None else None}
+    if context_parallel is not None:
+        from autopar.rewrite.context_parallel import apply_context_parallel
+        gm = apply_context_parallel(gm, kind=kind, **context_parallel)
     return apply_recompute(gm, recompute)

@@ -41,6 +41,11 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
   With pp > 1 torch's ``PipelineStage`` decides when DDP reduces (``no_sync`` for every
   micro-batch but the last, whose backward overlaps the bucketed all-reduce, every schedule);
   ``data_parallel.wrap_dp`` says why DDP's own forward must not prepare the reducer then.
+* **Context parallel / HSDP**: with ``cp > 1`` each rank runs chunks ``i`` and ``2·cp−1−i`` of
+  every sequence (``step.context``), its rows' attention, position ids and rotary tables
+  rewritten (``autopar.rewrite.context_parallel``); gradients are averaged and ZeRO shards over
+  the dp·cp ranks; ``dp_shard`` (HSDP) gives FSDP2 a (replicate, shard) mesh and ZeRO-1 a
+  shard group (``faults.sync_groups``).
 * **Failures**: plan-vs-model checks run before any process group (``prelaunch``); a rank that
   dies or freezes becomes one ``PeerLostError`` line naming it (``failures``, ``liveness``).
 
@@ -77,7 +82,14 @@ from autopar.runtime.checkpoints.gather import full_state_dict
 from autopar.runtime.faults import dist as adist
 from autopar.runtime.faults import liveness
 from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
+from autopar.runtime.faults.sync_groups import shard_peers, sync_group
 from autopar.runtime.step.clipping import clip_grad_norm_
+from autopar.runtime.step.context import (
+    check_position_constants,
+    context_slice,
+    local_example,
+    rows_for_cp_rank,
+)
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from costmodels.contracts.errors import PlanError
@@ -131,6 +143,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
         ready = check_before_launch(model, plan, num_micro_batches=m, spec=spec, seq=seq,
                                     table=table, example_inputs=example_inputs,
                                     probe=not dist.is_initialized())
+        example_inputs = local_example(example_inputs, plan)   # cp: the S / cp tokens a rank runs
         if group is None or timeout_s is not None:
             adist.ensure_initialized(plan.world_size, timeout_s)
         if not dist.is_initialized():
@@ -160,10 +173,11 @@ class Runner:
         self.device = adist.device_for_backend()
         self.rank = lay.rank
         self.dp_rank, self.dp_size = lay.dp_rank, plan.dp
+        self.cp_rank, self.cp_size = lay.cp_rank, plan.cp
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
 
-        rows = ready.rows
+        rows = rows_for_cp_rank(model, ready.rows, example_inputs, plan, lay.cp_rank)
         self._keys, row_keys = row_state_keys(model, rows)
         self._shapes = {k: tuple(t.shape) for k, t in model.state_dict(keep_vars=True).items()}
         self._aliases = {k: ks[0] for names in row_keys for ks in names.values() for k in ks[1:]}
@@ -182,8 +196,8 @@ class Runner:
         users = pipeline_users(row_keys, self.stages_rows, plan)
         tied_sets = sorted({tuple(sorted(r)) for r in users.values() if len(r) > 1})
         if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
-            extra = [[lay.rank_at(pp=r, dp=d, tp=t) for r in s] for s in tied_sets
-                     for d in range(plan.dp) for t in range(plan.tp)]
+            extra = [[lay.rank_at(pp=r, dp=d, tp=t, cp=c) for r in s] for s in tied_sets
+                     for d in range(plan.dp) for c in range(plan.cp) for t in range(plan.tp)]
             adist.create_groups(plan, lay.ranks, extra)
 
         # this rank's stage modules (rows rewritten for tp / sp / recompute), one Parameter per
@@ -192,6 +206,9 @@ class Runner:
                                          example_inputs, plan, self.tp_rank, lay, filler=filler,
                                          device=self.device)
         self.materialized = self._local.stats
+        if plan.cp > 1 and rows is not ready.rows:   # a traced model re-cut for this cp rank
+            with alike_on_every_rank():
+                check_position_constants(self._local.modules, ready.rows, self._example_tokens(example_inputs))
         self._tied = tie_parameters(self._local, users, lay)
         self._state_hooks = state_hooks.capture(model)   # re-applied by full_state_dict
         self._raw = self._local.modules
@@ -215,13 +232,18 @@ class Runner:
             self._pipe_stages = [PipelineStage(w, v, n_virtual, self.device, group=pp_group)
                                  for w, v in zip(self._wrapped, self.virtual)]
 
+    @staticmethod
+    def _example_tokens(example_inputs) -> int:
+        first = example_inputs[0] if isinstance(example_inputs, (tuple, list)) else example_inputs
+        return int(first.size(1))
+
     # ---- public API -------------------------------------------------------------------
     def parameters(self) -> list[nn.Parameter]:
         """This rank's parameters for the user's optimizer (ZeRO-1: only those it owns; ZeRO-2/3:
         FSDP2's sharded DTensor parameters)."""
-        if self.plan.zero == 1 and self.plan.dp > 1:
+        if self.plan.zero == 1 and self.plan.dp * self.plan.cp > 1:
             if self._zero1 is None:
-                self._zero1 = Zero1(self._all_params(), self.dp_rank, self.plan.dp, self.layout)
+                self._zero1 = Zero1(self._all_params(), shard_peers(self.layout, self.plan), self.layout)
             return list(self._zero1.owned)
         return self._all_params()
 
@@ -257,6 +279,8 @@ class Runner:
         inputs = tuple(t.to(self.device) for t in inputs)
         if targets is not None:
             targets = targets.to(self.device)
+        if plan.cp > 1:   # this cp rank's tokens, load-balanced (autopar.runtime.step.context)
+            inputs, targets = context_slice(inputs, targets, plan.cp, self.cp_rank)
         batch = inputs[0].size(0)
         if batch % plan.micro_batch_size:
             raise PlanError(f"this dp rank's batch of {batch} samples is not divisible by plan "
@@ -276,14 +300,14 @@ class Runner:
             local = run_pipeline(self._schedules[n_micro], inputs, targets,
                                  self.first_virtual in self.virtual, self.last_virtual in self.virtual)
             if reduces_after_step(plan):   # a split-backward schedule without DDP (why: there)
-                all_reduce_grads(self._raw, self.layout, plan.dp)
+                all_reduce_grads(self._raw, self.layout, plan.dp * plan.cp)
             all_reduce_tied(self._raw, self._tied)
         t = torch.tensor([local], dtype=torch.float64, device=self.device)
         if plan.pp > 1:
             dist.all_reduce(t, group=self.layout.group("pp"))
-        if plan.dp > 1:
-            dist.all_reduce(t, group=self.layout.group("dp"))
-            t /= plan.dp
+        if plan.dp * plan.cp > 1:   # each cp rank's loss is the mean over its tokens
+            dist.all_reduce(t, group=sync_group(self.layout))
+            t /= plan.dp * plan.cp
         return float(t.item())
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
@@ -336,6 +360,6 @@ class Runner:
         return total
 
     def __repr__(self) -> str:
-        return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, "
+        return (f"Runner(rank={self.rank}, dp={self.dp_rank}/{self.dp_size}, cp={self.cp_rank}/{self.cp_size}, "
                 f"tp={self.tp_rank}/{self.tp_size}, pp={self.pp_rank}/{self.pp_size}, "
                 f"virtual_stages={self.virtual}, rows={[self.stages_rows[v] for v in self.virtual]})")

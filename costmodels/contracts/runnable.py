@@ -18,6 +18,9 @@ Each rule is one function raising ``PlanError`` that names the plan field and th
 * ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
   (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
   divides the sequence length.
+* ``check_context_parallel(plan, dims)`` — ``2·cp`` divides the sequence (each sequence is cut
+  into ``2·cp`` chunks for causal load balance); with sequence parallel, tp divides ``seq / cp``.
+  (cp needs nothing of the heads beyond what tp needs: the runtime all-gathers K and V.)
 * ``costmodels.contracts.split.check_stage_rows`` (owned there, shared with the cost model) — ``pp·vpp``
   virtual stages over at most ``rows`` rows, pinned ``stages`` ending at the last row.
 
@@ -71,6 +74,7 @@ def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int |
     if num_micro_batches is not None:
         check_schedule(plan, num_micro_batches)
     check_tensor_parallel(plan, dims)
+    check_context_parallel(plan, dims)
     if dims.rows is not None:
         check_stage_rows(plan, dims.rows)
 
@@ -88,15 +92,26 @@ def check_axes_implemented(plan) -> None:
     """The plan fields that exist in the contract but that neither the cost model nor the
     runtime handles yet, refused in one line (``estimate`` and ``check_runnable`` both call it).
     Each axis's line goes when the axis is priced and run."""
-    not_yet = [("cp", plan.cp > 1, "context parallelism", "cp=1"),
-               ("ep", plan.ep > 1, "expert parallelism", "ep=1"),
-               ("etp", plan.etp > 1, "expert tensor parallelism", "etp=1"),
-               ("dp_shard", plan.dp_shard is not None, "HSDP (a ZeRO shard group smaller than dp)",
-                "leave dp_shard out")]
+    not_yet = [("ep", plan.ep > 1, "expert parallelism", "ep=1"),
+               ("etp", plan.etp > 1, "expert tensor parallelism", "etp=1")]
     for name, used, what, fix in not_yet:
         if used:
             raise PlanError(f"plan field '{name}'={quote(getattr(plan, name))}: {what} is not supported by "
                             f"this autopar yet; use {fix}")
+
+
+def check_context_parallel(plan, dims: ModelDims) -> None:
+    """``cp`` cuts each sequence into ``2·cp`` equal chunks (causal load balance): ``2·cp``
+    divides the sequence length; with sequence parallel, tp divides each rank's ``seq / cp``."""
+    cp = getattr(plan, "cp", 1)
+    if cp <= 1 or dims.seq is None:
+        return
+    if dims.seq % (2 * cp):
+        raise PlanError(f"plan field 'cp'={cp} cuts each sequence into 2·cp = {2 * cp} equal chunks "
+                        f"but the sequence has {dims.seq} tokens; use a cp with 2·cp dividing {dims.seq}")
+    if plan.sequence_parallel and (dims.seq // cp) % plan.tp:
+        raise PlanError(f"sequence parallel with tp={plan.tp} splits each cp rank's {dims.seq // cp} "
+                        f"tokens (seq / cp) over tp: tp must divide it; change cp or tp")
 
 
 def check_schedule(plan, num_micro_batches: int) -> None:

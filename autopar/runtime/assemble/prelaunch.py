@@ -58,12 +58,16 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time)."""
     try:
+        if getattr(plan, "cp", 1) > 1:   # rows run on S / cp tokens (autopar.runtime.step.context)
+            from autopar.runtime.step.context import local_example
+            example_inputs = local_example(example_inputs, plan)
         rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
-        if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"):
+        if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
+                      or plan.cp > 1):
             probe_rewrite(model, rows, stages, plan, example_inputs)
     except AutoparError as e:
         e.same_on_every_rank = True
@@ -114,7 +118,7 @@ def probe_rewrite(model: nn.Module, rows: Rows, stages, plan, example_inputs=Non
     """Rewrite a ``meta`` copy of each distinct row for tp rank 0 (``FakeGroup``: the rewrite's
     errors do not depend on the rank); raises its PlanError / TraceError."""
     shapes = tuple((tuple(t.shape), str(t.dtype)) for t in _tensors(example_inputs))
-    key = (plan.tp, plan.sequence_parallel, plan.recompute, shapes)
+    key = (plan.tp, plan.sequence_parallel, plan.recompute, plan.cp, shapes)
     seen = _PROBED.setdefault(model, {})
     if key not in seen:
         try:
@@ -147,7 +151,9 @@ def _probe(rows: Rows, stages, plan, example_inputs) -> None:
         seen.add(key)
         gm = rewrite_row(meta_copy(module), kind=kind, tp_rank=0, tp_size=plan.tp,
                          tp_group=FakeGroup(0, plan.tp), sequence_parallel=plan.sequence_parallel,
-                         recompute=plan.recompute, example_input=x)
+                         recompute=plan.recompute, example_input=x,
+                         context_parallel=dict(cp=plan.cp, rank=0, group=FakeGroup(0, plan.cp),
+                                               name=rows.names[i]) if plan.cp > 1 else None)
         _check_ties(module, rows.names[i], getattr(gm, "autopar_shards", {}) or {}, split_of, plan.tp)
 
 

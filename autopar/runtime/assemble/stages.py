@@ -75,12 +75,12 @@ def pipeline_users(row_keys: list[dict[str, list[str]]], stages_rows, plan: Plan
 
 
 def rewrites(plan: Plan) -> bool:
-    """Whether the plan's rows go through the rewrite (tp, sequence parallel or recompute)."""
-    return plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
+    """Whether the plan's rows go through the rewrite (tp, sequence parallel, recompute or cp)."""
+    return plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none" or plan.cp > 1
 
 
 def rewrite(module: nn.Module, kind: str, example, plan: Plan, tp_rank: int,
-            layout: adist.Layout) -> nn.Module:
+            layout: adist.Layout, name: str | None = None) -> nn.Module:
     """The row for this tp rank under the plan's tp / sp / recompute (the row itself when none)."""
     if not rewrites(plan):
         return module
@@ -90,10 +90,14 @@ def rewrite(module: nn.Module, kind: str, example, plan: Plan, tp_rank: int,
         raise PlanError("this plan needs tensor parallel / sequence parallel / recompute "
                         "(autopar.rewrite), which this autopar does not have yet; use tp=1, "
                         "sequence_parallel=false, recompute='none'") from None
+    cp = None
+    if plan.cp > 1:
+        cp = dict(cp=plan.cp, rank=layout.cp_rank, group=layout.group("cp"),
+                  name=name or type(module).__name__)
     return rewrite_row(module, kind=kind, tp_rank=tp_rank, tp_size=plan.tp,
                        tp_group=layout.group("tp") if plan.tp > 1 else None,
                        sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
-                       example_input=example)
+                       example_input=example, context_parallel=cp)
 
 
 @dataclass
@@ -125,7 +129,7 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
     only this rank's rectangles of each tensor are read (``RowFiller.fill_shard``)."""
     examples = row_inputs(rows, example_inputs, stages_rows, virtual)
     out = LocalStages()
-    fsdp = filler is not None and plan.zero >= 2 and plan.dp > 1
+    fsdp = filler is not None and plan.zero >= 2 and plan.dp * plan.cp > 1
     for v in virtual:
         a, b = stages_rows[v]
         mods, names, shards = [], {}, {}
@@ -134,21 +138,23 @@ def build_local_stages(rows: Rows, row_keys, stages_rows, virtual, example_input
             if filler is not None and filler.weights is not None and rewrites(plan) and \
                     any(t.is_meta for _, t in tensors(row)):
                 # weights into a cut row: cut it on meta, then read only this rank's slices
-                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout, rows.names[i])
                 filler.fill_shard(i, r, getattr(r, "autopar_shards", None) or {}, tp_rank, plan.tp)
                 out.note_peak([*out.modules, *mods, r], filler)
             else:
                 if filler is not None:
                     filler.fill(i)
                     out.note_peak([*out.modules, *mods, row], filler, inflight=True)
-                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout)
+                r = rewrite(row, rows.kinds[i], examples.get(i), plan, tp_rank, layout, rows.names[i])
                 if filler is not None:
                     out.note_peak([*out.modules, *mods, row, r], filler)
                     if r is not row:
                         row.to("meta")   # the full row: only this rank's shard is kept
             if fsdp and rows.kinds[i] == "block":
                 from torch.distributed.fsdp import fully_shard
-                fully_shard(r, mesh=layout.dim_mesh("dp", (device or torch.device("cpu")).type),
+
+                from autopar.runtime.step.data_parallel import fsdp_mesh
+                fully_shard(r, mesh=fsdp_mesh(layout, plan, (device or torch.device("cpu")).type),
                             reshard_after_forward=plan.zero == 3)
             spec_of = getattr(r, "autopar_shards", None) or {}
             for n, _ in tensors(r):

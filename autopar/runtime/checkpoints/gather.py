@@ -33,7 +33,7 @@ def full_state_dict(local: LocalStages, keys: list[str], layout: adist.Layout,
                 t = _tp_full(t, local.shards[s][n], tp_group, plan.tp)
             for k in serial_keys:
                 part[k] = t.cpu().clone()
-    if layout.dp_rank or layout.tp_rank:  # a replica: dp/tp rank 0 of its pipeline rank sends
+    if layout.dp_rank or layout.tp_rank or layout.cp_rank:  # a replica: dp/cp/tp rank 0 of its pipeline rank sends
         part = {}
     dst = layout.ranks[0]
     gathered = [None] * len(layout.ranks) if layout.rank == dst else None

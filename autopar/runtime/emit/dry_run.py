@@ -106,6 +106,8 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None, leaf_modules=())
         table = table_for(spec, plan.micro_batch_size, seq, tuple(leaf_modules))
     ready = check_before_launch(model, plan, spec=spec, seq=seq, table=table, example_inputs=example)
     rows, stages = ready.rows, ready.stages
+    from autopar.runtime.step.context import local_example
+    example = local_example(example, plan)   # cp: rows run on S / cp tokens (shown for cp rank 0)
     inputs = row_inputs(rows, example, stages, range(len(stages)))
     os.makedirs(out_dir, exist_ok=True)
     result = EmitResult(out_dir=out_dir, stages=stages)
@@ -120,7 +122,9 @@ def emit(spec: str, plan, out_dir: str, seq: int | None = None, leaf_modules=())
         if key not in cache:
             cache[key] = rewrite_row(mod, kind=kind, tp_rank=r, tp_size=tp, tp_group=FakeGroup(r, tp),
                                      sequence_parallel=plan.sequence_parallel, recompute=plan.recompute,
-                                     example_input=x)
+                                     example_input=x,
+                                     context_parallel=dict(cp=plan.cp, rank=0, group=FakeGroup(0, plan.cp),
+                                                           name=rows.names[i]) if plan.cp > 1 else None)
         return cache[key]
 
     for v, (a, b) in enumerate(stages):

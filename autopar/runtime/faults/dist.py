@@ -1,8 +1,10 @@
-"""Process groups for a plan: start-up from torchrun's environment, the (tp, dp, pp) layout and
-its DeviceMesh.
+"""Process groups for a plan: start-up from torchrun's environment, the (tp, cp, dp, pp) layout
+and its DeviceMesh.
 
-Layout. ``plan.placement`` lists the mesh dimensions innermost first (default ``"tp,dp,pp"``: the
-tp peers of a rank are adjacent ranks, then dp, then pp — tp inside a node, pp across nodes).
+Layout. ``plan.mesh_order()`` lists the mesh dimensions innermost first: ``plan.placement``
+(default ``"tp,dp,pp"``: the tp peers of a rank are adjacent ranks, then dp, then pp — tp inside
+a node, pp across nodes) with cp right outside tp (Megatron's tp-cp-dp-pp). The gradient-sync
+and HSDP groups over dp·cp are ``autopar.runtime.faults.sync_groups``'.
 Position ``i`` of a rank in the runner's rank list has coordinates
 
     i = c[inner] + size[inner] · (c[middle] + size[middle] · c[outer])
@@ -60,7 +62,7 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
                         "torch.distributed.init_process_group first")
     world = int(os.environ["WORLD_SIZE"])
     if world != world_needed:
-        raise PlanError(f"world size {world} (torchrun's WORLD_SIZE) != dp·tp·pp = {world_needed} "
+        raise PlanError(f"world size {world} (torchrun's WORLD_SIZE) != dp·cp·tp·pp = {world_needed} "
                         f"for this plan; launch with 'torchrun --nproc-per-node {world_needed}' "
                         "or change the plan's dp, tp or pp")
     backend = backend_for_device()
@@ -108,8 +110,8 @@ def create_groups(plan, ranks=None, extra=()) -> None:
 
 
 def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
-    order = tuple(plan.placement.split(","))
-    sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    order = plan.mesh_order()
+    sizes = plan.mesh_sizes()
     coords = []
     for i in range(len(ranks)):
         c = {}
@@ -131,11 +133,46 @@ def layout_rank_sets(plan, ranks) -> list[tuple[int, ...]]:
 
     for dim in ("tp", "dp", "pp"):
         along(dim)
+    if plan.cp > 1 or getattr(plan, "dp_shard", None):   # context parallel / HSDP groups
+        for t in sync_rank_sets(plan, ranks, coords):
+            if len(t) > 1 and t not in out:
+                out.append(t)
     if plan.pp > 2:
         along("pp", keep=lambda c: c["pp"] in (0, plan.pp - 1))
     if tuple(sorted(ranks)) not in out:  # the whole plan (size 1 too: a runner's own group)
         out.append(tuple(sorted(ranks)))
     return out
+
+
+def coord_to_sync(plan, c) -> tuple[int, int]:
+    """(replica index, index inside the shard group) of coordinates ``c``."""
+    shard = plan.shard_size
+    d = c.get("dp", 0)
+    return d // shard, (d % shard) * plan.cp + c.get("cp", 0)
+
+
+def sync_rank_sets(plan, ranks, coords) -> list[tuple[int, ...]]:
+    """Rank sets of the cp groups, the dp·cp sync groups and (HSDP) the shard and replicate
+    groups, for the rank list ``ranks`` whose coordinates are ``coords``."""
+    out: list[tuple[int, ...]] = []
+
+    def add(key_of):
+        groups: dict[tuple, list[int]] = {}
+        for r, c in zip(ranks, coords):
+            groups.setdefault(key_of(c), []).append(r)
+        for g in groups.values():
+            t = tuple(sorted(g))
+            if len(t) > 1 and t not in out:
+                out.append(t)
+
+    fixed = ("tp", "pp")
+    add(lambda c: tuple(c[d] for d in fixed) + (c["dp"],))            # cp group
+    add(lambda c: tuple(c[d] for d in fixed))                           # dp·cp sync group
+    if plan.dp_shard:
+        add(lambda c: tuple(c[d] for d in fixed) + (coord_to_sync(plan, c)[0],))  # shard group
+        add(lambda c: tuple(c[d] for d in fixed) + (coord_to_sync(plan, c)[1],))  # replicas
+    return out
+
 
 
 @dataclass
@@ -159,6 +196,18 @@ class Layout:
     @property
     def pp_rank(self) -> int:
         return self.coord["pp"]
+
+    @property
+    def cp_rank(self) -> int:
+        return self.coord.get("cp", 0)
+
+    def peers_along(self, dims) -> list[int]:
+        """Global ranks that differ from this one only along ``dims`` (the first dim varying
+        slowest), e.g. ``("dp", "cp")``: the ranks gradients are averaged over."""
+        out = [{}]
+        for d in dims:
+            out = [{**c, d: k} for c in out for k in range(self.sizes[d])]
+        return [self.rank_at(**c) for c in out]
 
     def rank_at(self, **coord) -> int:
         """Global rank at this rank's coordinates with some of them replaced."""
@@ -204,14 +253,14 @@ def make_layout(plan, pg=None) -> Layout:
     ranks = tuple(dist.get_process_group_ranks(pg)) if pg is not None else tuple(
         range(dist.get_world_size()))
     if len(ranks) != plan.world_size:
-        raise PlanError(f"world size {len(ranks)} != dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = "
+        raise PlanError(f"world size {len(ranks)} != dp·cp·tp·pp = {plan.dp}·{plan.cp}·{plan.tp}·{plan.pp} = "
                         f"{plan.world_size} for this plan; launch with 'torchrun --nproc-per-node "
                         f"{plan.world_size}' or change the plan's dp, tp or pp")
     me = dist.get_rank()
     if me not in ranks:
         raise PlanError(f"rank {me} is not in the group the plan runs on ({list(ranks)})")
-    order = tuple(plan.placement.split(","))
-    sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
+    order = plan.mesh_order()            # cp right outside tp
+    sizes = plan.mesh_sizes()
     i = ranks.index(me)
     coord = {}
     for d in order:

@@ -41,7 +41,7 @@ def local_square_sum(stages, names, shards, tied, layout, norm_type: float) -> t
                 continue
             seen.add(id(p))
             sharded_dp = hasattr(p.grad, "to_local")
-            if not sharded_dp and layout.dp_rank != 0:
+            if not sharded_dp and (layout.dp_rank != 0 or layout.cp_rank != 0):
                 continue
             if n not in shards[s] and layout.tp_rank != 0:
                 continue

@@ -18,6 +18,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from autopar.runtime.assemble.rows import StageModule
 from autopar.runtime.faults import dist as adist
 from autopar.runtime.faults.failures import peer_failures
+from autopar.runtime.faults.sync_groups import sync_group, sync_mesh
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, Plan
 
 
@@ -41,11 +42,11 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     the stage's own ``prepare_for_backward`` before the last backward is then the only one,
     for every schedule, interleaved included (each local chunk is its own DDP whose last
     backward reduces its buckets)."""
-    if plan.dp == 1 or reduces_after_step(plan):
+    if plan.dp * plan.cp == 1 or reduces_after_step(plan):
         return stage
     if plan.zero >= 2:
         from torch.distributed.fsdp import FSDPModule, fully_shard
-        mesh = layout.dim_mesh("dp", device.type)
+        mesh = fsdp_mesh(layout, plan, device.type)
         reshard = plan.zero == 3
         for row, kind in zip(stage.rows, stage.kinds):
             if kind == "block" and not isinstance(row, FSDPModule):  # a meta build shards early
@@ -56,7 +57,7 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
     ids = [device.index] if device.type == "cuda" else None
     with warnings.catch_warnings():  # buffers are identical on every rank: never sync them
         warnings.simplefilter("ignore", FutureWarning)
-        ddp = DDP(stage, process_group=layout.group("dp"), device_ids=ids,
+        ddp = DDP(stage, process_group=sync_group(layout), device_ids=ids,
                   broadcast_buffers=False, init_sync=False)
     if plan.pp > 1:
         ddp.require_backward_grad_sync = False   # the pipeline stage alone arms the reducer
@@ -71,12 +72,13 @@ def reduces_after_step(plan: Plan) -> bool:
     its reducer would all-reduce nothing (or fail, "mark a variable ready only once", on the
     first stage, whose weight pass is a plain backward). FSDP2 (ZeRO-2) has its own path in
     torch's schedule (``REDUCE_GRAD``) and is kept."""
-    return (plan.dp > 1 and plan.pp > 1 and plan.zero < 2
+    return (plan.dp * plan.cp > 1 and plan.pp > 1 and plan.zero < 2
             and plan.schedule in SPLIT_BACKWARD_SCHEDULES)
 
 
 def all_reduce_grads(stages, layout: adist.Layout, dp: int, bucket_bytes: int = 25 << 20) -> None:
-    """Average the gradients of ``stages``' parameters (each once) over the dp group, in
+    """Average the gradients of ``stages``' parameters (each once) over the dp·cp sync group
+    (``dp``: its size), in
     flattened buckets of about ``bucket_bytes`` per dtype (DDP's bucket size): what DDP does,
     after the step rather than overlapped with the last backward."""
     seen, by_kind = set(), {}
@@ -85,7 +87,7 @@ def all_reduce_grads(stages, layout: adist.Layout, dp: int, bucket_bytes: int = 
             if id(p) not in seen and p.grad is not None:
                 seen.add(id(p))
                 by_kind.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
-    group = layout.group("dp")
+    group = sync_group(layout)
     for grads in by_kind.values():
         bucket, size = [], 0
         for i, g in enumerate(grads):
@@ -100,13 +102,25 @@ def all_reduce_grads(stages, layout: adist.Layout, dp: int, bucket_bytes: int = 
                 bucket, size = [], 0
 
 
+def fsdp_mesh(layout: adist.Layout, plan: Plan, device_type: str):
+    """The mesh FSDP2 shards over: the dp dimension, or with cp / HSDP the dp·cp sync group
+    (2-D replicate × shard under HSDP; ``autopar.runtime.faults.sync_groups``)."""
+    if plan.cp > 1 or plan.dp_shard:
+        return sync_mesh(layout, plan, device_type)
+    return layout.dim_mesh("dp", device_type)
+
+
 class Zero1:
     """Optimizer-state sharding as ``ZeroRedundancyOptimizer`` does it: each parameter is owned
-    by one dp rank (greedy size-balanced partition); ``owned`` is what this rank's optimizer
-    sees, and after an optimizer over exactly owned parameters steps, each owner broadcasts its
-    parameters to the other dp ranks."""
+    by one rank of the shard group ``peers`` (the dp·cp ranks; under HSDP the replica's shard
+    group, gradients being all-reduced over every replica by DDP first) by a greedy
+    size-balanced partition; ``owned`` is what this rank's optimizer sees, and after an
+    optimizer over exactly owned parameters steps, each owner broadcasts its parameters to the
+    other ranks of the shard group."""
 
-    def __init__(self, params: list[nn.Parameter], dp_rank: int, dp: int, layout: adist.Layout):
+    def __init__(self, params: list[nn.Parameter], peers: list[int], layout: adist.Layout):
+        self.peers = list(peers)
+        dp_rank, dp = self.peers.index(layout.rank), len(self.peers)
         self.dp_rank, self.dp, self.layout = dp_rank, dp, layout
         if len(params) < dp:  # too few tensors to give each dp rank one: keep state replicated
             self.owner, self.owned = [], params
@@ -136,16 +150,16 @@ class Zero1:
 
     def broadcast(self) -> None:
         """Each owner's parameters to the other dp ranks (their stale gradients dropped)."""
-        g = self.layout.group("dp")
+        g = adist.group(self.peers)
         lay = self.layout
-        with peer_failures("the optimizer step (ZeRO-1 parameter broadcast)", lay.peers("dp"),
+        with peer_failures("the optimizer step (ZeRO-1 parameter broadcast)", self.peers,
                            lay.rank, adist.timeout_s()), torch.no_grad():
             for r in range(self.dp):
                 mine = [p for p, o in self.owner if o == r]
                 if not mine:
                     continue
                 flat = _flatten_dense_tensors([p.data for p in mine])
-                dist.broadcast(flat, src=self.layout.rank_at(dp=r), group=g)
+                dist.broadcast(flat, src=self.peers[r], group=g)
                 if r != self.dp_rank:
                     for p, new in zip(mine, _unflatten_dense_tensors(flat, [p.data for p in mine])):
                         p.data.copy_(new)

@@ -211,10 +211,10 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
     from costmodels.contracts.errors import PlanError
     if nproc is not None and nproc < 1:
         raise PlanError(f"--nproc {nproc} must be at least 1; pass --nproc {plan.world_size} "
-                        "(dp·tp·pp of the plan) or leave it out")
+                        "(dp·cp·tp·pp of the plan) or leave it out")
     nproc = nproc or plan.world_size
     if nproc != plan.world_size:
-        raise PlanError(f"--nproc {nproc} != dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = "
+        raise PlanError(f"--nproc {nproc} != dp·cp·tp·pp = {plan.dp}·{plan.cp}·{plan.tp}·{plan.pp} = "
                         f"{plan.world_size} for this plan; pass --nproc {plan.world_size}")
     if torch.cuda.is_available() and torch.cuda.device_count() < nproc:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # fewer GPUs than ranks: use gloo

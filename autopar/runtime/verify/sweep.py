@@ -1,7 +1,8 @@
 """Plan-space equivalence: plans from the space the search explores, run in one shared gloo world
 and compared with the serial model.
 
-``plan_grid()`` lists the grid (270 plans): for each (dp, tp, pp) in {1, 2}³ every schedule
+``plan_grid()`` lists the grid (270 plans, then the context parallel and HSDP plans of
+``long_sequence_grid``): for each (dp, tp, pp) in {1, 2}³ every schedule
 (pp = 2: GPipe, 1F1B, and with vpp = 2 interleaved 1F1B, interleaved zero-bubble, ZB-V and
 DualPipeV), micro-batch counts 1, pp, 2·pp and 3 (odd), and every
 ZeRO stage (dp = 2); the other switches — model (gpt with a tied head, llama with grouped-query
@@ -12,7 +13,7 @@ value meets many of the others. ``sample(grid, n, seed)`` draws from it.
 ``refusal(case)`` is the runtime's own pre-launch check (``autopar.runtime.assemble.prelaunch``) in this
 process: the one line a refused plan gets, or None. ``run(cases, world)`` refuses what it must
 before anything starts, then spawns one world of ``world`` processes and runs every other case on
-its first dp·tp·pp ranks (``world_loop``; the others wait at a barrier), comparing losses and the
+its first dp·cp·tp·pp ranks (``world_loop``; the others wait at a barrier), comparing losses and the
 gathered parameters with the single-process model. ``tests/test_runtime_parallel.py`` samples
 the grid in CI; ``benchmarks/bench_runtime_sweep.py`` runs it whole.
 """
@@ -81,6 +82,35 @@ def plan_grid() -> list[SweepCase]:
                 plan["placement"] = _PLACEMENTS[(k // 2) % 3]
             if pp > 1 and k % 3 == 1:
                 plan["stages"] = _UNEVEN[pp * vpp]
+            out.append(SweepCase(models[(k + i) % len(models)], tuple(sorted(plan.items())), m))
+    return out + long_sequence_grid(len(out))
+
+
+def long_sequence_grid(start: int = 0) -> list[SweepCase]:
+    """Context parallel and HSDP plans (world <= 8): cp = 2 with each (dp, tp, pp) in {1, 2}³
+    of dp·tp·pp <= 4, every ZeRO stage (dp = 2) and both 1F1B and interleaved 1F1B (pp = 2);
+    HSDP dp = 4 as 2 replicas × 2 shards (zero 1, 2, 3) with tp or pp of 1 or 2, and with
+    cp = 2. The other switches rotate as in ``plan_grid``."""
+    out = []
+    models = list(MODELS)
+    combos = [(dp, tp, pp, 2, None) for dp, tp, pp in itertools.product((1, 2), (1, 2), (1, 2))
+              if dp * tp * pp <= 4]
+    combos += [(4, tp, pp, 1, 2) for tp, pp in ((1, 1), (2, 1), (1, 2))] + [(4, 1, 1, 2, 2)]
+    for i, (dp, tp, pp, cp, shard) in enumerate(combos):
+        schedules = [("1f1b", 1)] if pp == 1 else [("1f1b", 1), ("interleaved-1f1b", 2)]
+        zeros = (0, 1, 2, 3) if dp > 1 and shard is None else (1, 2, 3) if shard else (0,)
+        for (schedule, vpp), zero in itertools.product(schedules, zeros):
+            k = start + len(out)
+            plan = dict(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, schedule=schedule, zero=zero,
+                        micro_batch_size=1 + k % 2, recompute=_RECOMPUTE[k % 3])
+            if shard:
+                plan["dp_shard"] = shard
+            if cp == 1:
+                del plan["cp"]
+            if tp > 1 and (k // 3) % 2:
+                plan["sequence_parallel"] = True
+            plan["placement"] = _PLACEMENTS[(k // 2) % 3]
+            m = 2 * pp if pp > 1 else 1 + k % 2
             out.append(SweepCase(models[(k + i) % len(models)], tuple(sorted(plan.items())), m))
     return out
 
@@ -219,7 +249,7 @@ def make_spec_case(model: str, plan, micro_batches: int, steps: int):
 
 def world_loop(entries, make_case, steps: int, log_dir: str):
     """Runs in every process of the world: each entry ``(name, model, plan dict, micro-batches)``
-    on ranks 0 … dp·tp·pp−1 (groups created by all ranks, members or not), compared with the
+    on ranks 0 … dp·cp·tp·pp−1 (groups created by all ranks, members or not), compared with the
     serial model on rank 0, whose results go to ``log_dir/results.jsonl`` case by case. A rank
     whose case fails writes ``log_dir/error-<rank>`` and ends the process (so the world)."""
     import datetime
