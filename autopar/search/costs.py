@@ -11,14 +11,13 @@ from __future__ import annotations
 from autopar.search.space import Config
 from autopar.search.terms import Terms
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
-from costmodels.model.coefficients import row_coefficients, zero_hbm_param_s
-from costmodels.model.compute import host_block_floor, row_times
+from costmodels.model.coefficients import plan_row_times, row_coefficients, zero_hbm_param_s
 from costmodels.model.estimate import estimate
 from costmodels.model.memory import in_flight, w_input_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
-from costmodels.model.precision import fp8_row_times, stack_key
 from costmodels.model.schedule_program import in_flight_states, period
 from costmodels.model.table_arrays import table_arrays
+from costmodels.profiles.kernel_stacks import stack_profile
 from costmodels.profiles.runtime import load_runtime
 
 
@@ -41,25 +40,20 @@ class Costs:
         no communication exposed except the tensor-parallel collectives (always on the path)."""
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
         rtp = load_runtime(c.runtime)
-        ew, host = rtp.elementwise_traffic, host_block_floor(self.profile, rtp)
         zp = zero_hbm_param_s(c, self.profile, rtp)
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host, zp)
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, c.runtime, zp)
         if c.precision != "bf16":   # FP8 rows (precision.fp8_row_times) depend on the shard too
-            key += (c.precision, rtp.name, c.dp, c.zero)
+            key += (c.precision, c.dp, c.zero)
         q = self._quick.get(key)
         if q is None:
-            rt = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
-                           c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
-                           host_block_s=host, zero_param_s=zp)
-            tau = fp8_row_times(rt, self.arr, self.profile, c, stack_key(rtp), c.tp, c.micro_batch_size,
-                                c.dp, c.zero).row_total_s
+            tau = plan_row_times(self.arr, self.profile, c, "bf16-mixed", rtp).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q
         m, v = self.m(c), c.vpp
         tmax = max(total / c.pp, mx)
         opt = optimizer_step_s(float(self.arr.params.sum()) / c.tp / c.pp
-                               / optimizer_shards(c.dp, c.zero), self.profile)
+                               / optimizer_shards(c.dp, c.zero), stack_profile(self.profile, rtp.kernel_stack))
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
             return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt

@@ -156,11 +156,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.link_domain)
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
-    rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
-                   plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
-                   host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
-    rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, dp, plan.zero)   # FP8 plans (precision.py)
-    rt = overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    rt = plan_row_times(arr, profile, plan, precision, runtime)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -224,6 +220,21 @@ def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> fl
     if profile.collective_slowdown is not None:
         return profile.collective_slowdown
     return runtime.compute_slowdown
+
+
+def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
+                   runtime: RuntimeProfile) -> RowTimes:
+    """Every row's times under ``plan`` as its runtime runs them: the runtime's kernel stack
+    (``kernel_stacks``), its FP8 recipe (``precision``), then the TP collectives its overlap
+    leaves exposed (``tp_overlap``). The one pipeline the coefficients and the search's quick
+    bound both read, so the bound stays under ``estimate``."""
+    tp, b = plan.tp, plan.micro_batch_size
+    kernels = stack_profile(profile, runtime.kernel_stack)
+    rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
+                   plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
+                   host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)   # precision.py
+    return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
