@@ -64,6 +64,8 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
                         "or change the plan's dp, tp or pp")
     backend = backend_for_device()
     if backend == "nccl":
+        from autopar.runtime.step.gpu_defaults import set_env
+        set_env()   # allocator, NCCL flight recorder per rank: before CUDA and NCCL start
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timeout)
 
