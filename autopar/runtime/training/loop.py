@@ -1,9 +1,9 @@
 """``autopar.train.train(TrainConfig(...))``: the training loop behind ``autopar train``.
 
 One optimizer step per global batch: this dp rank's share read from the data at the step's
-position (``autopar.train.data``), ``runner.train_step(..., sync=False)`` (the loss stays on the
+position (``autopar.runtime.training.data``), ``runner.train_step(..., sync=False)`` (the loss stays on the
 device), clipping by the serial model's norm (``runner.clip_grad_norm_``), AdamW and the warm-up
-+ cosine schedule (``autopar.train.schedule``). The host waits for the device only on the steps
++ cosine schedule (``autopar.runtime.training.schedule``). The host waits for the device only on the steps
 it logs (every ``log_every``: one ``float`` of the loss, on the first rank of the plan), so the
 measured time of a logged step is the mean over the steps since the last log.
 
@@ -76,12 +76,13 @@ def train(cfg: TrainConfig, print_fn=print) -> TrainResult:
     """Run ``cfg`` on this rank (under torchrun, every rank calls it); see the module docstring."""
     from autopar.models import load_model
     from autopar.runtime.apply import apply
-    from autopar.runtime.faults.failures import alike_on_every_rank
+    from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook
     from autopar.runtime.step import gpu_defaults
-    from autopar.train.data import local_batch, open_data
-    from autopar.train.metrics import log_line, peak_memory_bytes, yardstick
-    from autopar.train.schedule import make_optimizer
+    from autopar.runtime.training.data import local_batch, open_data
+    from autopar.runtime.training.metrics import log_line, peak_memory_bytes, yardstick
+    from autopar.runtime.training.schedule import make_optimizer
 
+    install_error_hook()   # a script calling train() under a launcher: one line on one rank
     cuda = torch.cuda.is_available()
     if cuda:
         gpu_defaults.set_env()   # before the first CUDA allocation and the NCCL group
