@@ -155,7 +155,9 @@ def train(cfg: TrainConfig, print_fn=print) -> TrainResult:
                               peak_memory_bytes(runner.device), ys, lr,
                               None if norm is None else float(norm)))
         if cfg.save and cfg.save_every and step % cfg.save_every == 0 and step != cfg.steps:
+            t_save = time.perf_counter()
             save()
+            t_last += time.perf_counter() - t_save   # the next logged step time leaves the save out
     if cfg.save:
         save()
     runner.wait_for_save()
