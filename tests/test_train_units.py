@@ -109,3 +109,12 @@ def test_torchrun_export_launches_the_packaged_loop():
     assert '--global-batch 8 --data "${DATA:-random}" --steps "${STEPS:-1000}"' in line
     back = torchrun.parse(text, ctx)
     assert back.plan.dp == 2 and back.plan.pp == 2 and back.global_batch == 8
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from autopar.cli.main import main
+    code = main(["train", SPEC, "--plan", '{"dp": 1}', "--global-batch", "4", "--steps", "2",
+                 "--data", str(tmp_path / "none.bin")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("autopar: error: --data ")
+    assert "no such file" in err
