@@ -137,6 +137,9 @@ def train(cfg: TrainConfig, print_fn=print) -> TrainResult:
     t_last, step_last = time.perf_counter(), start
     for step in range(start + 1, cfg.steps + 1):
         inputs, targets = local_batch(data, position, global_batch, runner.dp_rank, runner.dp_size)
+        if cuda:   # pinned and non-blocking: a pageable copy would wait for the previous step
+            inputs = tuple(t.pin_memory().to(runner.device, non_blocking=True) for t in inputs)
+            targets = None if targets is None else targets.pin_memory().to(runner.device, non_blocking=True)
         with autocast:
             loss = runner.train_step(inputs, targets, sync=False)
         norm = runner.clip_grad_norm_(cfg.clip) if cfg.clip else None
