@@ -39,8 +39,8 @@ def yardstick(spec: str, seq, plan, global_batch: int, hardware: str | None, cud
     from costmodels.contracts.errors import AutoparError
     try:
         table = table_for(spec, micro_batch=plan.micro_batch_size, seq=seq)
-    except (AutoparError, ImportError) as e:
-        return Yardstick(note=f"no layer table: {e}")
+    except Exception as e:  # noqa: BLE001 — a figure of the log must never stop the training
+        return Yardstick(note=f"no layer table ({type(e).__name__}): no MFU or prediction")
     flops = sum(r.fwd_flops + r.bwd_flops for r in table.rows) * global_batch / table.micro_batch
     out = Yardstick(flops_per_step=flops)
     if hardware is None:
@@ -59,6 +59,8 @@ def yardstick(spec: str, seq, plan, global_batch: int, hardware: str | None, cud
         out.predicted_step_s = est.step_time_s
     except AutoparError as e:
         out.note = f"no prediction: {e}"
+    except Exception as e:  # noqa: BLE001 — as above
+        out.note = f"no prediction ({type(e).__name__})"
     return out
 
 
