@@ -230,14 +230,18 @@ def single_process(spec: str, steps: int, global_batch: int, n_micro: int, round
         opt2.zero_grad(set_to_none=True)
         return total / n_micro
 
+    # CPU: this process's CPU seconds (one thread: OMP_NUM_THREADS=1), which other jobs on a
+    # shared host do not inflate as they do wall time; CUDA: wall time
+    clock = time.perf_counter if cuda else time.process_time
+
     def timed(step):
         for _ in range(3):
             float(step())
         times = []
         for _ in range(steps):
-            t = time.perf_counter()
+            t = clock()
             float(step())            # the step's one sync, on both sides
-            times.append(time.perf_counter() - t)
+            times.append(clock() - t)
         return statistics.median(times)
 
     out: dict[str, list[float]] = {}
@@ -247,7 +251,8 @@ def single_process(spec: str, steps: int, global_batch: int, n_micro: int, round
 
 
 def print_single(args) -> None:
-    where = f"CUDA {torch.cuda.get_device_name()} bf16 autocast" if torch.cuda.is_available() else "CPU fp32"
+    where = (f"CUDA {torch.cuda.get_device_name()} bf16 autocast, wall time" if torch.cuda.is_available()
+             else f"CPU fp32, process CPU time, {torch.get_num_threads()} thread(s)")
     target = 1.01 if torch.cuda.is_available() else 1.02
     print(f"single process, {where}: model {args.model}, global batch {args.global_batch} in "
           f"{args.micro_batches} micro-batches, AdamW, median of {args.steps} steps, best of "
