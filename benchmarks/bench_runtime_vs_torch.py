@@ -12,7 +12,15 @@
 Prints the median step time of each (after warm-up; the best of several alternating rounds, as
 the host may be shared) and the ratio autopar / torch (target ≤ 1.05).
 
+* single process (issue 29, ``single_process``): plan
+  {"dp": 1} at ``--micro-batches`` micro-batches against a plain torch loop over the same model,
+  batch and AdamW (loss divided per micro-batch, kept on the device, one sync at the step's end
+  on both sides), eager and with each row compiled (``apply(..., compile=True)`` against the same
+  rows ``.compile()``d by hand). On CUDA (when there is one): bf16 autocast on both sides, the
+  ratio target ≤ 1.01; on CPU ≤ 1.02. ``--single-only`` skips the 2-rank gloo cases.
+
     python benchmarks/bench_runtime_vs_torch.py [--steps 20] [--model SPEC]
+    python benchmarks/bench_runtime_vs_torch.py --single-only --model gpt2-medium --global-batch 16 --micro-batches 8
 """
 from __future__ import annotations
 
@@ -173,6 +181,95 @@ def _zero_bubble_pair(source, spec, schedule, cls, idx, targets, n_micro, rank):
     return ap, by_hand
 
 
+def single_process(spec: str, steps: int, global_batch: int, n_micro: int, rounds: int,
+                   compile: bool) -> dict[str, float]:
+    """Median step time (s) of autopar (plan dp=1) and of a plain torch loop, same model, batch,
+    micro-batches and AdamW; best of ``rounds`` alternating rounds."""
+    import contextlib
+
+    import autopar
+    from autopar.models import load_model
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    source = load_model(spec)
+    inputs, targets = source.make_batch(global_batch, seed=0, device=device)
+    idx = inputs[0]
+    mb = global_batch // n_micro
+    import torch.distributed as dist
+    if not dist.is_initialized():   # a world of one: NCCL on a GPU puts the runner there
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
+    cast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else contextlib.nullcontext
+
+    runner = autopar.apply(source.build(device, seed=0), {"dp": 1, "micro_batch_size": mb},
+                           loss_fn=source.loss, spec=spec, compile=compile)
+    opt = torch.optim.AdamW(runner.parameters(), lr=1e-4)
+
+    def ap():
+        with cast():
+            loss = runner.train_step(idx, targets, sync=False)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    model = source.build(device, seed=0)
+    if compile:   # the same rows autopar compiles: embedding, each block, head
+        for row in (model.embedding, *model.blocks, model.head):
+            row.compile()
+    opt2 = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def plain():
+        total = None
+        for i in range(n_micro):
+            sl = slice(i * mb, (i + 1) * mb)
+            with cast():
+                loss = source.loss(model(idx[sl]), targets[sl])
+            (loss / n_micro).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        opt2.step()
+        opt2.zero_grad(set_to_none=True)
+        return total / n_micro
+
+    # CPU: this process's CPU seconds (one thread: OMP_NUM_THREADS=1), which other jobs on a
+    # shared host do not inflate as they do wall time; CUDA: wall time
+    clock = time.perf_counter if cuda else time.process_time
+
+    def timed(step):
+        for _ in range(3):
+            float(step())
+        times = []
+        for _ in range(steps):
+            t = clock()
+            float(step())            # the step's one sync, on both sides
+            times.append(clock() - t)
+        return statistics.median(times)
+
+    out: dict[str, list[float]] = {}
+    for name, fn in (("autopar", ap), ("torch", plain)) * rounds:
+        out.setdefault(name, []).append(timed(fn))
+    return {k: min(v) for k, v in out.items()}
+
+
+def print_single(args) -> None:
+    where = (f"CUDA {torch.cuda.get_device_name()} bf16 autocast, wall time" if torch.cuda.is_available()
+             else f"CPU fp32, process CPU time, {torch.get_num_threads()} thread(s)")
+    target = 1.01 if torch.cuda.is_available() else 1.02
+    print(f"single process, {where}: model {args.model}, global batch {args.global_batch} in "
+          f"{args.micro_batches} micro-batches, AdamW, median of {args.steps} steps, best of "
+          f"{args.rounds} alternating rounds")
+    print(f"{'':<26}{'autopar s/step':>16}{'torch s/step':>14}{'ratio':>8}")
+    eager = None
+    for compiled in (False, True):
+        r = single_process(args.model, args.steps, args.global_batch, args.micro_batches,
+                           args.rounds, compiled)
+        ratio = r["autopar"] / r["torch"]
+        label = "dp=1 compiled" if compiled else "dp=1 eager"
+        extra = f"   compiled/eager speed-up {eager / r['autopar']:.2f}x" if compiled else ""
+        eager = r["autopar"]
+        print(f"{label:<26}{r['autopar']:>16.4f}{r['torch']:>14.4f}{ratio:>8.3f}"
+              f"{'' if ratio <= target else f'   (> {target} target)'}{extra}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL)
@@ -180,7 +277,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4,
                     help="alternating autopar/torch rounds; the best median counts (default 4)")
     ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--micro-batches", type=int, default=4,
+                    help="micro-batches of the single-process case (default 4)")
+    ap.add_argument("--single-only", action="store_true", help="only the single-process case")
     args = ap.parse_args()
+    print_single(args)
+    if args.single_only:
+        return
     from autopar.runtime.verify.serial import spawn
     n_micro = args.global_batch  # micro-batch 1 for the pipeline comparison
     res = spawn(_rank, 2, args.model, args.steps, args.global_batch, n_micro, args.rounds)

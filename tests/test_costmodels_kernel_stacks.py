@@ -124,21 +124,6 @@ def test_a_regime_without_check_rows_takes_the_widest_band_of_its_gpu():
     assert exact["exact"] and "transformer-engine" in exact["regime"]
 
 
-def test_cuda_defaults_respect_the_user_and_refuse_without_cuda(monkeypatch):
-    from autopar.runtime.assemble import cuda_defaults
-    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
-    assert cuda_defaults.apply_cuda_alloc_defaults(env) is None
-    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
-    import torch
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    env = {}
-    assert cuda_defaults.apply_cuda_alloc_defaults(env) is None and env == {}
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    assert cuda_defaults.apply_cuda_alloc_defaults(env) == "expandable_segments:True"
-    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-
-
 RUNTIMES = ["autopar", "megatron", "megatron:tp_comm_overlap,overlap_grad_reduce", "deepspeed",
             "deepspeed:overlap_comm", "fsdp", "fsdp:async_tp", "fsdp:fsdp1,bf16_reduce"]
 

@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--seq", type=int, default=None, help="sequence length, when PLANS does not say it")
     p.add_argument("--gpus-per-node", type=int, default=None,
                    help="GPUs per node for the launch lines (default: the hardware profile's, else 8)")
-    p.add_argument("--script", default=None, help="torchrun: the training script (default examples/train_gpt.py)")
+    p.add_argument("--script", default=None,
+                   help="torchrun: the training script (default: -m autopar.train, the packaged loop)")
     p.set_defaults(run=run)
 
 

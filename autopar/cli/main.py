@@ -33,7 +33,7 @@ from costmodels.contracts.checks import shorten
 from costmodels.contracts.errors import AutoparError
 
 COMMANDS = ("models", "inspect", "hardware", "estimate", "search", "explain", "export", "apply",
-            "verify", "report", "profile", "validate", "checkpoint", "replan")
+            "verify", "report", "profile", "validate", "checkpoint", "replan", "train")
 EXIT_ERROR, EXIT_BUG = 2, 1
 # errors of writing standard output: a full disk or /dev/full, a quota, an I/O error, a file too big
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG}

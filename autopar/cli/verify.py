@@ -36,6 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("--leaf", action="append", default=[], metavar="CLASS",
                    help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
                         " k of E per token, and planned as dense layers (no expert parallelism)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each row of the parallel side (apply(..., compile=True)); "
+                        "the serial side stays eager (CPU: needs a C compiler)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_progress_arg(p)
     p.set_defaults(run=run)
@@ -63,7 +66,8 @@ def run(args) -> int:
         check_serial_memory(args.model, seq, plan, global_batch)
         par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
                               global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
-                              seed=args.seed, leaf_modules=tuple(args.leaf))
+                              seed=args.seed, leaf_modules=tuple(args.leaf),
+                              compile=args.compile)
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
     worst = compare(par, ser)          # inf when a loss is NaN or inf: never OK
     ok = worst <= args.rtol
@@ -73,7 +77,7 @@ def run(args) -> int:
                     "ok": ok})
         return 0 if ok else 1
     print(f"model {args.model}   plan {plan.label()}   global batch {gb}, {args.optimizer} lr {args.lr}, "
-          "dropout off")
+          f"dropout off{', compiled' if args.compile else ''}")
     print(f"{'step':>4}  {'parallel':>14}  {'serial':>14}  {'rel diff':>9}")
     for i, (a, b, d) in enumerate(zip(par, ser, diffs)):
         print(f"{i + 1:>4}  {a:14.8f}  {b:14.8f}  {d:9.2e}")

@@ -1,8 +1,10 @@
 """torchrun: launch lines that run a plan on autopar's own runtime (``autopar.apply``).
 
-The plan travels inline as JSON (``--plan '{...}'``) to ``examples/train_gpt.py`` (or the training
-script given), so the file says everything; importing it reads that JSON back, and the GPU count
-from ``--nnodes`` x ``--nproc-per-node``.
+The plan travels inline as JSON (``--plan '{...}'``) to ``-m autopar.train MODEL`` (the package's
+training entry point, so a pip-installed autopar runs it; or the training script given), so the
+file says everything; importing it reads that JSON back, and the GPU count from ``--nnodes`` x
+``--nproc-per-node``. The data and the step count are shell variables with defaults (``DATA``,
+``STEPS``): the plan does not know them.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from autopar.export.launch import launch_line, nodes_for, pool_lines
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
-DEFAULT_SCRIPT = "examples/train_gpt.py"
+DEFAULT_SCRIPT = "-m autopar.train"
 
 
 def problems(plan: Plan, ctx: TrainingContext | None = None) -> list:
@@ -39,17 +41,26 @@ def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Ex
     nnodes, nproc = nodes_for(plan.world_size, ctx.gpus_per_node)
     body = plan.to_dict()
     body.pop("version", None)
-    command = f"{script} --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
-    if ctx.model:
+    packaged = script == DEFAULT_SCRIPT   # autopar train: MODEL positional, data and steps needed
+    model = shlex.quote(ctx.model) if ctx.model else '"${MODEL:?set MODEL=the model spec}"'
+    command = f"{script} {model}" + (f" --seq {ctx.seq}" if ctx.seq else "") if packaged else script
+    command += f" --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
+    if ctx.model and not packaged:
         command += f" --model {shlex.quote(_spec_with_seq(ctx))}"
     if ctx.global_batch:
         command += f" --global-batch {ctx.global_batch}"
+    if packaged:
+        command += ' --data "${DATA:-random}" --steps "${STEPS:-1000}"'
+        if ctx.hardware and "," not in ctx.hardware:
+            command += f" --hardware {shlex.quote(ctx.hardware)}"
     text = "\n".join([
         "#!/bin/bash",
         f"# autopar plan {plan.label()} on autopar's own runtime: {plan.world_size} GPUs as {nnodes} "
         f"node(s) x {nproc}",
         "# run on every node: MASTER_ADDR / MASTER_PORT = the first node's address and a free port, "
         "JOB_ID = any id the nodes share",
+        *(["# DATA = a token file (flat uint16 ids, nanoGPT's prepare.py; default random), STEPS = "
+           "optimizer steps; more flags: python -m autopar.train --help"] if packaged else []),
         *pool_lines(plan, nproc),
         launch_line(nnodes, nproc, command), ""])
     return Exported("torchrun", {"torchrun.sh": text}, RUNTIMES["torchrun"])

@@ -105,7 +105,8 @@ __all__ = ["Runner", "apply"]
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
           seq: int | None = None, table=None, example_inputs=None, group=None,
           timeout_s: float | None = None, global_batch: int | None = None,
-          seed: int | None = None, init_fn: Callable | None = None, weights=None) -> Runner:
+          seed: int | None = None, init_fn: Callable | None = None, weights=None,
+          compile: bool = False) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
@@ -127,6 +128,9 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     ``autopar.init_serial(model, seed)`` gives in one process — or read from ``weights``: a
     ``torch.save`` state dict, a ``.safetensors`` file, a Hugging Face checkpoint directory or an
     autopar checkpoint (``autopar.runtime.assemble.weights``), only this rank's rows.
+
+    ``compile``: ``torch.compile`` each row of this rank in place, as torchtitan compiles each
+    block (``autopar.runtime.step.compile_rows``); every plan the runtime runs, runs compiled.
 
     Every check of the plan against the model runs before the process group is started
     (``autopar.runtime.assemble.prelaunch``); under a launcher an uncaught error then prints one line on
@@ -157,7 +161,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
                        dist.get_rank(), adist.timeout_s()), alike_on_every_rank():
         return Runner(model, plan, loss_fn, ready, example_inputs=example_inputs, pg=group,
                       spec=spec, seq=seq, seed=seed, init_fn=init_fn, weights=weights,
-                      global_batch=global_batch)
+                      global_batch=global_batch, compile=compile)
 
 
 class Runner:
@@ -165,7 +169,7 @@ class Runner:
 
     def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, ready: Launchable, *,
                  example_inputs=None, pg=None, spec=None, seq=None, seed=None, init_fn=None,
-                 weights=None, global_batch=None):
+                 weights=None, global_batch=None, compile=False):
         self.plan = plan
         self.spec, self.seq, self.step, self.global_batch = spec, seq, 0, global_batch
         self.loss_fn = loss_fn
@@ -218,6 +222,12 @@ class Runner:
             stage.to(self.device)
             convert_stage(stage, plan)   # FP8 plans: torchao float8 block linears (assemble/float8.py)
         del model, rows  # rows this rank does not run are freed with the model
+        from autopar.runtime.step import gpu_defaults
+        gpu_defaults.apply_on(self.device)   # TF32 for fp32 matmuls on CUDA (torchtitan's)
+        self.compiled = compile
+        if compile:   # each row on its own, before DDP / FSDP2 wrap the stage (torchtitan's order)
+            from autopar.runtime.step.compile_rows import compile_rows
+            compile_rows(self._raw, self.device.type)
 
         # the plan's DeviceMesh (outer dimension first, per plan.placement; dimensions of size 1
         # left out); FSDP2 gets its 1-D dp slice
@@ -262,18 +272,24 @@ class Runner:
                     out.append(p)
         return out
 
-    def train_step(self, inputs, targets=None) -> float:
+    def train_step(self, inputs, targets=None, *, sync: bool = True):
         """Forward and backward over this dp rank's batch (``global_batch / dp`` samples) under
         the plan's schedule; returns the global mean loss on every rank. A peer that dies or
-        stops answering meanwhile raises ``PeerLostError`` (one line naming it)."""
+        stops answering meanwhile raises ``PeerLostError`` (one line naming it).
+
+        ``sync=True``: the loss as a float — the step's one host-device sync. ``sync=False``:
+        a 0-d float64 tensor on the device, reduced over the plan's ranks there; nothing in the
+        step waits for the device (``autopar train`` reads it only on the steps it logs)."""
         if self.step:   # FP8 under FSDP2: the weights' scales after the user's optimizer step
             precompute_scales(self._wrapped, self.plan)
         with peer_failures("train_step", self.layout.ranks, self.rank, adist.timeout_s()):
             loss = self._train_step(inputs, targets)
+            if sync:
+                loss = float(loss.item())
         self.step += 1
         return loss
 
-    def _train_step(self, inputs, targets) -> float:
+    def _train_step(self, inputs, targets) -> torch.Tensor:
         plan = self.plan
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         inputs = tuple(t.to(self.device) for t in inputs)
@@ -298,17 +314,18 @@ class Runner:
                 self._schedules[n_micro] = make_schedule(plan, self._pipe_stages, n_micro,
                                                          self.loss_fn)
             local = run_pipeline(self._schedules[n_micro], inputs, targets,
-                                 self.first_virtual in self.virtual, self.last_virtual in self.virtual)
+                                 self.first_virtual in self.virtual, self.last_virtual in self.virtual,
+                                 device=self.device)
             if reduces_after_step(plan):   # a split-backward schedule without DDP (why: there)
                 all_reduce_grads(self._raw, self.layout, plan.dp * plan.cp)
             all_reduce_tied(self._raw, self._tied)
-        t = torch.tensor([local], dtype=torch.float64, device=self.device)
+        t = local.detach().to(device=self.device, dtype=torch.float64).reshape(1)   # on the device
         if plan.pp > 1:
             dist.all_reduce(t, group=self.layout.group("pp"))
         if plan.dp * plan.cp > 1:   # each cp rank's loss is the mean over its tokens
             dist.all_reduce(t, group=sync_group(self.layout))
             t /= plan.dp * plan.cp
-        return float(t.item())
+        return t[0]
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The serial model's state dict (same keys), gathered on the first rank of the plan;

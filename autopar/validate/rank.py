@@ -40,8 +40,8 @@ def validate_rank(spec, seq, plan_dicts, global_batch, steps, warmup, seed, prog
     warnings.filterwarnings("ignore")
     cuda = torch.cuda.is_available()
     if cuda:
-        from autopar.runtime.assemble.cuda_defaults import apply_cuda_alloc_defaults
-        apply_cuda_alloc_defaults()   # as autopar's runtime runs (cuda_defaults.py)
+        from autopar.runtime.step.gpu_defaults import set_env
+        set_env()   # as autopar's runtime runs (gpu_defaults.py: expandable segments unless set)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     adist.ensure_initialized(int(os.environ["WORLD_SIZE"]))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")

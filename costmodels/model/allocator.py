@@ -5,7 +5,7 @@
   optimizer state are allocated once). The hardware profile's ``memory_reserve_bytes`` (CUDA
   context, NCCL buffers) holds what does not scale with the activations; a runtime whose
   allocator fragments more says so here. autopar's runtime sets ``expandable_segments:True``
-  (``autopar/runtime/assemble/cuda_defaults.py``): its figure is the one measured with it, and the
+  (``autopar/runtime/step/gpu_defaults.py``): its figure is the one measured with it, and the
   ``autopar:default_allocator`` option the one measured without.
 * ``[memory] optimizer_state_bytes``: the optimizer's bytes per parameter before ZeRO sharding,
   where the runtime's differ from the recipe's (``memory.STATE_BYTES``: fp32 master weights and

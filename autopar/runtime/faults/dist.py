@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from autopar.runtime.assemble.cuda_defaults import apply_cuda_alloc_defaults
 from costmodels.contracts.errors import PlanError
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOPAR_COLLECTIVE_TIMEOUT", "300"))
@@ -67,7 +66,8 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
                         "or change the plan's dp, tp or pp")
     backend = backend_for_device()
     if backend == "nccl":
-        apply_cuda_alloc_defaults()   # expandable segments unless the user chose (cuda_defaults.py)
+        from autopar.runtime.step.gpu_defaults import set_env
+        set_env()   # allocator, NCCL flight recorder per rank: before CUDA and NCCL start
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timeout)
 

@@ -33,7 +33,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 def local_square_sum(stages, names, shards, tied, layout, norm_type: float) -> torch.Tensor:
     """This rank's share of Σ |g|^p over the serial model's parameters (see the module docstring)."""
     tied_lowest = {(s, n): min(dist.get_process_group_ranks(g)) == layout.rank for s, n, g in tied}
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=adist.device_for_backend())   # no host sync
     seen: set[int] = set()
     for s, stage in enumerate(stages):
         for n, p in stage.named_parameters(remove_duplicate=False):
@@ -48,7 +48,7 @@ def local_square_sum(stages, names, shards, tied, layout, norm_type: float) -> t
             if not tied_lowest.get((s, n), True):
                 continue
             g = _local(p.grad).detach().double()
-            total += g.abs().pow(norm_type).sum().cpu() if norm_type != 2.0 else g.pow(2).sum().cpu()
+            total += (g.abs().pow(norm_type).sum() if norm_type != 2.0 else g.pow(2).sum()).to(total.device)
     return total
 
 
@@ -63,17 +63,15 @@ def clip_grad_norm_(stages, names, shards, tied, layout, max_norm: float,
         raise PlanError(f"clip_grad_norm_(max_norm={max_norm}): max_norm must be positive")
     total = local_square_sum(stages, names, shards, tied, layout, float(norm_type))
     if len(layout.ranks) > 1:
-        device = adist.device_for_backend()
-        t = total.to(device)
-        dist.all_reduce(t, group=adist.group(layout.ranks))
-        total = t.cpu()
+        dist.all_reduce(total, group=adist.group(layout.ranks))
     norm = total ** (1.0 / norm_type)
-    coef = float(max_norm) / (float(norm) + 1e-6)
-    if coef < 1.0:
-        seen: set[int] = set()
-        for stage in stages:
-            for p in stage.parameters():
-                if id(p) not in seen and p.grad is not None:
-                    seen.add(id(p))
-                    _local(p.grad).detach().mul_(coef)
+    # the factor stays on the device, clamped at 1 (torch's clip_grad_norm_: no host sync)
+    coef = (float(max_norm) / (norm + 1e-6)).clamp(max=1.0)
+    seen: set[int] = set()
+    for stage in stages:
+        for p in stage.parameters():
+            if id(p) not in seen and p.grad is not None:
+                seen.add(id(p))
+                g = _local(p.grad).detach()
+                g.mul_(coef.to(device=g.device, dtype=g.dtype))
     return norm

@@ -20,14 +20,16 @@ from costmodels.contracts.runnable import check_schedule
 
 
 def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: int,
-              loss_fn: Callable, keep_unsharded: bool = False) -> float:
+              loss_fn: Callable, keep_unsharded: bool = False) -> torch.Tensor:
     """Forward and backward of ``n_micro`` micro-batches through one (DDP / FSDP / plain)
-    module, gradients synced only on the last; returns the mean micro-batch loss.
+    module, gradients synced only on the last; returns the mean micro-batch loss as a 0-d tensor
+    on the module's device (summed there: reading it per micro-batch would stop the host until
+    the device caught up, issue 29).
     ``keep_unsharded`` (ZeRO-2 on FSDP2): parameters stay gathered from the first micro-batch's
     forward to the last one's backward — one all-gather per step, as ZeRO-2 means, instead of
     FSDP2's default of one per micro-batch."""
     fsdp = is_fsdp(module)
-    total = 0.0
+    total = None
     for i in range(n_micro):
         last = i == n_micro - 1
         sl = slice(i * micro_batch_size, (i + 1) * micro_batch_size)
@@ -44,13 +46,16 @@ def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: in
             out = module(*(t[sl] for t in inputs))
             loss = call_loss(loss_fn, out, targets[sl] if targets is not None else None)
             (loss / n_micro).backward()
-        total += float(loss.detach())
+        loss = loss.detach().float()
+        total = loss if total is None else total + loss
     return total / n_micro
 
 
-def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage: bool) -> float:
+def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage: bool,
+                 device: torch.device | None = None) -> torch.Tensor:
     """One step of a pipelining schedule; returns the mean micro-batch loss on the rank holding
-    the last stage, 0.0 elsewhere."""
+    the last stage, 0 elsewhere, as a 0-d tensor on ``device`` (the losses are summed on the
+    device: no host sync)."""
     args, kwargs, losses = (), {}, []
     if first_stage:
         args = inputs
@@ -61,9 +66,9 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
         kwargs = dict(target=targets, losses=losses)
     schedule.step(*args, **kwargs)
     if not losses:
-        return 0.0
+        return torch.zeros((), device=device if device is not None else inputs[0].device)
     unscale = schedule.autopar_loss.n_micro   # each loss was divided by it before backward
-    return float(sum(float(x.detach()) * unscale for x in losses) / len(losses))
+    return torch.stack([x.detach().float() for x in losses]).sum() * (unscale / len(losses))
 
 
 def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable):

@@ -41,6 +41,7 @@ class Case:
     seq: int | None = None
     clip: float | None = None           # max gradient norm (serial: torch's; parallel: the runner's)
     table: object | None = None         # the layer table for the balanced split (traced with leaves)
+    compile: bool = False               # the parallel side's rows torch.compile'd (apply's compile)
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -88,7 +89,8 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
     With ``return_state``: also ``runner.full_state_dict()`` (None except on the first rank)."""
     from autopar.runtime.apply import apply
     runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, seq=case.seq,
-                   group=group, example_inputs=case.example_inputs, table=case.table)
+                   group=group, example_inputs=case.example_inputs, table=case.table,
+                   compile=case.compile)
     opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
     out = []
     for step in range(case.steps):
@@ -171,7 +173,7 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
 
 # ---- autopar verify -------------------------------------------------------------------------
 def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, optimizer: str,
-               seed: int, table=None) -> Case:
+               seed: int, table=None, compile: bool = False) -> Case:
     from autopar.models import load_model
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
@@ -183,10 +185,12 @@ def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, o
         return source.make_batch(global_batch, seed=seed * 1000 + step)
 
     return Case(name=spec, plan=plan, build=build, batches=batches, loss_fn=source.loss,
-                steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq, table=table)
+                steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq, table=table,
+                compile=compile)
 
 
-def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed, table=None):
+def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed, table=None,
+                 compile=False):
     import torch.distributed as dist
 
     from autopar.runtime.faults import dist as adist
@@ -194,7 +198,7 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed,
     from costmodels.contracts.plan import Plan
     plan = Plan.from_dict(plan_dict)
     try:
-        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed, table)
+        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed, table, compile)
         adist.ensure_initialized(plan.world_size)
         ser = serial_losses(case) if dist.get_rank() == 0 else None
         par = parallel_losses(case)
@@ -205,9 +209,11 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed,
 
 def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: int | None = None,
            global_batch: int | None = None, lr: float = 0.1, optimizer: str = "sgd",
-           seed: int = 0, leaf_modules=()) -> tuple[list[float], list[float], int]:
+           seed: int = 0, leaf_modules=(), compile: bool = False) -> tuple[list[float], list[float], int]:
     """Run the comparison; returns (parallel losses, serial losses, global batch).
-    ``leaf_modules``: classes the layer table (the balanced split) is traced with as leaves."""
+    ``leaf_modules``: classes the layer table (the balanced split) is traced with as leaves.
+    ``compile``: the parallel side's rows compiled (``apply(..., compile=True)``), the serial
+    side eager — the check that compiling changes nothing but speed."""
     from costmodels.contracts.errors import PlanError
     if nproc is not None and nproc < 1:
         raise PlanError(f"--nproc {nproc} must be at least 1; pass --nproc {plan.world_size} "
@@ -234,7 +240,7 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
                         num_micro_batches=m, spec=spec, seq=seq, table=table,
                         example_inputs=source.example_inputs(plan.micro_batch_size, "cpu"))
     *results, failure = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps,
-                              global_batch, lr, optimizer, seed, table, partial=True)
+                              global_batch, lr, optimizer, seed, table, compile, partial=True)
     for r in results:  # a user error on any rank explains the others' failures
         if r is not None and "error" in r:
             import costmodels.contracts.errors as errors
