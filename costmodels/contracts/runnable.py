@@ -18,6 +18,8 @@ Each rule is one function raising ``PlanError`` that names the plan field and th
 * ``check_tensor_parallel(plan, dims)`` — ``tp`` divides ``heads``, ``kv_heads`` and ``ffn``
   (each rank owns whole heads and an equal slice of the MLP); with sequence parallel it also
   divides the sequence length.
+* ``check_context_parallel(plan, dims)`` — ``2·cp`` divides the sequence (causal load
+  balance); with sequence parallel tp divides ``seq/cp``.
 * ``costmodels.contracts.split.check_stage_rows`` (owned there, shared with the cost model) — ``pp·vpp``
   virtual stages over at most ``rows`` rows, pinned ``stages`` ending at the last row.
 
@@ -71,6 +73,7 @@ def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int |
     if num_micro_batches is not None:
         check_schedule(plan, num_micro_batches)
     check_tensor_parallel(plan, dims)
+    check_context_parallel(plan, dims)
     if dims.rows is not None:
         check_stage_rows(plan, dims.rows)
 
@@ -88,12 +91,9 @@ def check_axes_implemented(plan) -> None:
     """The plan fields that exist in the contract but that neither the cost model nor the
     runtime handles yet, refused in one line (``estimate`` and ``check_runnable`` both call it).
     Each axis's line goes when the axis is priced and run."""
-    not_yet = [("cp", plan.cp > 1, "context parallelism", "cp=1"),
-               ("ep", plan.ep > 1, "expert parallelism", "ep=1"),
-               ("etp", plan.etp > 1, "expert tensor parallelism", "etp=1"),
-               ("precision", plan.precision != "bf16", "FP8 matmuls", "precision='bf16'"),
-               ("dp_shard", plan.dp_shard is not None, "HSDP (a ZeRO shard group smaller than dp)",
-                "leave dp_shard out")]
+    not_yet = [("ep", getattr(plan, "ep", 1) > 1, "expert parallelism", "ep=1"),
+               ("etp", getattr(plan, "etp", 1) > 1, "expert tensor parallelism", "etp=1"),
+               ("precision", getattr(plan, "precision", "bf16") != "bf16", "FP8 matmuls", "precision='bf16'")]
     for name, used, what, fix in not_yet:
         if used:
             raise PlanError(f"plan field '{name}'={quote(getattr(plan, name))}: {what} is not supported by "
@@ -170,6 +170,27 @@ def check_tensor_parallel(plan, dims: ModelDims) -> None:
         raise PlanError(f"plan field 'sequence_parallel' splits the sequence of {dims.seq} tokens "
                         f"over tp={tp}, which does not divide it; choose tp in {divisors(dims.seq)} "
                         "or set sequence_parallel false")
+
+
+def check_context_parallel(plan, dims: ModelDims) -> None:
+    """``cp`` cuts each sequence into ``2·cp`` equal chunks (the causal load balance of
+    Megatron-core and torch's ``context_parallel``, rank i holding chunks i and 2·cp − 1 − i), so
+    ``2·cp`` divides the sequence; with sequence parallel tp also divides the rank's ``seq/cp``
+    tokens. HSDP (``dp_shard``) has no rule of the model's."""
+    cp = getattr(plan, "cp", 1)
+    if cp <= 1:
+        return
+    if dims.heads is not None and not dims.heads:
+        raise PlanError(f"plan field 'cp'={cp} splits attention over the sequence, but the model "
+                        "has no attention heads; set cp=1")
+    if dims.seq and dims.seq % (2 * cp):
+        ok = [c for c in divisors(dims.seq // 2) if c <= 64]
+        raise PlanError(f"plan field 'cp'={cp} cuts the sequence of {dims.seq} tokens into 2·cp = "
+                        f"{2 * cp} chunks (causal load balance), which does not divide it; choose cp in {ok}")
+    if dims.seq and plan.sequence_parallel and (dims.seq // cp) % plan.tp:
+        raise PlanError(f"plan field 'sequence_parallel' splits each cp rank's {dims.seq // cp} tokens "
+                        f"over tp={plan.tp}, which does not divide them; change tp or cp, or set "
+                        "sequence_parallel false")
 
 
 def divisors(n: int) -> list[int]:

@@ -64,6 +64,7 @@ import numpy as np
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
+from costmodels.model.context_parallel import cp_row_link, cp_row_times, hsdp_sync, zero_group, zero_link
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
@@ -136,7 +137,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     runtime = load_runtime(getattr(plan, "runtime", None))
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
-           plan.schedule)   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           getattr(plan, "dp_shard", None))   # HSDP's shard group (context_parallel)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -152,6 +154,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
+    zdp = zero_group(plan)   # ZeRO's shard group: dp, or HSDP's dp_shard (context_parallel)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -160,13 +164,13 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
-        gather_b, gather_s = collective_time("all_gather_into_tensor", weights, dp,
-                                             profile.group_link(plan, "dp"))
+        gather_b, gather_s = collective_time("all_gather_into_tensor", weights, zdp,
+                                             zero_link(profile, plan))
     gather_b, gather_s = np.asarray(gather_b, dtype=float), np.asarray(gather_s, dtype=float)
     red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
-                                       * arr.params / tp, dp, profile.group_link(plan, "dp"))
+                                       * arr.params / tp, zdp, zero_link(profile, plan))
     f_on = "fwd" in zero
     zf_s, zf_b = gather_s * f_on, gather_b * f_on
     zb_s = gather_s * ("bwd" in zero) + red_s
@@ -175,7 +179,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     first_f, first_b = np.zeros(arr.n + 1), np.zeros(arr.n + 1)
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
     params = arr.params / tp
-    p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
+    p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
     bucket = 0.0
@@ -191,7 +195,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                                    plan.attention, precision, runtime.loss_saved_bytes),
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),
+        optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(zdp, plan.zero),
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,
@@ -306,6 +310,10 @@ def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
     ``phase`` of it, ``dp_sync_collectives``): on the α-β line, not a measured curve
     (``comm.collective_time``), so the search can keep it linear in the parameters of a stage."""
     colls = dp_sync_collectives(plan, precision, phase)
+    if getattr(plan, "dp_shard", None):   # HSDP: shard group, then across replicas
+        name, nbytes, seconds, _ = hsdp_sync(params_per_gpu, plan, profile, colls, phase,
+                                             grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))
+        return name, nbytes, seconds
     if not colls:
         return "none", 0.0, 0.0
     t = dp_link(profile, plan, tier)
@@ -323,6 +331,10 @@ def dp_sync_line(plan, profile: HardwareProfile, tier: str,
     ``λ_d + γ_d·Π`` is ``dp_sync(Π)`` up to λ_d's rounding (about 1e-10 relative), far below the
     integer program's unit."""
     colls = dp_sync_collectives(plan, precision, phase)
+    if getattr(plan, "dp_shard", None):   # HSDP (context_parallel.hsdp_sync)
+        latency = hsdp_sync(1.0, plan, profile, colls, phase,
+                            grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))[3]
+        return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
     if not colls:
         return 0.0, 0.0
     t = dp_link(profile, plan, tier)
