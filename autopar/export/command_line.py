@@ -26,7 +26,10 @@ VALUE_FLAGS = (
     "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--num-key-value-heads",
     "--seq-length", "--zero-stage", "--ds-sequence-parallel-size",
     "--nnodes", "--nproc-per-node", "--nproc_per_node", "--plan", "--model", "--global-batch",
+    "--num-distributed-optimizer-instances",
 )
+# flags with a list of values (Megatron-core: one --cp-comm-type per layer, or one for all)
+LIST_FLAGS = ("--cp-comm-type",)
 SWITCH_FLAGS = (
     "--sequence-parallel", "--recompute-activations", "--checkpoint-activations",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2", "--use-flash-attn",
@@ -45,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(flag, dest=dest(flag), default=None)
     for flag in SWITCH_FLAGS:
         p.add_argument(flag, dest=dest(flag), action="store_true")
+    for flag in LIST_FLAGS:
+        p.add_argument(flag, dest=dest(flag), nargs="+", default=None)
     return p
 
 
