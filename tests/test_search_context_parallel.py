@@ -28,6 +28,9 @@ def test_objective_and_memory_equal_estimate_under_cp_and_hsdp(runtime):
     costs = Costs(table, prof, batch)
     configs = list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node, fix={"runtime": runtime}))
     cps = {c.cp for c in configs}
+    # HSDP with every ZeRO stage the runtime shards in groups (the default space: ZeRO-3's only)
+    configs += list(configurations(Shape.of(table), gpus, batch, prof.gpus_per_node,
+                                   fix={"runtime": runtime, "dp_shard": 2}))
     assert {1, 2, 4, 8} <= cps, cps
     groups: dict = {}
     for c in configs:
