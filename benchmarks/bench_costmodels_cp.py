@@ -111,13 +111,14 @@ def step_rows() -> list[dict]:
             e = estimate(table(x["spec"], x["seq"]), x["hw"], x["plan"], x["gpus"], x["batch"])
             x["predicted"], x["fits"] = e.step_time_s, e.fits
             x["error"] = e.step_time_s / x["published"] - 1
-            # the same GPUs with cp folded into dp (cp = 1): what of the error is cp's own
+        except AutoparError as err:
+            x["predicted"], x["error"], x["why"] = None, None, str(err)
+        try:   # the same GPUs with cp folded into dp (cp = 1): what of the error is cp's own
             twin = x["plan"].with_(dp=x["plan"].dp * x["plan"].cp, cp=1)
             x["twin_error"] = estimate(table(x["spec"], x["seq"]), x["hw"], twin, x["gpus"],
                                        x["batch"]).step_time_s / x["published"] - 1
-        except AutoparError as err:
-            x["predicted"], x["error"], x["why"] = None, None, str(err)
-            x.setdefault("twin_error", None)
+        except AutoparError:   # e.g. a batch dp·cp does not divide
+            x["twin_error"] = None
     return out
 
 
