@@ -111,3 +111,12 @@ def test_a_long_sequence_search_chooses_cp():
     table, prof = _table(131072), load_profile("h100-80g-sxm")
     res = run_search(Costs(table, prof, 16), gpus=16, global_batch=16, fix={"runtime": "megatron"}, top=1)
     assert res.plans and res.plans[0].plan.cp > 1, res.plans[0].plan.label()
+
+
+def test_topology_places_cp_right_outside_tp():
+    from costmodels.profiles.topology import plan_tiers
+    assert plan_tiers(Plan(dp=2, cp=2, tp=2), 8) == {"tp": "intra_node", "cp": "intra_node",
+                                                      "dp": "intra_node", "pp": "intra_node"}
+    tiers = plan_tiers(Plan(dp=2, cp=4, tp=4), 8)        # tp·cp = 16 ranks: cp crosses nodes
+    assert tiers["tp"] == "intra_node" and tiers["cp"] == "inter_node" and tiers["dp"] == "inter_node"
+    assert plan_tiers(Plan(dp=2, tp=4), 8) == {"tp": "intra_node", "dp": "intra_node", "pp": "intra_node"}

@@ -35,6 +35,10 @@ of the local table, one micro-batch, per GPU; ``kv`` = the bytes of K and V of t
   one read and one write of the fp32 accumulator (12 bytes per output element) at HBM
   bandwidth, forward and backward alike — bytes counted, not fitted.
 
+Not counted: the ring's receive buffers (one or two K/V blocks per GPU, transient) and the fp32
+accumulator of the merge; their bytes are a block's K/V and output, small beside a rank's saved
+activations.
+
 ``ov`` (``RuntimeProfile.cp_overlap``): 1 where the transfer runs on its own stream (NCCL);
 autopar's runtime on a CPU profile (gloo) runs its ring in line, 0. The variant is the runtime
 profile's ``[context_parallel] all_gather_kv`` (0 ring, 1 all-gather).
