@@ -56,7 +56,7 @@ def test_estimate_table_for_people(capsys):
 
 
 @pytest.mark.parametrize("plan,msg", [
-    ({"dp": 3}, "dp·tp·pp = 3·1·1 = 3 but --gpus is 8"),
+    ({"dp": 3}, "dp·cp·tp·pp = 3·1·1·1 = 3 but --gpus is 8"),
     ({"dp": 1, "tp": 8, "pp": 1, "micro_batch_size": 3}, "global batch 32 is not divisible"),
     ({"tp": 8, "heads": 3}, "unknown plan field(s) ['heads']"),
     ({"dp": 8, "recompute": "some"}, "plan field 'recompute'='some' is not one of"),

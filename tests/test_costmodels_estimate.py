@@ -29,7 +29,7 @@ A100 = "a100-80g-sxm"
 # ------------------------------------------------------------------------ plan checks
 @pytest.mark.parametrize("plan,gpus,batch,match", [
     (Plan(dp=2, tp=8, pp=4), 64, 64, None),
-    (Plan(dp=2, tp=8, pp=4), 16, 64, r"dp·tp·pp = 2·8·4 = 64 but --gpus is 16"),
+    (Plan(dp=2, tp=8, pp=4), 16, 64, r"dp·cp·tp·pp = 2·1·8·4 = 64 but --gpus is 16"),
     (Plan(tp=5), 5, 8, r"tp=5 does not divide heads=96"),
     (Plan(dp=3, micro_batch_size=2), 3, 8, r"global batch 8 is not divisible by dp·micro_batch_size"),
     (Plan(dp=2), 2, 0, r"global batch=0 must be a positive integer"),

@@ -62,8 +62,8 @@ def test_published_script_on_its_own_one_node_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("text,error,match", [
-    ("--tensor-model-parallel-size 2 --micro-batch-size 1 --context-parallel-size 2", PlanError,
-     "context-parallel-size 2: autopar plans have no context"),
+    ("--tensor-model-parallel-size 2 --micro-batch-size 1 --context-parallel-size 2 --cp-comm-type a2a",
+     PlanError, "--cp-comm-type a2a: autopar prices the p2p ring and allgather"),
     ("--micro-batch-size $MBS", PlanError, r"--micro-batch-size='\$MBS' must be a positive integer"),
     ("--tensor-model-parallel-size 2", PlanError, "no --micro-batch-size"),
     ("--micro-batch-size 1 --num-layers 12", SpecError, "--num-layers 12 but MODEL .* has layers=8"),
@@ -114,8 +114,8 @@ def test_torchtitan_job_with_derived_split_and_leftover_dp():
 
 @pytest.mark.parametrize("change,match", [
     (('mode = "full"', 'mode = "selective"'), "selective_ac_option = '2' checkpoints every n-th layer"),
-    (("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 2\ndata_parallel_replicate_degree = 2"),
-     "is HSDP"),
+    (("data_parallel_shard_degree = -1", "data_parallel_shard_degree = -1\ncontext_parallel_degree = 2\n"
+      'context_parallel_rotate_method = "ring"'), "autopar prices 'allgather' and 'alltoall'"),
     (("local_batch_size = 16", "local_batch_size = 16\nglobal_batch_size = 128"), "several pipeline rounds"),
     (('"1F1B"', '"ZBVZeroBubble"'), "autopar models GPipe, 1F1B and Interleaved1F1B"),
 ])

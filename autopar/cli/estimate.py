@@ -133,6 +133,8 @@ def render(results) -> None:
     row("fits", lambda d: "[green]yes[/green]" if d["fits"] else "[red]NO[/red]")
     for k in ("dp", "tp", "pp", "zero"):
         row(f"sent per GPU: {COMM_KIND_LABELS[k]}", lambda d, k=k: gb(d["comm_bytes"][k]))
+    if any("cp" in d["comm_bytes"] for d in results):   # context parallelism's ring
+        row(f"sent per GPU: {COMM_KIND_LABELS['cp']}", lambda d: gb(d["comm_bytes"].get("cp", 0.0)))
     if any(d.get("cluster") for d in results):   # pooled plans: GPUs used and left idle per pool
         row("pools: used / idle GPUs", lambda d: ", ".join(
             f"{u['name']} {u['used']}/{u['idle']}" for u in (d.get("cluster") or {}).get("pools", [])) or "–")

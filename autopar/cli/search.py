@@ -168,7 +168,7 @@ def print_table(data: dict) -> None:
             from costmodels.contracts.plans_file import PlanResult
             stages += " " + pools_label(PlanResult.from_dict(p).plan)
         gpus = [str(p.get("gpus", data["gpus"]))] if len(counts) > 1 else []
-        t.add_row(str(p["rank"]), *gpus, str(p["dp"]), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
+        t.add_row(str(p["rank"]), *gpus, _dp_cell(p), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
                   *([p.get("precision", "bf16")] if precision else []),
@@ -198,3 +198,11 @@ def print_table(data: dict) -> None:
         c.print(f"plan 1 on {line}")
     c.print("step s ± : the 90th percentile of the cost model's error on published runs of the "
             "plan's regime (~: borrowed from another regime; docs/validation.md)")
+
+
+def _dp_cell(p: dict) -> str:
+    """The dp column: dp, with the cp degree and HSDP's replicas × shard group where the plan has them."""
+    cell = str(p["dp"]) + (f" ·cp{p['cp']}" if p.get("cp", 1) > 1 else "")
+    if p.get("dp_shard"):
+        cell += f" (hsdp {p['dp'] // p['dp_shard']}×{p['dp_shard']})"
+    return cell

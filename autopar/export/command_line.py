@@ -27,7 +27,10 @@ VALUE_FLAGS = (
     "--seq-length", "--zero-stage", "--ds-sequence-parallel-size",
     "--nnodes", "--nproc-per-node", "--nproc_per_node", "--plan", "--model", "--global-batch",
     "--fp8-format", "--fp8-recipe",   # the plan's precision (autopar.export.precision_flags)
+    "--num-distributed-optimizer-instances",
 )
+# flags with a list of values (Megatron-core: one --cp-comm-type per layer, or one for all)
+LIST_FLAGS = ("--cp-comm-type",)
 SWITCH_FLAGS = (
     "--sequence-parallel", "--recompute-activations", "--checkpoint-activations",
     "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-torch-fsdp2", "--use-flash-attn",
@@ -46,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(flag, dest=dest(flag), default=None)
     for flag in SWITCH_FLAGS:
         p.add_argument(flag, dest=dest(flag), action="store_true")
+    for flag in LIST_FLAGS:
+        p.add_argument(flag, dest=dest(flag), nargs="+", default=None)
     return p
 
 

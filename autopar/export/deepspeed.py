@@ -56,6 +56,13 @@ def problems(plan: Plan, ctx: TrainingContext) -> list[Problem]:
     if plan.placement != "tp,dp,pp":
         out.append(Problem("placement", plan.placement, "Megatron-DeepSpeed orders ranks tp-dp-pp",
                            {"placement": "tp,dp,pp"}))
+    if plan.cp > 1:   # Ulysses (--ds-sequence-parallel-size) splits heads by all-to-all: not a cp ring
+        out.append(Problem("cp", plan.cp, "DeepSpeed has no ring context parallelism (its Ulysses "
+                           "sequence parallelism exchanges heads by all-to-all, which autopar does not "
+                           "price)", {"cp": 1, "dp": plan.dp * plan.cp}))
+    if plan.dp_shard is not None:
+        out.append(Problem("dp_shard", plan.dp_shard, "DeepSpeed has no HSDP (ZeRO++'s hpZ keeps a "
+                           "secondary weight copy per node, not replicated shard groups)", {"dp_shard": None}))
     if plan.pp > 1 and plan.zero >= 2:
         out.append(Problem("zero", plan.zero, "DeepSpeed's pipeline engine runs ZeRO-0 or 1 only",
                            {"zero": 1}))

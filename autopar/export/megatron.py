@@ -17,7 +17,11 @@ flag against that list; ``benchmarks/bench_export_parsers.py`` runs Megatron's o
     overlap             --overlap-grad-reduce (dp > 1), --overlap-param-gather (with ZeRO)
     attention           --attention-backend flash | unfused
     placement           tp,dp,pp: Megatron's default order; tp,pp,dp: --use-tp-pp-dp-mapping
-    dp                  not a flag: the GPUs torchrun starts / (tp·pp)
+    cp                  --context-parallel-size, --cp-comm-type p2p (runtime megatron) or allgather
+                        (megatron:cp_all_gather); a2a / a2a+p2p (Ulysses) are refused on import
+    dp_shard            ZeRO-1 only: --num-distributed-optimizer-instances dp / dp_shard (the
+                        distributed optimizer sharded in groups, replicated across them)
+    dp                  not a flag: the GPUs torchrun starts / (tp·cp·pp)
 
 Megatron has no GPipe schedule (1F1B, interleaved with vpp > 1), no dp-innermost placement, and
 its FSDP does not run with pipeline parallelism: those plans are refused, naming the nearest.
@@ -69,6 +73,9 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
         out.append(Problem("zero", plan.zero, f"ZeRO-{plan.zero} is Megatron-FSDP, which does not run "
                            "with pipeline parallelism", {"zero": 1}))
     out += precision_flags.problems(plan, "megatron")
+    if plan.dp_shard is not None and plan.zero != 1:
+        out.append(Problem("dp_shard", plan.dp_shard, "Megatron-LM shards in groups only its distributed "
+                           "optimizer (--num-distributed-optimizer-instances, ZeRO-1)", {"zero": 1}))
     return out + pool_problems(plan, ctx)
 
 
@@ -124,6 +131,10 @@ def plan_args(plan: Plan, ctx: TrainingContext) -> list:
         out.append("--sequence-parallel")
         if has_overlap(plan.runtime):   # megatron:tp_comm_overlap (tp_overlap_switches.py)
             out.append("--tp-comm-overlap")
+    if plan.cp > 1:   # context parallelism: the K/V exchange the runtime profile prices
+        from costmodels.profiles.runtime import load_runtime
+        out += [("--context-parallel-size", plan.cp),
+                ("--cp-comm-type", "allgather" if load_runtime(plan.runtime).cp_all_gather else "p2p")]
     if plan.placement == "tp,pp,dp":
         out.append("--use-tp-pp-dp-mapping")
     out += [("--micro-batch-size", plan.micro_batch_size),
@@ -135,6 +146,8 @@ def plan_args(plan: Plan, ctx: TrainingContext) -> list:
                 ("--recompute-num-layers", 1)]
     if plan.zero == 1:
         out.append("--use-distributed-optimizer")
+        if plan.dp_shard is not None:   # HSDP: the optimizer sharded in groups of dp_shard·cp
+            out.append(("--num-distributed-optimizer-instances", plan.replicas))
     elif plan.zero >= 2:
         out += ["--use-megatron-fsdp", ("--data-parallel-sharding-strategy", ZERO_STRATEGY[plan.zero]),
                 ("--ckpt-format", "fsdp_dtensor")]
@@ -154,7 +167,7 @@ def export(plan: Plan, ctx: TrainingContext) -> Exported:
         "#!/bin/bash",
         f"# autopar plan {plan.label()}, for Megatron-LM pretrain_gpt.py",
         f"# (flags as Megatron-LM {RELEASE} spells them); model {ctx.model}, {plan.world_size} GPUs = "
-        f"dp {plan.dp} x tp {plan.tp} x pp {plan.pp}",
+        f"dp {plan.dp} x " + (f"cp {plan.cp} x " if plan.cp > 1 else "") + f"tp {plan.tp} x pp {plan.pp}",
         # Megatron wants 1 with tp (one CUDA work queue orders its overlapped collectives), FSDP more
         f"export CUDA_DEVICE_MAX_CONNECTIONS={1 if plan.zero < 2 else 8}",
         "AUTOPAR_ARGS=(",
@@ -179,7 +192,9 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     gpus = ctx.gpus or torchrun_gpus(flags)
     plan_fields, global_batch, seq = plan_fields_from_flags(flags, ctx, gpus, "megatron")
     plan = Plan(**plan_fields)
-    runtime = with_overlap(RUNTIMES["megatron"]) if flags.get("tp_comm_overlap") else RUNTIMES["megatron"]
+    runtime = RUNTIMES["megatron"] + (":cp_all_gather" if _cp_comm(flags, "megatron") == "allgather"
+                                      and plan.cp > 1 else "")
+    runtime = with_overlap(runtime) if flags.get("tp_comm_overlap") else runtime
     return Imported(with_runtime(plan, runtime), runtime, "megatron",
                     gpus=plan.world_size, global_batch=global_batch, seq=seq)
 
@@ -230,10 +245,13 @@ def recompute_of(flags: dict, counts: list[int], who: str) -> str:
 def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, who: str):
     """(plan fields, global batch, seq) from Megatron-style flags (Megatron-LM and, for tp / pp /
     sequence parallel / recompute, Megatron-DeepSpeed)."""
-    for name in ("context_parallel_size", "expert_model_parallel_size", "ds_sequence_parallel_size"):
+    for name in ("expert_model_parallel_size", "ds_sequence_parallel_size"):
         if int_flag(flags, name, 1) != 1:
             raise PlanError(f"{who} --{name.replace('_', '-')} {flags[name]}: autopar plans have no "
-                            "context / expert / Ulysses parallelism; set it to 1")
+                            "expert / Ulysses parallelism; set it to 1")
+    cp = int_flag(flags, "context_parallel_size", 1)
+    if cp > 1:
+        _cp_comm(flags, who)
     check_shape(flags, ctx, who)
     n_layers = int_flag(flags, "num_layers") or ctx.n_blocks
     n_rows = n_layers + 2
@@ -243,7 +261,7 @@ def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, 
     mb = int_flag(flags, "micro_batch_size")
     if mb is None:
         raise PlanError(f"{who} command line has no --micro-batch-size; add it")
-    dp = split_dp(gpus, tp * pp, f"the {who} command line")
+    dp = split_dp(gpus, tp * pp * cp, f"the {who} command line")
     global_batch = int_flag(flags, "global_batch_size") or ctx.global_batch or mb * dp
     seq = int_flag(flags, "seq_length")
     attention = "math" if flags.get("attention_backend") in ("unfused", "local") else "flash"
@@ -253,7 +271,25 @@ def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, 
                   schedule="interleaved-1f1b" if vpp > 1 else "1f1b", attention=attention,
                   stages=stages, placement="tp,pp,dp" if flags.get("use_tp_pp_dp_mapping") else "tp,dp,pp",
                   precision=precision_flags.megatron_precision(flags, who))
+    if cp > 1:
+        fields["cp"] = cp
+    instances = int_flag(flags, "num_distributed_optimizer_instances", 1)
+    if instances > 1:   # HSDP of the distributed optimizer
+        if fields["zero"] != 1 or dp % instances:
+            raise PlanError(f"{who} --num-distributed-optimizer-instances {instances} needs "
+                            f"--use-distributed-optimizer and must divide dp={dp}; fix the command line")
+        fields["dp_shard"] = dp // instances
     return fields, global_batch, seq
+
+
+def _cp_comm(flags: dict, who: str) -> str:
+    """--cp-comm-type as autopar prices it: p2p (a ring) or allgather; a2a (Ulysses) is refused."""
+    kinds = flags.get("cp_comm_type") or "p2p"
+    kinds = set(kinds if isinstance(kinds, list) else str(kinds).split())
+    if len(kinds) > 1 or not kinds <= {"p2p", "allgather"}:
+        raise PlanError(f"{who} --cp-comm-type {' '.join(sorted(kinds))}: autopar prices the p2p ring "
+                        "and allgather (one kind for every layer); use --cp-comm-type p2p")
+    return kinds.pop()
 
 
 def _zero(flags: dict, who: str) -> int:

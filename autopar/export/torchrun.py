@@ -87,7 +87,7 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
         plan = load_plan(raw)
     gpus = torchrun_gpus(flags)
     if gpus is not None and gpus != plan.world_size:
-        raise PlanError(f"torchrun starts {gpus} processes but the plan needs dp·tp·pp = {plan.world_size}")
+        raise PlanError(f"torchrun starts {gpus} processes but the plan needs dp·cp·tp·pp = {plan.world_size}")
     batch = flags.get("global_batch")
     batch = None if batch is None else positive_int(batch, "--global-batch")
     return Imported(with_runtime(plan, RUNTIMES["torchrun"]), RUNTIMES["torchrun"], "torchrun",

@@ -18,6 +18,10 @@ names), so the same keys are passed there as flags.
                         batch / dp (pp > 1); training.local_batch_size = micro-batch (pp = 1,
                         torchtitan accumulates gradients up to training.global_batch_size)
     recompute           activation_checkpoint.mode: none / selective (op-level SAC) / full
+    cp                  context_parallel_degree, context_parallel_rotate_method "allgather"
+                        (runtime fsdp, torchtitan's default) or "alltoall" (fsdp:cp_alltoall)
+    dp_shard            HSDP: data_parallel_replicate_degree = dp / dp_shard,
+                        data_parallel_shard_degree = dp_shard (FSDP2's 2-D mesh; ZeRO 2 / 3)
 
 torchtitan has no ZeRO-1, no DDP beside tp / pp, no tp without sequence parallel, only SDPA
 attention and the tp-dp-pp order: such plans are refused, naming the nearest.
@@ -84,13 +88,17 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
     global_batch = ctx.need("global_batch", "--global-batch or a plans file")
     policy = {0: "default", 2: "never", 3: "always"}[plan.zero]
     ddp = plan.zero == 0 and plan.dp > 1
-    parallelism = {"data_parallel_replicate_degree": plan.dp if ddp else 1,
-                   "data_parallel_shard_degree": 1 if ddp else plan.dp,
+    parallelism = {"data_parallel_replicate_degree": plan.dp if ddp else plan.replicas,
+                   "data_parallel_shard_degree": 1 if ddp else plan.shard_size,
                    "fsdp_reshard_after_forward": policy, "tensor_parallel_degree": plan.tp,
                    "pipeline_parallel_degree": plan.pp,
                    "pipeline_parallel_schedule": SCHEDULES[plan.schedule]}
     if plan.tp > 1 and has_overlap(plan.runtime):   # fsdp:async_tp (tp_overlap_switches.py)
         parallelism["enable_async_tensor_parallel"] = True
+    if plan.cp > 1:   # torch's context_parallel over SDPA: the K/V exchange the runtime profile prices
+        from costmodels.profiles.runtime import load_runtime
+        parallelism.update(context_parallel_degree=plan.cp, context_parallel_rotate_method=(
+            "allgather" if load_runtime(plan.runtime).cp_all_gather else "alltoall"))
     local = plan.micro_batch_size
     if plan.pp > 1:
         local = global_batch // plan.dp
@@ -149,10 +157,15 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     ac = doc.get("activation_checkpoint", {})
     _check_model(doc.get("model", {}), ctx)
 
-    for key in ("context_parallel_degree", "expert_parallel_degree"):
+    for key in ("expert_parallel_degree",):
         if _int(par, key, 1) != 1:
-            raise PlanError(f"torchtitan parallelism.{key} = {par[key]}: autopar plans have no context / "
+            raise PlanError(f"torchtitan parallelism.{key} = {par[key]}: autopar plans have no "
                             "expert parallelism; set it to 1")
+    cp = _int(par, "context_parallel_degree", 1)
+    rotate = str(par.get("context_parallel_rotate_method", "allgather"))
+    if rotate not in ("allgather", "alltoall"):
+        raise PlanError(f"torchtitan context_parallel_rotate_method = {rotate!r}: autopar prices "
+                        "'allgather' and 'alltoall'")
     if par.get("pipeline_parallel_schedule_csv"):
         raise PlanError("torchtitan parallelism.pipeline_parallel_schedule_csv: autopar cannot read a "
                         "custom schedule; use GPipe, 1F1B or Interleaved1F1B")
@@ -161,16 +174,14 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     if shard == -1:
         if ctx.gpus is None:
             raise PlanError("torchtitan data_parallel_shard_degree = -1 (the leftover GPUs): give --gpus N")
-        if ctx.gpus % (replicate * tp * pp):
-            raise PlanError(f"{ctx.gpus} GPUs is not a multiple of replicate·tp·pp = {replicate * tp * pp}")
-        shard = ctx.gpus // (replicate * tp * pp)
-    if replicate > 1 and shard > 1:
-        raise PlanError(f"torchtitan data_parallel_replicate_degree = {replicate} with "
-                        f"data_parallel_shard_degree = {shard} is HSDP; autopar plans shard over all of dp "
-                        "or none: set one of them to 1")
+        if ctx.gpus % (replicate * tp * pp * cp):
+            raise PlanError(f"{ctx.gpus} GPUs is not a multiple of replicate·cp·tp·pp = {replicate * tp * pp * cp}")
+        shard = ctx.gpus // (replicate * tp * pp * cp)
     dp = replicate * shard
     policy = par.get("fsdp_reshard_after_forward", "default")
-    if replicate > 1:
+    if replicate > 1 and shard > 1:   # HSDP: FSDP2's 2-D mesh
+        zero = {"always": 3, "never": 2}.get(policy, 3 if pp == 1 else 2)
+    elif replicate > 1:
         zero = 0
     else:
         zero = {"always": 3, "never": 2}.get(policy, (3 if pp == 1 else 2) if shard > 1 else 0)
@@ -190,10 +201,11 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     else:
         mb = local
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
-                sequence_parallel=tp > 1, schedule=schedule, stages=stages,
+                sequence_parallel=tp > 1, schedule=schedule, stages=stages, cp=cp,
+                dp_shard=shard if replicate > 1 and shard > 1 else None,
                 precision=precision_flags.torchtitan_precision(doc))
     seq = train.get("seq_len")
-    runtime = RUNTIMES["torchtitan"]
+    runtime = RUNTIMES["torchtitan"] + (":cp_alltoall" if cp > 1 and rotate == "alltoall" else "")
     if par.get("enable_async_tensor_parallel"):   # fsdp:async_tp (tp_overlap_switches.py)
         runtime = with_overlap(runtime)
     return Imported(with_runtime(plan, runtime), runtime, "torchtitan",

@@ -28,7 +28,7 @@ TERM_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "bubble": "#E45756"
                "zero_exposed": "#EECA3B"}
 MEMORY_COLORS = {"params": "#4C78A8", "grads": "#72B7B2", "optimizer": "#F58518",
                  "gathered": "#9D755D", "activations": "#E45756", "reserve": "#BAB0AC"}
-COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA3B"}
+COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA3B", "cp": "#4C78A8"}
 TIER_COLORS = ["#4C78A8", "#E45756", "#54A24B", "#B279A2", "#F58518"]
 FWD = ["#4C78A8", "#9ECAE9", "#2E5A87", "#72B7B2"]
 BWD = ["#F58518", "#FFBF79", "#B5441B", "#E45756"]

@@ -21,7 +21,7 @@ from costmodels.model.estimate import BREAKDOWN_KEYS  # noqa: F401  (re-exported
 
 # the memory parts the report stacks; 'total' is their sum and is shown on its own
 MEMORY_KEYS = tuple(k for k in ESTIMATE_MEMORY_KEYS if k != "total")
-COMM_KINDS = ("dp", "tp", "pp", "zero")
+COMM_KINDS = ("dp", "tp", "pp", "zero", "cp")
 
 
 @dataclass

@@ -23,7 +23,7 @@ def ranked_rows(report) -> list[list[str]]:
             p = r.plan
             mfu = r.get("mfu")
             tf = r.get("tflops_per_gpu")
-            rows.append([str(r.id), str(r.gpus), str(p.dp), str(p.tp), str(p.pp), str(p.vpp), p.schedule,
+            rows.append([str(r.id), str(r.gpus), _dp_cell(p), str(p.tp), str(p.pp), str(p.vpp), p.schedule,
                          str(p.micro_batch_size), str(p.zero), p.recompute,
                          "on" if p.sequence_parallel else "off",
                          seconds(float(r["step_time_s"])) + band_suffix(r.get("error_band"))
@@ -34,6 +34,12 @@ def ranked_rows(report) -> list[list[str]]:
                          gib(float(r["memory_bytes"].get("total", 0))), "yes" if r["fits"] else "NO",
                          f"{os.path.basename(r.source)} (rank {r.file_rank})"])
     return rows
+
+
+def _dp_cell(p) -> str:
+    """The dp column: dp, with the cp degree and HSDP's replicas × shard group when the plan has them."""
+    return (str(p.dp) + (f" ·cp{p.cp}" if p.cp > 1 else "")
+            + (f" (hsdp {p.replicas}×{p.dp_shard})" if p.dp_shard else ""))
 
 
 def dataframe(records: list[PlanRecord]):

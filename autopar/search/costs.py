@@ -12,6 +12,7 @@ from autopar.search.space import Config
 from autopar.search.terms import Terms
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.model.coefficients import plan_row_times, row_coefficients, zero_hbm_param_s
+from costmodels.model.context_parallel import local_table, merged, zero_group
 from costmodels.model.estimate import estimate
 from costmodels.model.memory import in_flight, w_input_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
@@ -38,22 +39,25 @@ class Costs:
     def quick_bound(self, c: Config) -> float:
         """Lower bound on the step time of any split of ``c``: compute only, perfectly balanced,
         no communication exposed except the tensor-parallel collectives (always on the path)."""
+        m = self.m(c)   # micro-batches per step: the same before and after cp is folded into dp
+        table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
         rtp = load_runtime(c.runtime)
         zp = zero_hbm_param_s(c, self.profile, rtp)
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, c.runtime, zp)
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, c.runtime, zp,
+               id(table))
         if c.precision != "bf16":   # FP8 rows (precision.fp8_row_times) depend on the shard too
             key += (c.precision, c.dp, c.zero)
         q = self._quick.get(key)
         if q is None:
-            tau = plan_row_times(self.arr, self.profile, c, "bf16-mixed", rtp).row_total_s
+            tau = plan_row_times(arr, self.profile, c, "bf16-mixed", rtp).row_total_s
             q = (float(tau.sum()), float(tau.max()))
             self._quick[key] = q
         total, mx = q
-        m, v = self.m(c), c.vpp
+        v = c.vpp
         tmax = max(total / c.pp, mx)
-        opt = optimizer_step_s(float(self.arr.params.sum()) / c.tp / c.pp
-                               / optimizer_shards(c.dp, c.zero), stack_profile(self.profile, rtp.kernel_stack))
+        opt = optimizer_step_s(float(arr.params.sum()) / c.tp / c.pp
+                               / optimizer_shards(zero_group(c), c.zero), stack_profile(self.profile, rtp.kernel_stack))
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
             return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt
@@ -64,22 +68,32 @@ class Costs:
         "bf16-mixed") with the schedule's in-flight count φ_v of every virtual stage v = j·pp + r
         (chunk j of pipeline rank r) and the GPU's memory limits."""
         m = self.m(c)
+        table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         inflight = [0] * (c.pp * c.vpp)
         states = w_bytes = None
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:
             # every moment that may be the peak (memory.split_in_flight picks the largest for a
             # given split); φ_v from the one holding most micro-batches (the memory bound's)
             states = list(in_flight_states(c.schedule, c.pp, c.vpp, min(m, 3 * period(c.schedule, c.pp, m))))
-            w_bytes = w_input_bytes(self.arr, c.tp, c.micro_batch_size)
+            w_bytes = w_input_bytes(arr, c.tp, c.micro_batch_size)
         for r in range(c.pp):
             stages = stages_of_rank(c.schedule, c.pp, c.vpp, r)
             counts = (in_flight(c.schedule, c.pp, c.vpp, m, r) if states is None
                       else [n for n, _ in max(states[r], key=lambda st: sum(n for n, _ in st))])
             for j, count in enumerate(counts):
                 inflight[stages[j]] = count
-        return Terms(config=c, coef=row_coefficients(self.table, self.profile, c), m=m,
+        return Terms(config=c, coef=row_coefficients(table, self.profile, c), m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes,
                      hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)
+
+    def priced(self, c: Config):
+        """(table, its arrays, configuration) the cost model prices ``c`` on: the table and ``c``
+        itself, or under cp the rank's share of the table and ``c`` with cp folded into dp
+        (``costmodels.model.context_parallel``: what ``estimate`` prices a cp plan as)."""
+        if getattr(c, "cp", 1) <= 1:
+            return self.table, self.arr, c
+        table = local_table(self.table, c.cp)
+        return table, table_arrays(table), merged(c)
 
     # ---- the evaluator -----------------------------------------------------------------------
     def evaluate(self, plan) -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 from autopar.search.schedule_gain import gain_text
 from costmodels.contracts.breakdown import bottleneck as find_bottleneck
 from costmodels.contracts.breakdown import term_label
-from costmodels.contracts.plan import PLAN_FIELDS, Plan
+from costmodels.contracts.plan import AXIS_DEFAULTS, PLAN_FIELDS, Plan
 from costmodels.contracts.plans_file import PlanResult
 
 # the fields compared between plans: all but the split points (every searched plan has its own)
@@ -75,8 +75,9 @@ def explain_plans(data: dict[str, Any]) -> dict[str, Any]:
                  "gap_s": gap, "gap_fraction": gap / step if step > 0 else None,
                  "loses_on": [{"term": k, "extra_s": d} for k, d in losses[:3]],
                  "gains_on": [{"term": k, "saved_s": -d} for k, d in gains[:2]],
-                 "differs_in": {k: [bf.get(k), pf.get(k)] for k in COMPARED_FIELDS
-                                if bf.get(k) != pf.get(k)}}
+                 "differs_in": {k: [bf.get(k, AXIS_DEFAULTS.get(k)), pf.get(k, AXIS_DEFAULTS.get(k))]
+                                for k in COMPARED_FIELDS   # cp, dp_shard, ...: left out at default
+                                if bf.get(k, AXIS_DEFAULTS.get(k)) != pf.get(k, AXIS_DEFAULTS.get(k))}}
         if gain_text(p):
             entry["schedule_gain"] = gain_text(p)
         if data.get("objective") == "throughput_per_gpu" and best.get("tflops_per_gpu") and p.get("tflops_per_gpu"):

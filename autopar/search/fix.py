@@ -72,7 +72,7 @@ def _split_items(text: str) -> list[str]:
 def _fix_value(name: str, raw: str) -> Any:
     def bad(allowed: str):
         return PlanError(f"--fix {name}={raw!r} is not valid: {name} must be {allowed}")
-    if name in ("dp", "tp", "pp", "vpp", "micro_batch_size"):
+    if name in ("dp", "tp", "pp", "vpp", "micro_batch_size", "cp", "dp_shard"):
         try:
             v = int(raw)
         except ValueError:
@@ -148,16 +148,19 @@ def check_fix_against(fix: dict[str, Any], gpus: int | None) -> None:
     """Errors a pinned value makes certain before any search (one line each)."""
     if gpus is not None:
         prod = 1
-        for k in ("dp", "tp", "pp"):
+        for k in ("dp", "cp", "tp", "pp"):
             if k in fix:
                 prod *= fix[k]
                 if gpus % fix[k]:
                     raise PlanError(f"--fix {k}={fix[k]} does not divide --gpus {gpus}; "
                                     f"choose {k} in {divisors(gpus)}")
         if gpus % prod:
-            raise PlanError(f"--fix dp·tp·pp = {prod} does not divide --gpus {gpus}")
+            raise PlanError(f"--fix dp·cp·tp·pp = {prod} does not divide --gpus {gpus}")
         if all(k in fix for k in ("dp", "tp", "pp")) and prod != gpus:
-            raise PlanError(f"--fix dp·tp·pp = {prod} but --gpus is {gpus}; they must be equal")
+            raise PlanError(f"--fix dp·cp·tp·pp = {prod} but --gpus is {gpus}; they must be equal")
+        if "dp_shard" in fix and "dp" in fix and fix["dp"] % fix["dp_shard"]:
+            raise PlanError(f"--fix dp_shard={fix['dp_shard']} must divide dp={fix['dp']} (HSDP's "
+                            f"shard group); choose dp_shard in {divisors(fix['dp'])}")
     _check_fix_schedule(fix)
 
 

@@ -57,7 +57,14 @@ from costmodels.contracts.plan import (
 )
 from costmodels.contracts.runnable import ModelDims, is_runnable
 from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
-from costmodels.profiles.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
+from costmodels.profiles.runtime_rules import (
+    context_parallel_rule,
+    hsdp_rule,
+    interleaving_rule,
+    schedule_rule,
+    sequence_parallel_rule,
+    zero_rule,
+)
 
 
 @dataclass(frozen=True)
@@ -76,17 +83,19 @@ class Config:
     placement: str = "tp,dp,pp"
     runtime: str = DEFAULT_RUNTIME
     precision: str = "bf16"    # the matmuls' format (autopar.search.precision_space lists them)
+    cp: int = 1                      # context parallel degree (autopar.search.context_space)
+    dp_shard: int | None = None      # HSDP's shard group (None: ZeRO over the whole dp)
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
 
     def plan(self, stages=None) -> Plan:
         return Plan(dp=self.dp, tp=self.tp, pp=self.pp, vpp=self.vpp,
                     micro_batch_size=self.micro_batch_size, zero=self.zero,
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel,
                     schedule=self.schedule, attention=self.attention, placement=self.placement,
-                    runtime=self.runtime, precision=self.precision,
+                    runtime=self.runtime, precision=self.precision, cp=self.cp, dp_shard=self.dp_shard,
                     stages=tuple(tuple(s) for s in stages) if stages is not None else None)
 
     @classmethod
@@ -151,7 +160,18 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
                    max_micro_batch: int | None = None, zero_bubble: bool = False,
                    precisions: tuple[str, ...] = ("bf16",)) -> Iterator[Config]:
     """Every configuration for exactly ``gpus`` GPUs (module docstring), honouring ``fix``; the
-    zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``)."""
+    zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``).
+    Context parallelism and HSDP (``autopar.search.context_space``): each cp degree the rule
+    there admits, the configurations of ``gpus / cp`` GPUs with that cp, and their HSDP splits."""
+    from autopar.search.context_space import with_context_parallel
+    yield from with_context_parallel(_configurations, shape, gpus, global_batch, gpus_per_node, fix,
+                                     allow_cross_node_tp, max_micro_batch, zero_bubble)
+
+
+def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
+                    fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
+                    max_micro_batch: int | None = None, zero_bubble: bool = False) -> Iterator[Config]:
+    """``configurations`` without cp (cp = 1) and without HSDP."""
     fix = dict(fix or {})
     fix.pop("stages", None)
     dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
@@ -192,7 +212,8 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:
     """The runtime's rules (``costmodels.profiles.runtime_rules``) that a configuration can break."""
-    return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c))
+    return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c)
+                or context_parallel_rule(rt, c) or hsdp_rule(rt, c))
 
 
 def _recomputes(fix: dict[str, Any]) -> list[str]:

@@ -38,7 +38,8 @@ TERM_LABELS = {"compute": "compute", "recompute": "recomputation", "bubble": "pi
                "dp_exposed": "exposed DP gradient sync", "tp_exposed": "exposed TP communication",
                "pp_exposed": "exposed PP send/recv", "zero_exposed": "exposed ZeRO-3 gathers"}
 # ``comm_bytes`` / ``comm`` kinds: what each kind of communication moves
-COMM_KIND_LABELS = {"dp": "DP gradients", "tp": "TP activations", "pp": "PP sends", "zero": "ZeRO-3 gathers"}
+COMM_KIND_LABELS = {"dp": "DP gradients", "tp": "TP activations", "pp": "PP sends", "zero": "ZeRO-3 gathers",
+                    "cp": "CP K/V exchange"}   # cp: only plans with context parallelism
 # terms the slowest pipeline rank spends itself (the breakdown is that rank's)
 STAGE_TERMS = frozenset({"compute", "recompute", "tp_exposed", "pp_exposed", "zero_exposed"})
 

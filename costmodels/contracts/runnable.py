@@ -92,26 +92,12 @@ def check_axes_implemented(plan) -> None:
     """The plan fields that exist in the contract but that neither the cost model nor the
     runtime handles yet, refused in one line (``estimate`` and ``check_runnable`` both call it).
     Each axis's line goes when the axis is priced and run."""
-    not_yet = [("ep", plan.ep > 1, "expert parallelism", "ep=1"),
-               ("etp", plan.etp > 1, "expert tensor parallelism", "etp=1")]
+    not_yet = [("ep", getattr(plan, "ep", 1) > 1, "expert parallelism", "ep=1"),
+               ("etp", getattr(plan, "etp", 1) > 1, "expert tensor parallelism", "etp=1")]
     for name, used, what, fix in not_yet:
         if used:
             raise PlanError(f"plan field '{name}'={quote(getattr(plan, name))}: {what} is not supported by "
                             f"this autopar yet; use {fix}")
-
-
-def check_context_parallel(plan, dims: ModelDims) -> None:
-    """``cp`` cuts each sequence into ``2·cp`` equal chunks (causal load balance): ``2·cp``
-    divides the sequence length; with sequence parallel, tp divides each rank's ``seq / cp``."""
-    cp = getattr(plan, "cp", 1)
-    if cp <= 1 or dims.seq is None:
-        return
-    if dims.seq % (2 * cp):
-        raise PlanError(f"plan field 'cp'={cp} cuts each sequence into 2·cp = {2 * cp} equal chunks "
-                        f"but the sequence has {dims.seq} tokens; use a cp with 2·cp dividing {dims.seq}")
-    if plan.sequence_parallel and (dims.seq // cp) % plan.tp:
-        raise PlanError(f"sequence parallel with tp={plan.tp} splits each cp rank's {dims.seq // cp} "
-                        f"tokens (seq / cp) over tp: tp must divide it; change cp or tp")
 
 
 def check_schedule(plan, num_micro_batches: int) -> None:
@@ -184,6 +170,27 @@ def check_tensor_parallel(plan, dims: ModelDims) -> None:
         raise PlanError(f"plan field 'sequence_parallel' splits the sequence of {dims.seq} tokens "
                         f"over tp={tp}, which does not divide it; choose tp in {divisors(dims.seq)} "
                         "or set sequence_parallel false")
+
+
+def check_context_parallel(plan, dims: ModelDims) -> None:
+    """``cp`` cuts each sequence into ``2·cp`` equal chunks (the causal load balance of
+    Megatron-core and torch's ``context_parallel``, rank i holding chunks i and 2·cp − 1 − i), so
+    ``2·cp`` divides the sequence; with sequence parallel tp also divides the rank's ``seq/cp``
+    tokens. HSDP (``dp_shard``) has no rule of the model's."""
+    cp = getattr(plan, "cp", 1)
+    if cp <= 1:
+        return
+    if dims.heads is not None and not dims.heads:
+        raise PlanError(f"plan field 'cp'={cp} splits attention over the sequence, but the model "
+                        "has no attention heads; set cp=1")
+    if dims.seq and dims.seq % (2 * cp):
+        ok = [c for c in divisors(dims.seq // 2) if c <= 64]
+        raise PlanError(f"plan field 'cp'={cp} cuts the sequence of {dims.seq} tokens into 2·cp = "
+                        f"{2 * cp} chunks (causal load balance), which does not divide it; choose cp in {ok}")
+    if dims.seq and plan.sequence_parallel and (dims.seq // cp) % plan.tp:
+        raise PlanError(f"plan field 'sequence_parallel' splits each cp rank's {dims.seq // cp} tokens "
+                        f"over tp={plan.tp}, which does not divide them; change tp or cp, or set "
+                        "sequence_parallel false")
 
 
 def divisors(n: int) -> list[int]:

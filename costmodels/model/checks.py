@@ -20,7 +20,7 @@ def check_plan(table: LayerTable, plan: Plan, gpus: int, global_batch: int) -> t
     if not isinstance(global_batch, numbers.Integral) or isinstance(global_batch, bool) or global_batch < 1:
         raise PlanError(f"global batch={global_batch!r} must be a positive integer")
     if plan.world_size != gpus:
-        raise PlanError(f"dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = {plan.world_size} but --gpus is "
+        raise PlanError(f"dp·cp·tp·pp = {plan.dp}·{plan.cp}·{plan.tp}·{plan.pp} = {plan.world_size} but --gpus is "
                         f"{gpus}; choose degrees whose product is {gpus}")
     if table.heads and table.heads % plan.tp:
         raise PlanError(f"tp={plan.tp} does not divide heads={table.heads}; choose tp in "

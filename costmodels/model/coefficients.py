@@ -66,6 +66,7 @@ from costmodels.model.allocator import fragmentation, optimizer_share
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
+from costmodels.model.context_parallel import cp_row_link, cp_row_times, hsdp_sync, zero_group, zero_link
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
@@ -142,7 +143,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
            plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
-           getattr(plan, "precision", "bf16"))
+           getattr(plan, "precision", "bf16"),
+           getattr(plan, "dp_shard", None))   # HSDP's shard group (context_parallel)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -157,6 +159,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tiers = plan_tiers(plan, profile.link_domain)
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
     rt = plan_row_times(arr, profile, plan, precision, runtime)
+    zdp = zero_group(plan)   # ZeRO's shard group: dp, or HSDP's dp_shard (context_parallel)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
@@ -165,15 +168,15 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
-        gather_b, gather_s = collective_time("all_gather_into_tensor", weights, dp,
-                                             profile.group_link(plan, "dp"))
+        gather_b, gather_s = collective_time("all_gather_into_tensor", weights, zdp,
+                                             zero_link(profile, plan))
     gather_b, gather_s = np.asarray(gather_b, dtype=float), np.asarray(gather_s, dtype=float)
     red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
-                                       * arr.params / tp, dp, profile.group_link(plan, "dp"))
+                                       * arr.params / tp, zdp, zero_link(profile, plan))
     if zero and dp > 1 and runtime.zero_collectives_per_row != 1:   # per module (collectives_at_scale.py)
-        lat = collective_latency("all_gather_into_tensor", dp, profile.group_link(plan, "dp"))
+        lat = collective_latency("all_gather_into_tensor", zdp, zero_link(profile, plan))
         gather_s = gather_s + extra_collectives_s(lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
         red_s = np.asarray(red_s, dtype=float) + ("reduce" in zero) * extra_collectives_s(
             lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
@@ -185,7 +188,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     first_f, first_b = np.zeros(arr.n + 1), np.zeros(arr.n + 1)
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
     params = arr.params / tp
-    p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
+    p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
@@ -204,7 +207,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         * (1.0 + fragmentation(runtime)),   # what the caching allocator holds for them (allocator.py)
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(dp, plan.zero),
+        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero),
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,
@@ -234,6 +237,7 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
                    plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
     rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)   # precision.py
+    rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
     return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 
@@ -334,6 +338,10 @@ def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
     ``phase`` of it, ``dp_sync_collectives``): on the α-β line, not a measured curve
     (``comm.collective_time``), so the search can keep it linear in the parameters of a stage."""
     colls = dp_sync_collectives(plan, precision, phase)
+    if getattr(plan, "dp_shard", None):   # HSDP: shard group, then across replicas
+        name, nbytes, seconds, _ = hsdp_sync(params_per_gpu, plan, profile, colls, phase,
+                                             grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))
+        return name, nbytes, seconds
     if not colls:
         return "none", 0.0, 0.0
     t = dp_link(profile, plan, tier)
@@ -351,6 +359,10 @@ def dp_sync_line(plan, profile: HardwareProfile, tier: str,
     ``λ_d + γ_d·Π`` is ``dp_sync(Π)`` up to λ_d's rounding (about 1e-10 relative), far below the
     integer program's unit."""
     colls = dp_sync_collectives(plan, precision, phase)
+    if getattr(plan, "dp_shard", None):   # HSDP (context_parallel.hsdp_sync)
+        latency = hsdp_sync(1.0, plan, profile, colls, phase,
+                            grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))[3]
+        return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
     if not colls:
         return 0.0, 0.0
     t = dp_link(profile, plan, tier)

@@ -51,6 +51,7 @@ from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, ran
 from costmodels.model.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
 from costmodels.model.comm import collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS
+from costmodels.model.context_parallel import zero_group
 from costmodels.model.estimate_result import Estimate
 from costmodels.model.memory import (
     STATE_BYTES,
@@ -163,6 +164,9 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
     check_axes_implemented(plan)
+    if plan.cp > 1:   # context parallelism: the per-rank share, cp folded into dp (context_parallel)
+        from costmodels.model.context_parallel_estimate import cp_estimate
+        return cp_estimate(estimate, table, profile, plan, gpus, global_batch, precision)
     hw = rank_hardware(profile, plan)
     profs = hw.profiles
     profile = profs[0]
@@ -204,7 +208,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     dp_exposed_r = [dp_exposed(dp_info[r][2], bwd_r[r] + sum(bwd_r[:r]), co_r[r]) + after[r][2]
                     + bcast[r][1] for r in range(p)]
     dp_exposed_s = max(dp_exposed_r)
-    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(plan.dp, plan.zero),
+    opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(zero_group(plan), plan.zero),
                               stack_profile(profs[r], runtime.kernel_stack))   # its stack's optimizer
              + autocast_step_s(params_r[r], m, precision, profs[r]) for r in range(p)]
     opt_s = max(opt_r)
@@ -239,7 +243,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         else:
             infl = in_flight(plan.schedule, p, v, m, r)
             later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
-        mems.append(as_allocated(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp, dp=plan.dp,
+        mems.append(as_allocated(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp,
+                                              dp=zero_group(plan),
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,

@@ -61,7 +61,8 @@ def table_arrays(table: LayerTable) -> TableArrays:
     if table.hidden and table.heads:
         # Q·Kᵀ and scores·V: 2 matmuls of 2·b·s²·h FLOPs each (attention width = hidden)
         core_flops = np.where(is_block & (f("act_attention_core_bytes") > 0),
-                              4.0 * table.micro_batch * table.seq ** 2 * table.hidden, 0.0)
+                              4.0 * table.micro_batch * table.seq ** 2 * table.hidden
+                              * getattr(table, "cp", 1), 0.0)   # cp: S²/cp per rank (context_parallel)
     ncoll = np.array([len(r.tp_pairs) if r.tp_pairs else (1 if r.tp_comm_bytes else 0) for r in rows],
                      dtype=float)
     logits = np.array([float(table.micro_batch * table.seq * table.vocab)

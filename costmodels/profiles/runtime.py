@@ -64,7 +64,14 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
                                                     # or backward: a pass takes at least this long
                                                     # (compute docstring, "Host"); default 0
 
+    [context_parallel]                               # costmodels.model.context_parallel
+    overlap = { value = 1.0, source = "..." }        # share of a ring step's attention the K/V
+                                                    # transfer hides in (CPU profiles: 0)
+    all_gather_kv = { value = 0, source = "..." }    # 0: ring of p2p sends; 1: one all-gather
+
     [capabilities]                                   # what the runtime can run (the search's space)
+    context_parallel = true                          # runs cp > 1 (default false)
+    hsdp_zero = [2, 3]                               # ZeRO stages it runs HSDP with (default none)
     zero = [0, 1]
     pipeline_zero = [0, 1]                           # ZeRO stages it runs with a pipeline
     schedules = ["1f1b", "interleaved-1f1b"]
@@ -118,6 +125,8 @@ FIGURES = {
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False)},
+    "context_parallel": {"overlap": ("cp_overlap", 0.0, 1.0, False),
+                         "all_gather_kv": ("cp_all_gather", 0, 1, True)},
 }
 
 
@@ -157,6 +166,13 @@ class RuntimeProfile:
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
+    # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
+    # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
+    # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with
+    cp_overlap: float = 1.0
+    cp_all_gather: int = 0
+    context_parallel: bool = False
+    hsdp_zero: tuple[int, ...] = ()
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -349,15 +365,17 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
         raise err("capabilities", "must be a table")
     out: dict[str, Any] = {}
     known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
-             "split_backward_dp_after_step"}
+             "split_backward_dp_after_step", "context_parallel", "hsdp_zero"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
     if not isinstance(t.get("source"), str) or not t["source"].strip():
         raise err("capabilities.source", "is missing or empty")
     sources["capabilities"] = t["source"]
-    for key, attr in (("zero", "zero_stages"), ("pipeline_zero", "pipeline_zero")):
-        if key in t:
+    if t.get("hsdp_zero") == []:
+        out["hsdp_zero"] = ()
+    for key, attr in (("zero", "zero_stages"), ("pipeline_zero", "pipeline_zero"), ("hsdp_zero", "hsdp_zero")):
+        if key in t and t[key] != []:
             z = t[key]
             if not isinstance(z, list) or not z or any(isinstance(x, bool) or x not in (0, 1, 2, 3) for x in z):
                 raise err(f"capabilities.{key}", f"must be a non-empty list of ZeRO stages 0-3, got {z!r}")
@@ -369,7 +387,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
             if not isinstance(v, list) or not v or any(x not in allowed for x in v):
                 raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
             out[attr] = tuple(x for x in allowed if x in v)
-    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step"):
+    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step", "context_parallel"):
         if key in t:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")

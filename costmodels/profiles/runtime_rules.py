@@ -47,6 +47,22 @@ def sequence_parallel_rule(rt: RuntimeProfile, plan) -> str | None:
     return None
 
 
+def context_parallel_rule(rt: RuntimeProfile, plan) -> str | None:
+    """cp > 1 needs a runtime that runs context parallelism (``[capabilities] context_parallel``)."""
+    if getattr(plan, "cp", 1) > 1 and not rt.context_parallel:
+        return f"runtime '{rt.name}' has no context parallelism (cp={plan.cp}); use cp=1"
+    return None
+
+
+def hsdp_rule(rt: RuntimeProfile, plan) -> str | None:
+    """HSDP (``dp_shard``) with a ZeRO stage the runtime shards in groups (``hsdp_zero``)."""
+    if getattr(plan, "dp_shard", None) and plan.zero not in rt.hsdp_zero:
+        has = (f"only with ZeRO {', '.join(map(str, rt.hsdp_zero))}" if rt.hsdp_zero else "no HSDP")
+        return (f"runtime '{rt.name}' runs {has} (dp_shard={plan.dp_shard}, zero={plan.zero}); "
+                "leave dp_shard out or change zero")
+    return None
+
+
 def precision_rule(rt: RuntimeProfile, precision: str) -> str | None:
     """amp / fp32 are autopar's own runtime's recipes; the others train in bf16-mixed."""
     if precision not in rt.precisions:
@@ -58,7 +74,7 @@ def precision_rule(rt: RuntimeProfile, precision: str) -> str | None:
 def runtime_violations(rt: RuntimeProfile, plan, layers: int) -> list[str]:
     """Every rule the plan breaks, in words (empty: the runtime can run it)."""
     found = (zero_rule(rt, plan), schedule_rule(rt, plan), interleaving_rule(rt, plan, layers),
-             sequence_parallel_rule(rt, plan))
+             sequence_parallel_rule(rt, plan), context_parallel_rule(rt, plan), hsdp_rule(rt, plan))
     return [f for f in found if f]
 
 

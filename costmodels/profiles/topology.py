@@ -65,6 +65,10 @@ def two_level(n: int, per_node: int, intra, inter, contention: int) -> tuple[flo
 
 
 def plan_tiers(plan, gpus_per_node: int) -> dict[str, str]:
-    """Tier of the tp, dp and pp groups of a plan."""
+    """Tier of the tp, dp and pp groups of a plan (and of its cp group when cp > 1: the ranks
+    laid out by ``Plan.mesh_order``, cp right outside tp)."""
+    if getattr(plan, "cp", 1) > 1 and hasattr(plan, "mesh_order"):
+        order, sizes = ",".join(plan.mesh_order()), plan.mesh_sizes()
+        return {d: group_tier(order, sizes, d, gpus_per_node) for d in ("tp", "cp", "dp", "pp")}
     sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
     return {d: group_tier(plan.placement, sizes, d, gpus_per_node) for d in ("tp", "dp", "pp")}
