@@ -163,14 +163,18 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
     zero-bubble schedules only with ``zero_bubble`` or when ``fix`` pins one (``_schedules``).
     Context parallelism and HSDP (``autopar.search.context_space``): each cp degree the rule
     there admits, the configurations of ``gpus / cp`` GPUs with that cp, and their HSDP splits."""
+    from functools import partial
+
     from autopar.search.context_space import with_context_parallel
-    yield from with_context_parallel(_configurations, shape, gpus, global_batch, gpus_per_node, fix,
+    inner = partial(_configurations, precisions=precisions)
+    yield from with_context_parallel(inner, shape, gpus, global_batch, gpus_per_node, fix,
                                      allow_cross_node_tp, max_micro_batch, zero_bubble)
 
 
 def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,
                     fix: dict[str, Any] | None = None, allow_cross_node_tp: bool = False,
-                    max_micro_batch: int | None = None, zero_bubble: bool = False) -> Iterator[Config]:
+                    max_micro_batch: int | None = None, zero_bubble: bool = False,
+                    precisions: tuple[str, ...] = ("bf16",)) -> Iterator[Config]:
     """``configurations`` without cp (cp = 1) and without HSDP."""
     fix = dict(fix or {})
     fix.pop("stages", None)
