@@ -79,6 +79,7 @@ from autopar.runtime.faults.failures import alike_on_every_rank, install_error_h
 from autopar.runtime.step.clipping import clip_grad_norm_
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
+from autopar.runtime.step.sync_batch_norm import synced
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 from costmodels.contracts.plans_file import load_plan
@@ -92,7 +93,8 @@ __all__ = ["Runner", "apply"]
 def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str | None = None,
           seq: int | None = None, table=None, example_inputs=None, group=None,
           timeout_s: float | None = None, global_batch: int | None = None,
-          seed: int | None = None, init_fn: Callable | None = None, weights=None) -> Runner:
+          seed: int | None = None, init_fn: Callable | None = None, weights=None,
+          allow_batch_statistics: bool = False, leaf_modules=()) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
@@ -129,7 +131,9 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
         m = plan.num_micro_batches(global_batch) if global_batch is not None else None
         ready = check_before_launch(model, plan, num_micro_batches=m, spec=spec, seq=seq,
                                     table=table, example_inputs=example_inputs,
-                                    probe=not dist.is_initialized())
+                                    probe=not dist.is_initialized(),
+                                    allow_batch_statistics=allow_batch_statistics,
+                                    leaf_modules=leaf_modules)
         if group is None or timeout_s is not None:
             adist.ensure_initialized(plan.world_size, timeout_s)
         if not dist.is_initialized():
@@ -204,6 +208,9 @@ class Runner:
         # left out); FSDP2 gets its 1-D dp slice
         self.mesh = lay.mesh(self.device.type) if plan.world_size > 1 else None
         self._zero1: Zero1 | None = None
+        if plan.dp > 1:   # BatchNorm over the whole dp batch, as serial (autopar.runtime.step.sync_batch_norm)
+            for s in self._raw:
+                synced(s, lay.group("dp"))
         self._wrapped = [wrap_dp(s, plan, lay, self.device) for s in self._raw]
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}

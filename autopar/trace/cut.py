@@ -35,6 +35,7 @@ import torch.nn as nn
 from torch.fx.node import map_aggregate
 
 from autopar.models.outputs import forward_kwargs, model_logits
+from autopar.trace.batch_norm import frozen_batch_statistics
 from autopar.trace.blocks import assign_rows, block_modules, find_block_list, structure_groups
 from autopar.trace.tracer import trace_call
 from costmodels.contracts.errors import TraceError
@@ -89,7 +90,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     blocks = block_modules(found[1])
     device = next(iter(model.parameters()), torch.empty(0)).device
     inputs = tuple(_on(t, device) for t in example_inputs)
-    with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]):
+    with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]), frozen_batch_statistics(model):
         top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
                             leaf_modules=blocks, what=where,
                             output_cache=_hidden_like if device.type == "meta" else None)
@@ -187,16 +188,27 @@ def _plain_call(call: fx.Node, mine, carry_in, carry_out) -> bool:
             and carry_out == [call] and isinstance(call.meta.get("val"), torch.Tensor))
 
 
-def _slots(n: fx.Node) -> int | None:
-    """How many tensors ``n`` crosses a cut as: 1 for a tensor, k for a tuple of k tensors."""
+def _slots(n: fx.Node) -> list | None:
+    """How ``n`` crosses a cut: None for a tensor (itself); for a tuple, one entry per element —
+    ``_TENSOR`` for a tensor (it crosses) or the constant itself (None, a number, a string: it
+    does not cross, the other side puts it back). A block returning ``(hidden, None)``
+    (DeBERTa-v2, Falcon) thus crosses as its one tensor, at any pipeline degree."""
     val = n.meta.get("val")
     if isinstance(val, torch.Tensor):
         return None
-    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) for v in val):
-        return len(val)
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val) \
+            and all(isinstance(v, torch.Tensor) or _constant(v) for v in val):
+        return [_TENSOR if isinstance(v, torch.Tensor) else v for v in val]
     raise TraceError(f"'{n.name}' ({n.format_node()}) crosses a row boundary but is "
-                     f"{type(val).__name__}, not a tensor or a tuple of tensors; autopar can pass "
-                     "only tensors between pipeline stages")
+                     f"{type(val).__name__}, not a tensor or a tuple of tensors (and constants); autopar "
+                     "can pass only tensors between pipeline stages")
+
+
+_TENSOR = object()
+
+
+def _constant(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
 
 
 def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
@@ -208,7 +220,7 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
             env[n] = g.placeholder(n.name)
             env[n].meta = dict(n.meta)
         else:
-            env[n] = tuple(g.placeholder(f"{n.name}_{i}") for i in range(k))
+            env[n] = tuple(g.placeholder(f"{n.name}_{i}") if e is _TENSOR else e for i, e in enumerate(k))
     for n in mine:
         for a in n.all_input_nodes:
             if a not in env and a.op == "get_attr":
@@ -221,8 +233,10 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
     def out(n):
         v = env[n]
         if isinstance(v, fx.Node) and _slots(n) is not None:
-            return tuple(g.call_function(operator.getitem, (v, i)) for i in range(_slots(n)))
-        return v if isinstance(v, tuple) else (v,)
+            return tuple(g.call_function(operator.getitem, (v, i)) for i, e in enumerate(_slots(n)) if e is _TENSOR)
+        if isinstance(v, tuple):
+            return tuple(e for e in v if isinstance(e, fx.Node))
+        return (v,)
 
     if isinstance(outs, tuple):
         flat = tuple(x for n in outs for x in out(n))

@@ -71,9 +71,19 @@ class MetaTracer(fx.Tracer):
         self._concrete = 0   # > 0 while running real (meta) computations during tracing
 
     def call_module(self, m, forward, args, kwargs):
-        if self._concrete:
+        if self._concrete or self._stateless_stranger(m):
             return forward(*args, **kwargs)
         return super().call_module(m, forward, args, kwargs)
+
+    def _stateless_stranger(self, m: nn.Module) -> bool:
+        """A module called in the forward but not installed in the model (RoBERTa's head calls a
+        module-level ``gelu = GELUActivation()``): with no parameters or buffers it is just code,
+        traced through; one holding state still fails (fx's 'not installed as a submodule')."""
+        try:
+            self.path_of_module(m)
+            return False
+        except NameError:
+            return next(iter(m.parameters()), None) is None and next(iter(m.buffers()), None) is None
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         if self._concrete:

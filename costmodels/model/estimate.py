@@ -36,7 +36,7 @@ runs it (DDP all-reduce + the owners' broadcasts). The search plans in bf16-mixe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -160,6 +160,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
     check_axes_implemented(plan)
+    if plan.attention == "flash" and not table.fused_attention:   # the model runs materialised attention
+        plan = replace(plan, attention="math")
     hw = rank_hardware(profile, plan)
     profs = hw.profiles
     profile = profs[0]
