@@ -116,11 +116,32 @@ def test_a_stage_sends_contiguous_activations():
 def test_batch_norm_under_dp_and_convnext_under_pp_equal_serial():
     """ResNet under dp2 and dp2·ZeRO-3 (BatchNorm synchronised over dp) and ConvNeXt under pp2
     (non-contiguous activations between stages): losses and parameters equal serial training."""
-    from autopar.runtime.verify import sweep
     from zoo_cases import zoo_case
+
+    from autopar.runtime.verify import sweep
     cases = [sweep.SweepCase("resnet", tuple(sorted(dict(dp=2).items())), 1),
              sweep.SweepCase("resnet", tuple(sorted(dict(dp=2, zero=3).items())), 1),
              sweep.SweepCase("convnext", tuple(sorted(dict(pp=2, schedule="1f1b").items())), 2)]
     result = sweep.run(cases, world=2, steps=2, make_case=zoo_case)
     for c in cases:
         assert result.results[c.name]["status"] == "pass", (c.name, result.results[c.name])
+
+
+def test_plan_commands_share_the_runtimes_answer_on_tp(tmp_path, capsys):
+    """Phi-3's fused qkv with grouped-query heads is refused by the runtime's rewrite: search
+    --fix tp=2 and estimate of a tp plan fail with that one line, an unpinned search proposes
+    tp=1 only and inspect says why; Qwen3 (separate q/k/v) keeps its tp plans."""
+    from autopar.cli.main import main
+    phi3, qwen3 = _hf_config(tmp_path, "phi3"), _hf_config(tmp_path, "qwen3")
+    common = ["--hardware", "a100-80g-sxm", "--gpus", "4", "--global-batch", "8"]
+    assert main(["search", phi3, *common, "--fix", "tp=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Phi3DecoderLayerRow" in err and "tp=2" in err, err
+    assert main(["estimate", phi3, *common, "--plan", '{"tp": 2, "dp": 2}', "--json"]) == 2
+    assert "Phi3DecoderLayerRow" in capsys.readouterr().err
+    assert main(["search", phi3, *common, "--json"]) == 0
+    assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {1}
+    assert main(["search", qwen3, *common, "--fix", "tp=2", "--json"]) == 0
+    assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {2}
+    assert main(["inspect", phi3]) == 0
+    assert "tensor parallel: refused" in capsys.readouterr().out
