@@ -145,3 +145,27 @@ def test_plan_commands_share_the_runtimes_answer_on_tp(tmp_path, capsys):
     assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {2}
     assert main(["inspect", phi3]) == 0
     assert "tensor parallel: refused" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["nanogpt", "llama"])
+def test_meta_built_models_materialise_row_by_row(name):
+    """Built under ``torch.device("meta")`` (torchtitan's way): the position ids a forward makes
+    with ``torch.arange`` are recomputed on the row's device (no ``_tensor_constant`` on meta),
+    and tensors a row reads without their module (transformers' rotary ``inv_freq``, the final
+    norm traced into the head row) get the model's own initialiser: the same values as a model
+    built for real, where the initialiser sets them."""
+    from autopar.runtime.assemble.materialize import init_serial
+    with torch.device("meta"):
+        model = zoo.build(name)
+    inputs, targets = zoo.zoo_batch(name, 2, 0)
+    rows = model_rows(model, tuple(t[:1] for t in inputs))
+    assert not any(n.startswith("_tensor_constant") for m in rows.modules for n, _ in m.named_buffers())
+    init_serial(model, 0, example_inputs=tuple(t[:1] for t in inputs))
+    assert not [n for n, t in [*model.named_parameters(), *model.named_buffers()]
+                if t.is_meta and "original_inv_freq" not in n]
+    real = zoo.build(name)
+    if name == "llama":
+        torch.testing.assert_close(model.model.rotary_emb.inv_freq, real.model.rotary_emb.inv_freq)
+        assert torch.equal(model.model.norm.weight, torch.ones_like(model.model.norm.weight))
+    logits = serial_forward(model, inputs, targets)
+    assert torch.isfinite(logits).all() and logits.std() < 10

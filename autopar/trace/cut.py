@@ -16,6 +16,11 @@ called as ``x = block(x)`` whose row carries nothing else stays the block module
 tensor-parallel rewrite shards it as before); any other row is an ``fx.GraphModule`` over the
 user's model (parameters shared, so tied weights stay one tensor).
 
+On a ``meta`` model (built under ``torch.device("meta")``, to materialise row by row) the
+tensors a forward makes from constants (``torch.arange`` position ids, ``torch.ones`` masks)
+would be ``meta`` constants nothing fills: the tensor factories are then recorded as graph nodes
+(``tracer.recorded_factories``), so each row recomputes them on its rank's device.
+
 The graph is traced on the model itself for one micro-batch's input shapes (``example_inputs``;
 one forward on real values, so tensors the forward creates from constants keep their values,
 random state restored), so shapes read in the forward are fixed to them; the device the trace
@@ -93,7 +98,8 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]), frozen_batch_statistics(model):
         top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
                             leaf_modules=blocks, what=where,
-                            output_cache=_hidden_like if device.type == "meta" else None)
+                            output_cache=_hidden_like if device.type == "meta" else None,
+                            record_factories=device.type == "meta")
     _keep_logits_only(top)
     rows, node_row = assign_rows(top, blocks, structure_groups(blocks))
     if len(rows) != len(blocks) + 2 or any("#" in r.name for r in rows):

@@ -213,11 +213,12 @@ class CallWrapper(nn.Module):
 
 def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(), leaf_modules=(),
                output_cache=None, what: str = "model",
-               for_rewrite: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
+               for_rewrite: bool = False, record_factories: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
     """Trace ``module(*args, **kwargs)`` (meta args) into a GraphModule whose placeholders are
     the tensors of (args, kwargs) in pytree order. Raises TraceError on failure.
     ``for_rewrite``: buffers read in the forward stay ``get_attr`` nodes (else constants) and
-    nodes keep their source line, for the rewrite's error messages."""
+    nodes keep their source line, for the rewrite's error messages. ``record_factories`` (implied
+    by ``for_rewrite``): tensor factories stay graph nodes (``recorded_factories``)."""
     n_inputs = len(CallWrapper.tensors_of(args, kwargs))
     names = [f"in{i}" for i in range(n_inputs)]
     src = f"def forward(self, {', '.join(names)}):\n    return self.invoke({', '.join(names)})\n"
@@ -229,7 +230,7 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        with recorded_factories(tracer) if for_rewrite else contextlib.nullcontext():
+        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext():
             graph = tracer.trace(wrapper)
     except TraceError:
         raise
