@@ -42,7 +42,8 @@ MORE = {"gemma2": "HF Gemma-2", "gemma": "HF Gemma (tied)", "bloom": "HF BLOOM",
         "falcon": "HF Falcon", "roberta": "HF RoBERTa (MLM)", "phi3": "HF Phi-3", "olmo2": "HF OLMo-2",
         "opt": "HF OPT", "gpt_neox": "HF GPT-NeoX", "stablelm": "HF StableLM", "starcoder2": "HF Starcoder2",
         "qwen3": "HF Qwen3", "t5": "HF T5", "resnet": "ResNet, torchvision layout",
-        "convnext": "ConvNeXt, timm layout", "mha": "nn.MultiheadAttention blocks"}
+        "convnext": "ConvNeXt, timm layout", "mha": "nn.MultiheadAttention blocks",
+        "mingpt_lambda": "minGPT as written (lambda MLP)"}
 NAMES = {**MODELS, **MORE}
 PLANS = [
     ("dp2", dict(dp=2), 2), ("tp2", dict(tp=2), 2), ("tp2+sp", dict(tp=2, sequence_parallel=True), 2),

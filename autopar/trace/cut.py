@@ -30,8 +30,10 @@ The model's output is reduced to its logits (``autopar.models.outputs``), and a 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
+import types
 from dataclasses import dataclass
 
 import torch
@@ -74,7 +76,26 @@ def meta_copy(module: nn.Module) -> nn.Module:
         if id(t) not in memo:
             m = torch.empty_like(t, device="meta")
             memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
-    return copy.deepcopy(module, memo)
+    return deepcopy_rebound(module, memo)
+
+
+def deepcopy_rebound(module: nn.Module, memo: dict) -> nn.Module:
+    """``copy.deepcopy`` whose copied modules' function attributes refer to the copies: deepcopy
+    keeps a function as it is, so minGPT's ``self.mlpf = lambda x: m.c_proj(m.act(m.c_fc(x)))``
+    would still call the *original* ``m`` — a module the copy does not install ('module is not
+    installed as a submodule' in the rewrite). Closure cells holding a copied object are rebuilt
+    to hold its copy."""
+    out = copy.deepcopy(module, memo)
+    for m in out.modules():
+        for name, fn in list(vars(m).items()):
+            if not isinstance(fn, types.FunctionType) or not fn.__closure__:
+                continue
+            cells = tuple(types.CellType(memo.get(id(c.cell_contents), c.cell_contents)) for c in fn.__closure__)
+            if any(a.cell_contents is not b.cell_contents for a, b in zip(cells, fn.__closure__)):
+                new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+                new.__kwdefaults__ = fn.__kwdefaults__
+                object.__setattr__(m, name, new)
+    return out
 
 
 def _on(t, device: torch.device):
@@ -99,7 +120,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
                             leaf_modules=blocks, what=where,
                             output_cache=_hidden_like if device.type == "meta" else None,
-                            record_factories=device.type == "meta")
+                            record_factories=device.type == "meta" and not _SHAPES_ONLY[0])
     _keep_logits_only(top)
     rows, node_row = assign_rows(top, blocks, structure_groups(blocks))
     if len(rows) != len(blocks) + 2 or any("#" in r.name for r in rows):
@@ -128,6 +149,21 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         modules.append(row)
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
+
+
+_SHAPES_ONLY = [False]
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Cuts made inside only to read shapes (``model_verdict``'s rewrite probe) keep a meta
+    model's computed tensors as constants, as before factories were recorded: the rewrite of
+    rotary blocks (Qwen3, Llama) is probed as it runs on a real model."""
+    _SHAPES_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY[0] = False
 
 
 def _hidden_like(module, args, kwargs):

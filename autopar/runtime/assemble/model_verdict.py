@@ -26,10 +26,12 @@ def tp_refusal(spec: str, seq: int | None = None, leaf_modules: tuple = ()) -> s
     source = load_model(spec, seq=seq)
     if source.config is not None:
         return None
+    from autopar.trace.cut import shapes_only
     try:
-        check_before_launch(source.build("meta", seed=None), Plan(tp=2), spec=spec, seq=seq,
-                            example_inputs=source.example_inputs(1, "cpu"), leaf_modules=leaf_modules,
-                            allow_batch_statistics=True)
+        with shapes_only():
+            check_before_launch(source.build("meta", seed=None), Plan(tp=2), spec=spec, seq=seq,
+                                example_inputs=source.example_inputs(1, "cpu"), leaf_modules=leaf_modules,
+                                allow_batch_statistics=True)
     except AutoparError as e:
         return str(e)
     return None

@@ -24,7 +24,6 @@ one, so under torchrun only rank 0 prints it (``autopar.runtime.faults.failures`
 """
 from __future__ import annotations
 
-import copy
 import weakref
 from dataclasses import dataclass
 
@@ -178,4 +177,5 @@ def meta_copy(module: nn.Module) -> nn.Module:
             continue
         m = torch.empty_like(t, device="meta")
         memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
-    return copy.deepcopy(module, memo)
+    from autopar.trace.cut import deepcopy_rebound
+    return deepcopy_rebound(module, memo)   # a lambda in a block calls the copy's modules
