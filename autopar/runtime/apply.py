@@ -117,6 +117,11 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
     ``torch.save`` state dict, a ``.safetensors`` file, a Hugging Face checkpoint directory or an
     autopar checkpoint (``autopar.runtime.assemble.weights``), only this rank's rows.
 
+    ``leaf_modules``: classes (or names) the row cutter keeps whole, as ``--leaf`` does for the
+    trace. ``allow_batch_statistics``: run a BatchNorm model micro-batched (each micro-batch
+    normalised alone; refused otherwise, ``autopar.runtime.assemble.batch_statistics``); under
+    dp its BatchNorms normalise over the whole dp batch (``autopar.runtime.step.sync_batch_norm``).
+
     Every check of the plan against the model runs before the process group is started
     (``autopar.runtime.assemble.prelaunch``); under a launcher an uncaught error then prints one line on
     one rank (``autopar.runtime.faults.failures``).
