@@ -114,14 +114,16 @@ def test_a_stage_sends_contiguous_activations():
 
 @pytest.mark.slow
 def test_batch_norm_under_dp_and_convnext_under_pp_equal_serial():
-    """ResNet under dp2 and dp2·ZeRO-3 (BatchNorm synchronised over dp) and ConvNeXt under pp2
-    (non-contiguous activations between stages): losses and parameters equal serial training."""
+    """ResNet under dp2 and dp2·ZeRO-3 (BatchNorm synchronised over dp), ConvNeXt under pp2 and
+    T5 under interleaved 1F1B (non-contiguous activations between stages): losses and parameters
+    equal serial training."""
     from zoo_cases import zoo_case
 
     from autopar.runtime.verify import sweep
     cases = [sweep.SweepCase("resnet", tuple(sorted(dict(dp=2).items())), 1),
              sweep.SweepCase("resnet", tuple(sorted(dict(dp=2, zero=3).items())), 1),
-             sweep.SweepCase("convnext", tuple(sorted(dict(pp=2, schedule="1f1b").items())), 2)]
+             sweep.SweepCase("convnext", tuple(sorted(dict(pp=2, schedule="1f1b").items())), 2),
+             sweep.SweepCase("t5", tuple(sorted(dict(pp=2, vpp=2, schedule="interleaved-1f1b").items())), 4)]
     result = sweep.run(cases, world=2, steps=2, make_case=zoo_case)
     for c in cases:
         assert result.results[c.name]["status"] == "pass", (c.name, result.results[c.name])
