@@ -61,6 +61,9 @@ def run(args) -> int:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
     from autopar.cli.search import _leaf_table
+    from autopar.runtime.assemble.model_verdict import refuse_tp
+    for p in given.plans:   # what the runtime refuses is not priced (model_verdict)
+        refuse_tp(args.model, p.tp, args.seq, tuple(args.leaf))
     with progress(args, f"tracing {args.model} and estimating"):
         results = estimate_plans(args.model, hardware, args.gpus, args.global_batch, given.plans,
                                  seq=args.seq, runtime=args.runtime, table=_leaf_table(args))

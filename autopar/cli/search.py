@@ -74,6 +74,11 @@ def run(args) -> int:
         raise PlanError("--compare-with-current scores a uniform configuration; run it without pools")
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, 1, args.seq, tuple(args.leaf))
+        if table.heads and fix.get("tp", 2) != 1:   # the runtime's answer on tp (model_verdict)
+            from autopar.runtime.assemble.model_verdict import refuse_tp, tp_refusal
+            refuse_tp(args.model, int(fix.get("tp", 1)), args.seq, tuple(args.leaf))
+            if "tp" not in fix and tp_refusal(args.model, args.seq, tuple(args.leaf)):
+                fix = {**fix, "tp": 1}
     imported, runtime = None, args.runtime
     if args.current:   # your configuration first: the search then plans for the runtime you use
         from autopar.cli.export import import_current

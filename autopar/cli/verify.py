@@ -40,6 +40,9 @@ def register(subparsers) -> None:
                    help="torch.compile each row of the parallel side (apply(..., compile=True)); "
                         "the serial side stays eager (CPU: needs a C compiler)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--allow-batch-statistics", action="store_true",
+                   help="run a BatchNorm model micro-batched (pipeline, accumulation): each micro-batch "
+                        "normalised alone, which differs from serial (refused without this)")
     add_progress_arg(p)
     p.set_defaults(run=run)
 
@@ -63,11 +66,12 @@ def run(args) -> int:
     if global_batch is None and given.global_batch:
         global_batch = given.global_batch
     with progress(args, f"{args.steps} steps on {plan.world_size} rank(s) and the serial model"):
-        check_serial_memory(args.model, seq, plan, global_batch)
+        check_serial_memory(args.model, seq, plan, global_batch, leaf_modules=tuple(args.leaf))
         par, ser, gb = verify(args.model, plan, steps=args.steps, nproc=args.nproc, seq=seq,
                               global_batch=global_batch, lr=args.lr, optimizer=args.optimizer,
                               seed=args.seed, leaf_modules=tuple(args.leaf),
-                              compile=args.compile)
+                              compile=args.compile,
+                              allow_batch_statistics=args.allow_batch_statistics)
     diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(par, ser)]
     worst = compare(par, ser)          # inf when a loss is NaN or inf: never OK
     ok = worst <= args.rtol
@@ -86,7 +90,7 @@ def run(args) -> int:
     return 0 if ok else 1
 
 
-def check_serial_memory(model: str, seq, plan, global_batch) -> None:
+def check_serial_memory(model: str, seq, plan, global_batch, leaf_modules=()) -> None:
     """Refuse a run that cannot fit this machine's memory before spawning anything: verify runs
     the serial model on the whole global batch in fp32, so its activations alone (the layer
     table's saved bytes, at fp32, for the batch; the attention core only with math attention)
@@ -99,7 +103,7 @@ def check_serial_memory(model: str, seq, plan, global_batch) -> None:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return
-    table = table_for(model, micro_batch=1, seq=seq)
+    table = table_for(model, 1, seq, tuple(leaf_modules))   # the --leaf given: the one rule verify traces by
     batch = global_batch or plan.dp * plan.micro_batch_size * (2 * plan.pp if plan.pp > 1 else 2)
     per_sample = sum(r.saved_activation_bytes - (r.act_attention_core_bytes if plan.attention == "flash" else 0)
                      for r in table.rows) / table.micro_batch

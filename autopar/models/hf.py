@@ -50,8 +50,11 @@ def hf_source(spec: str, path: str, seq: int | None) -> ModelSource:
     else:
         seq_len = seq or min(int(getattr(config, "max_position_embeddings", 2048) or 2048), 2048)
 
+    fused = supports_sdpa(transformers, head, config)
+
     def build(attention):
-        config._attn_implementation = "sdpa" if attention == "flash" else "eager"
+        # a model without SDPA attention in transformers runs its eager attention under any plan
+        config._attn_implementation = "sdpa" if attention == "flash" and fused else "eager"
         model = head(config)
         model.config.use_cache = False
         return HFLogits(model)
@@ -73,7 +76,16 @@ def hf_source(spec: str, path: str, seq: int | None) -> ModelSource:
         return draw(classes, (batch,), g, device) if image else draw(vocab, (batch, seq_len), g, device)
 
     return ModelSource(spec=spec, config=None, seq=seq_len, _build=build, _inputs=inputs,
-                       _targets=targets, loss_fn=token_loss)
+                       _targets=targets, loss_fn=token_loss, fused_attention=fused)
+
+
+def supports_sdpa(transformers, head, config) -> bool:
+    """Whether transformers has SDPA attention for the class ``head`` builds (``_supports_sdpa``):
+    Gemma-2, BLOOM and DeBERTa-v2 do not, and asking for it raises a ValueError at build."""
+    cls = head
+    if isinstance(head, _AutoHead):
+        cls = head.auto._model_mapping.get(type(config), None) if hasattr(head.auto, "_model_mapping") else None
+    return bool(getattr(cls, "_supports_sdpa", True)) if cls is not None else True
 
 
 def training_head(transformers, config):
@@ -110,7 +122,8 @@ class _AutoHead:
 
 class HFLogits(torch.nn.Module):
     """Wraps a transformers model so that forward(ids) returns a plain tensor (logits or the
-    last hidden state) instead of a ModelOutput."""
+    last hidden state) instead of a ModelOutput; an encoder-decoder's decoder is fed the ids
+    shifted right."""
 
     def __init__(self, model):
         super().__init__()
@@ -118,5 +131,12 @@ class HFLogits(torch.nn.Module):
 
     def forward(self, inputs):
         key = "pixel_values" if inputs.is_floating_point() else "input_ids"
-        out = self.model(**{key: inputs})
+        extra = {}
+        if getattr(self.model.config, "is_encoder_decoder", False) and key == "input_ids":
+            # an encoder-decoder (T5) trained as it is with labels = the inputs: the decoder reads
+            # them shifted right by one, its start token first (transformers' _shift_right, in ops
+            # a trace can follow: no item assignment)
+            start = int(getattr(self.model.config, "decoder_start_token_id", 0) or 0)
+            extra["decoder_input_ids"] = torch.cat([torch.full_like(inputs[:, :1], start), inputs[:, :-1]], dim=1)
+        out = self.model(**{key: inputs}, **extra)
         return out.logits if hasattr(out, "logits") else out.last_hidden_state

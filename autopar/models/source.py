@@ -27,6 +27,9 @@ class ModelSource:
     _inputs: Callable[[int, torch.Generator | None, str], tuple] = field(repr=False)
     _targets: Callable[[Any, int, torch.Generator | None, str], torch.Tensor | None] = field(repr=False)
     loss_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = field(repr=False, default=None)
+    # False: the model has no fused attention; it is built with materialised attention whatever
+    # ``attention`` asks (``autopar.models.hf``), and its layer table says so to the estimate
+    fused_attention: bool = True
 
     def build(self, device: str | torch.device = "cpu", seed: int | None = 0,
               attention: str = "math", dtype: torch.dtype | None = None) -> nn.Module:

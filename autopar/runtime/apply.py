@@ -92,6 +92,7 @@ from autopar.runtime.step.context import (
 )
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
+from autopar.runtime.step.sync_batch_norm import synced
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 from costmodels.contracts.plans_file import load_plan
@@ -106,7 +107,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
           seq: int | None = None, table=None, example_inputs=None, group=None,
           timeout_s: float | None = None, global_batch: int | None = None,
           seed: int | None = None, init_fn: Callable | None = None, weights=None,
-          compile: bool = False) -> Runner:
+          compile: bool = False, allow_batch_statistics: bool = False, leaf_modules=()) -> Runner:
     """Rewrite ``model`` for ``plan`` and return a Runner (see the module docstring).
 
     ``model`` must be built identically on every rank (same seed). ``plan`` is a Plan, a dict, a
@@ -131,6 +132,10 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
 
     ``compile``: ``torch.compile`` each row of this rank in place, as torchtitan compiles each
     block (``autopar.runtime.step.compile_rows``); every plan the runtime runs, runs compiled.
+    ``leaf_modules``: classes (or names) the row cutter keeps whole, as ``--leaf`` does for the
+    trace. ``allow_batch_statistics``: run a BatchNorm model micro-batched (each micro-batch
+    normalised alone; refused otherwise, ``autopar.runtime.assemble.batch_statistics``); under
+    dp its BatchNorms normalise over the whole dp batch (``autopar.runtime.step.sync_batch_norm``).
 
     Every check of the plan against the model runs before the process group is started
     (``autopar.runtime.assemble.prelaunch``); under a launcher an uncaught error then prints one line on
@@ -146,7 +151,9 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
         m = plan.num_micro_batches(global_batch) if global_batch is not None else None
         ready = check_before_launch(model, plan, num_micro_batches=m, spec=spec, seq=seq,
                                     table=table, example_inputs=example_inputs,
-                                    probe=not dist.is_initialized())
+                                    probe=not dist.is_initialized(),
+                                    allow_batch_statistics=allow_batch_statistics,
+                                    leaf_modules=leaf_modules)
         example_inputs = local_example(example_inputs, plan)   # cp: the S / cp tokens a rank runs
         if group is None or timeout_s is not None:
             adist.ensure_initialized(plan.world_size, timeout_s)
@@ -233,6 +240,9 @@ class Runner:
         # left out); FSDP2 gets its 1-D dp slice
         self.mesh = lay.mesh(self.device.type) if plan.world_size > 1 else None
         self._zero1: Zero1 | None = None
+        if plan.dp > 1:   # BatchNorm over the whole dp batch, as serial (autopar.runtime.step.sync_batch_norm)
+            for s in self._raw:
+                synced(s, lay.group("dp"))
         self._wrapped = [wrap_dp(s, plan, lay, self.device) for s in self._raw]
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}

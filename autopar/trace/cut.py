@@ -16,6 +16,11 @@ called as ``x = block(x)`` whose row carries nothing else stays the block module
 tensor-parallel rewrite shards it as before); any other row is an ``fx.GraphModule`` over the
 user's model (parameters shared, so tied weights stay one tensor).
 
+On a ``meta`` model (built under ``torch.device("meta")``, to materialise row by row) the
+tensors a forward makes from constants (``torch.arange`` position ids, ``torch.ones`` masks)
+would be ``meta`` constants nothing fills: the tensor factories are then recorded as graph nodes
+(``tracer.recorded_factories``), so each row recomputes them on its rank's device.
+
 The graph is traced on the model itself for one micro-batch's input shapes (``example_inputs``;
 one forward on real values, so tensors the forward creates from constants keep their values,
 random state restored), so shapes read in the forward are fixed to them; the device the trace
@@ -25,8 +30,10 @@ The model's output is reduced to its logits (``autopar.models.outputs``), and a 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
+import types
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +42,7 @@ import torch.nn as nn
 from torch.fx.node import map_aggregate
 
 from autopar.models.outputs import forward_kwargs, model_logits
+from autopar.trace.batch_norm import frozen_batch_statistics
 from autopar.trace.blocks import assign_rows, block_modules, find_block_list, structure_groups
 from autopar.trace.tracer import trace_call
 from costmodels.contracts.errors import TraceError
@@ -68,7 +76,26 @@ def meta_copy(module: nn.Module) -> nn.Module:
         if id(t) not in memo:
             m = torch.empty_like(t, device="meta")
             memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
-    return copy.deepcopy(module, memo)
+    return deepcopy_rebound(module, memo)
+
+
+def deepcopy_rebound(module: nn.Module, memo: dict) -> nn.Module:
+    """``copy.deepcopy`` whose copied modules' function attributes refer to the copies: deepcopy
+    keeps a function as it is, so minGPT's ``self.mlpf = lambda x: m.c_proj(m.act(m.c_fc(x)))``
+    would still call the *original* ``m`` — a module the copy does not install ('module is not
+    installed as a submodule' in the rewrite). Closure cells holding a copied object are rebuilt
+    to hold its copy."""
+    out = copy.deepcopy(module, memo)
+    for m in out.modules():
+        for name, fn in list(vars(m).items()):
+            if not isinstance(fn, types.FunctionType) or not fn.__closure__:
+                continue
+            cells = tuple(types.CellType(memo.get(id(c.cell_contents), c.cell_contents)) for c in fn.__closure__)
+            if any(a.cell_contents is not b.cell_contents for a, b in zip(cells, fn.__closure__)):
+                new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+                new.__kwdefaults__ = fn.__kwdefaults__
+                object.__setattr__(m, name, new)
+    return out
 
 
 def _on(t, device: torch.device):
@@ -89,10 +116,11 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     blocks = block_modules(found[1])
     device = next(iter(model.parameters()), torch.empty(0)).device
     inputs = tuple(_on(t, device) for t in example_inputs)
-    with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]):
+    with tracing_libraries(), cache_off(model), torch.random.fork_rng(devices=[]), frozen_batch_statistics(model):
         top, _ = trace_call(model, inputs, forward_kwargs(model, inputs), leaf_classes=leaf_classes,
                             leaf_modules=blocks, what=where,
-                            output_cache=_hidden_like if device.type == "meta" else None)
+                            output_cache=_hidden_like if device.type == "meta" else None,
+                            record_factories=device.type == "meta" and not _SHAPES_ONLY[0])
     _keep_logits_only(top)
     rows, node_row = assign_rows(top, blocks, structure_groups(blocks))
     if len(rows) != len(blocks) + 2 or any("#" in r.name for r in rows):
@@ -121,6 +149,21 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         modules.append(row)
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
     return CutRows(modules, [r.kind for r in rows], names)
+
+
+_SHAPES_ONLY = [False]
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Cuts made inside only to read shapes (``model_verdict``'s rewrite probe) keep a meta
+    model's computed tensors as constants, as before factories were recorded: the rewrite of
+    rotary blocks (Qwen3, Llama) is probed as it runs on a real model."""
+    _SHAPES_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY[0] = False
 
 
 def _hidden_like(module, args, kwargs):
@@ -187,16 +230,27 @@ def _plain_call(call: fx.Node, mine, carry_in, carry_out) -> bool:
             and carry_out == [call] and isinstance(call.meta.get("val"), torch.Tensor))
 
 
-def _slots(n: fx.Node) -> int | None:
-    """How many tensors ``n`` crosses a cut as: 1 for a tensor, k for a tuple of k tensors."""
+def _slots(n: fx.Node) -> list | None:
+    """How ``n`` crosses a cut: None for a tensor (itself); for a tuple, one entry per element —
+    ``_TENSOR`` for a tensor (it crosses) or the constant itself (None, a number, a string: it
+    does not cross, the other side puts it back). A block returning ``(hidden, None)``
+    (DeBERTa-v2, Falcon) thus crosses as its one tensor, at any pipeline degree."""
     val = n.meta.get("val")
     if isinstance(val, torch.Tensor):
         return None
-    if isinstance(val, (tuple, list)) and val and all(isinstance(v, torch.Tensor) for v in val):
-        return len(val)
+    if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val) \
+            and all(isinstance(v, torch.Tensor) or _constant(v) for v in val):
+        return [_TENSOR if isinstance(v, torch.Tensor) else v for v in val]
     raise TraceError(f"'{n.name}' ({n.format_node()}) crosses a row boundary but is "
-                     f"{type(val).__name__}, not a tensor or a tuple of tensors; autopar can pass "
-                     "only tensors between pipeline stages")
+                     f"{type(val).__name__}, not a tensor or a tuple of tensors (and constants); autopar "
+                     "can pass only tensors between pipeline stages")
+
+
+_TENSOR = object()
+
+
+def _constant(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
 
 
 def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
@@ -208,7 +262,7 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
             env[n] = g.placeholder(n.name)
             env[n].meta = dict(n.meta)
         else:
-            env[n] = tuple(g.placeholder(f"{n.name}_{i}") for i in range(k))
+            env[n] = tuple(g.placeholder(f"{n.name}_{i}") if e is _TENSOR else e for i, e in enumerate(k))
     for n in mine:
         for a in n.all_input_nodes:
             if a not in env and a.op == "get_attr":
@@ -221,8 +275,10 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
     def out(n):
         v = env[n]
         if isinstance(v, fx.Node) and _slots(n) is not None:
-            return tuple(g.call_function(operator.getitem, (v, i)) for i in range(_slots(n)))
-        return v if isinstance(v, tuple) else (v,)
+            return tuple(g.call_function(operator.getitem, (v, i)) for i, e in enumerate(_slots(n)) if e is _TENSOR)
+        if isinstance(v, tuple):
+            return tuple(e for e in v if isinstance(e, fx.Node))
+        return (v,)
 
     if isinstance(outs, tuple):
         flat = tuple(x for n in outs for x in out(n))

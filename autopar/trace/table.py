@@ -178,7 +178,7 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
     return LayerTable(model=spec, micro_batch=int(micro_batch), seq=int(seq), hidden=hidden,
                       heads=heads, kv_heads=kv_heads, vocab=vocab, layers=nblocks,
                       act_dtype_bytes=torch.tensor([], dtype=act_dtype).element_size(),
-                      rows=out_rows)
+                      rows=out_rows, fused_attention=getattr(source, "fused_attention", True))
 
 
 def _infer_shape(result: TraceResult) -> tuple[int | None, int | None]:

@@ -71,9 +71,19 @@ class MetaTracer(fx.Tracer):
         self._concrete = 0   # > 0 while running real (meta) computations during tracing
 
     def call_module(self, m, forward, args, kwargs):
-        if self._concrete:
+        if self._concrete or self._stateless_stranger(m):
             return forward(*args, **kwargs)
         return super().call_module(m, forward, args, kwargs)
+
+    def _stateless_stranger(self, m: nn.Module) -> bool:
+        """A module called in the forward but not installed in the model (RoBERTa's head calls a
+        module-level ``gelu = GELUActivation()``): with no parameters or buffers it is just code,
+        traced through; one holding state still fails (fx's 'not installed as a submodule')."""
+        try:
+            self.path_of_module(m)
+            return False
+        except NameError:
+            return next(iter(m.parameters()), None) is None and next(iter(m.buffers()), None) is None
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         if self._concrete:
@@ -203,11 +213,12 @@ class CallWrapper(nn.Module):
 
 def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(), leaf_modules=(),
                output_cache=None, what: str = "model",
-               for_rewrite: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
+               for_rewrite: bool = False, record_factories: bool = False) -> tuple[fx.GraphModule, CallWrapper]:
     """Trace ``module(*args, **kwargs)`` (meta args) into a GraphModule whose placeholders are
     the tensors of (args, kwargs) in pytree order. Raises TraceError on failure.
     ``for_rewrite``: buffers read in the forward stay ``get_attr`` nodes (else constants) and
-    nodes keep their source line, for the rewrite's error messages."""
+    nodes keep their source line, for the rewrite's error messages. ``record_factories`` (implied
+    by ``for_rewrite``): tensor factories stay graph nodes (``recorded_factories``)."""
     n_inputs = len(CallWrapper.tensors_of(args, kwargs))
     names = [f"in{i}" for i in range(n_inputs)]
     src = f"def forward(self, {', '.join(names)}):\n    return self.invoke({', '.join(names)})\n"
@@ -219,7 +230,7 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        with recorded_factories(tracer) if for_rewrite else contextlib.nullcontext():
+        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext():
             graph = tracer.trace(wrapper)
     except TraceError:
         raise

@@ -101,6 +101,10 @@ class LayerTable:
     layers: int                    # number of repeated blocks
     act_dtype_bytes: int           # 2 for bf16
     rows: tuple[LayerRow, ...] = field(default_factory=tuple)
+    # False: the model has no fused (SDPA / flash) attention (transformers' Gemma-2, BLOOM,
+    # DeBERTa-v2); it runs materialised attention whatever plan.attention asks, and the estimate
+    # prices that. Left out of the JSON when True.
+    fused_attention: bool = True
 
     @property
     def total_params(self) -> int:
@@ -111,6 +115,8 @@ class LayerTable:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["fused_attention"]:
+            del d["fused_attention"]
         d["total_params"] = self.total_params
         return d
 

@@ -52,6 +52,10 @@ def check_table(d: Any, top_fields: tuple[str, ...], row_fields: tuple[str, ...]
         v = d.get(key)
         top[key] = None if v is None else int_field(v, key, high=LIMITS[key],
                                                    **_E(""))
+    if "fused_attention" in d:
+        if not isinstance(d["fused_attention"], bool):
+            raise SpecError(f"layer table: fused_attention must be true or false, got {d['fused_attention']!r}; {FIX}")
+        top["fused_attention"] = d["fused_attention"]
     if top["heads"] and top["kv_heads"] and top["heads"] % top["kv_heads"]:
         raise SpecError(f"layer table: heads={top['heads']} is not a multiple of kv_heads={top['kv_heads']}; {FIX}")
     raw_rows = d["rows"]

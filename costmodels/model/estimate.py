@@ -36,7 +36,7 @@ runs it (DDP all-reduce + the owners' broadcasts). The search plans in bf16-mixe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -164,6 +164,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
     check_axes_implemented(plan)
+    if plan.attention == "flash" and not table.fused_attention:   # the model runs materialised attention
+        plan = replace(plan, attention="math")
     if plan.cp > 1:   # context parallelism: the per-rank share, cp folded into dp (context_parallel)
         from costmodels.model.context_parallel_estimate import cp_estimate
         return cp_estimate(estimate, table, profile, plan, gpus, global_batch, precision)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+from autopar.runtime.assemble.computed_buffers import refill_computed_buffers
 from costmodels.contracts.errors import PlanError
 
 
@@ -146,12 +147,15 @@ class RowFiller:
         self.inflight_bytes = 0
         row = self.rows.modules[i]
         done = {id(t) for t in self._named(row).values() if not t.is_meta}
+        meta_buffers = {n for n, b in [*row.named_buffers(remove_duplicate=False),
+                                       *row.named_parameters(remove_duplicate=False)] if b.is_meta}
         materialize_params(row, self.device, self.model)
         if self.weights is not None:
             self._load(i, row)
         else:
             with self._scratch_for_owned(i, row, done):
                 init_row(row, self.seed, self.rows.names[i], self.init_fn)
+                refill_computed_buffers(self.model, row, meta_buffers)   # rotary tables (computed_buffers)
             self._take_owned_values(i, row, done)
         self._remember_shared(i, row)
         return row

@@ -14,6 +14,7 @@ What is checked, in order:
    against this machine (``autopar.runtime.assemble.float8.check_float8``: CUDA, FP8 tensor cores, torchao);
 3. the stage split (``stage_ranges``: pinned stages end at the last row), and under ZeRO-2/3
    no parameter shared by two stages of one pipeline rank (``check_fsdp_shared``);
+   ``tp_modules.check_tp_modules``: no nn.MultiheadAttention or convolution in a block under tp;
 4. when the plan rewrites rows (tp > 1, sequence parallel or recompute): the rewrite itself, on
    a ``meta`` copy of each distinct row against a ``FakeGroup`` (no weights copied, no
    communication), which finds what sizes cannot tell — an op the rewrite cannot shard, a
@@ -24,16 +25,17 @@ one, so under torchrun only rank 0 prints it (``autopar.runtime.faults.failures`
 """
 from __future__ import annotations
 
-import copy
 import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
+from autopar.runtime.assemble.batch_statistics import check_batch_statistics
 from autopar.runtime.assemble.float8 import check_float8
 from autopar.runtime.assemble.rows import Rows, model_rows
 from autopar.runtime.assemble.stages import row_inputs, stage_ranges
+from autopar.runtime.assemble.tp_modules import check_tp_modules
 from costmodels.contracts.errors import AutoparError, PlanError
 from costmodels.contracts.plan import rank_of_stage
 from costmodels.contracts.runnable import ModelDims, check_runnable
@@ -51,18 +53,23 @@ class Launchable:
 
 def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None = None,
                         spec: str | None = None, seq: int | None = None, table=None,
-                        example_inputs=None, probe: bool = True) -> Launchable:
+                        example_inputs=None, probe: bool = True,
+                        allow_batch_statistics: bool = False, leaf_modules=()) -> Launchable:
     """Raise the PlanError (one line) the runtime would raise for ``plan`` on ``model``, without
     a process group; ``num_micro_batches`` (per step) is checked against the schedule when
     given. ``model`` may be on any device, ``meta`` included. ``probe=False`` skips step 4
     (``apply`` when a process group already exists: the real rewrite follows at once and
-    raises the same line, so probing first would only double the rewrite's time)."""
+    raises the same line, so probing first would only double the rewrite's time).
+    ``allow_batch_statistics``: run a BatchNorm model micro-batched anyway (``batch_statistics``).
+    ``leaf_modules``: classes (or names) the row cutter keeps whole, as the trace (``--leaf``)."""
     try:
+        check_batch_statistics(model, plan, num_micro_batches, allow_batch_statistics)
         if getattr(plan, "cp", 1) > 1:   # rows run on S / cp tokens (autopar.runtime.step.context)
             from autopar.runtime.step.context import local_example
             example_inputs = local_example(example_inputs, plan)
-        rows = model_rows(model, example_inputs)
+        rows = model_rows(model, example_inputs, leaf_modules)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
+        check_tp_modules(rows, plan)
         check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
@@ -179,4 +186,5 @@ def meta_copy(module: nn.Module) -> nn.Module:
             continue
         m = torch.empty_like(t, device="meta")
         memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
-    return copy.deepcopy(module, memo)
+    from autopar.trace.cut import deepcopy_rebound
+    return deepcopy_rebound(module, memo)   # a lambda in a block calls the copy's modules

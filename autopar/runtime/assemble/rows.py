@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 
 from costmodels.contracts.errors import PlanError
@@ -30,7 +31,7 @@ class Rows:
         return len(self.modules)
 
 
-def model_rows(model: nn.Module, example_inputs=None) -> Rows:
+def model_rows(model: nn.Module, example_inputs=None, leaf_modules=()) -> Rows:
     """The model's rows; ``example_inputs`` (one micro-batch) is needed for any model that is
     not built-in (its forward is cut by ``autopar.trace.cut``, which fixes shapes to them)."""
     children = dict(model.named_children())
@@ -44,8 +45,9 @@ def model_rows(model: nn.Module, example_inputs=None) -> Rows:
         raise PlanError(f"to cut {type(model).__name__} into rows autopar traces its forward on one "
                         "micro-batch: pass example_inputs= (or spec=) to autopar.apply")
     from autopar.trace.cut import cut_rows
+    from autopar.trace.driver import leaf_classes
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    cut = cut_rows(model, inputs)
+    cut = cut_rows(model, inputs, leaf_classes=leaf_classes(leaf_modules))
     prefixes = [n if k == "block" else "" for n, k in zip(cut.names, cut.kinds)]
     return Rows(cut.modules, cut.kinds, cut.names, prefixes)
 
@@ -62,7 +64,16 @@ class StageModule(nn.Module):
         x = self.rows[0](*args)
         for row in self.rows[1:]:
             x = row(*x) if isinstance(x, tuple) else row(x)
-        return x
+        return _contiguous(x)
+
+
+def _contiguous(x):
+    """What a stage returns, each tensor contiguous: a pipeline stage sends it as is, and the
+    send needs contiguous memory (a ConvNeXt block ends in a permute; T5 returns transposes).
+    A no-op for a tensor that already is."""
+    if isinstance(x, tuple):
+        return tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in x)
+    return x.contiguous() if isinstance(x, torch.Tensor) else x
 
 
 def row_weights(rows: Rows) -> list[float]:

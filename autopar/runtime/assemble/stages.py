@@ -17,6 +17,7 @@ import torch.nn as nn
 from autopar.runtime.assemble.rows import Rows, StageModule, row_weights
 from autopar.runtime.assemble.state_hooks import raw_state_dict
 from autopar.runtime.faults import dist as adist
+from autopar.trace.batch_norm import frozen_batch_statistics
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan, rank_of_stage
 from costmodels.contracts.split import check_stage_rows, partition
@@ -226,7 +227,8 @@ def row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
     log = logging.getLogger("torch._subclasses.fake_tensor")
     level, log.level = log.level, logging.CRITICAL  # a failed shape probe is not an error here
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad(), \
+                frozen_batch_statistics(nn.ModuleList(rows.modules[:last + 1])):   # running stats untouched
             x = tuple(mode.from_tensor(t) for t in inputs)
             for i in range(last + 1):
                 first = x[0] if isinstance(x, tuple) else x

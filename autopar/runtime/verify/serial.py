@@ -42,6 +42,8 @@ class Case:
     clip: float | None = None           # max gradient norm (serial: torch's; parallel: the runner's)
     table: object | None = None         # the layer table for the balanced split (traced with leaves)
     compile: bool = False               # the parallel side's rows torch.compile'd (apply's compile)
+    leaf_modules: tuple = ()            # classes the row cutter keeps whole (``--leaf``)
+    allow_batch_statistics: bool = False   # BatchNorm micro-batched (autopar.runtime.assemble.batch_statistics)
 
 
 def make_optimizer(name: str, params, lr: float):
@@ -90,7 +92,8 @@ def parallel_losses(case: Case, group=None, return_state: bool = False):
     from autopar.runtime.apply import apply
     runner = apply(case.build(), case.plan, loss_fn=case.loss_fn, spec=case.spec, seq=case.seq,
                    group=group, example_inputs=case.example_inputs, table=case.table,
-                   compile=case.compile)
+                   compile=case.compile,
+                   leaf_modules=case.leaf_modules, allow_batch_statistics=case.allow_batch_statistics)
     opt = make_optimizer(case.optimizer, runner.parameters(), case.lr)
     out = []
     for step in range(case.steps):
@@ -173,7 +176,8 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
 
 # ---- autopar verify -------------------------------------------------------------------------
 def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, optimizer: str,
-               seed: int, table=None, compile: bool = False) -> Case:
+               seed: int, table=None, compile: bool = False, leaf_modules=(),
+               allow_batch_statistics=False) -> Case:
     from autopar.models import load_model
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
@@ -186,11 +190,12 @@ def _spec_case(spec: str, seq, plan, steps: int, global_batch: int, lr: float, o
 
     return Case(name=spec, plan=plan, build=build, batches=batches, loss_fn=source.loss,
                 steps=steps, lr=lr, optimizer=optimizer, spec=spec, seq=seq, table=table,
-                compile=compile)
+                compile=compile,
+                leaf_modules=tuple(leaf_modules), allow_batch_statistics=allow_batch_statistics)
 
 
 def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed, table=None,
-                 compile=False):
+                 compile=False, leaf_modules=(), allow_batch_statistics=False):
     import torch.distributed as dist
 
     from autopar.runtime.faults import dist as adist
@@ -198,7 +203,8 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed,
     from costmodels.contracts.plan import Plan
     plan = Plan.from_dict(plan_dict)
     try:
-        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed, table, compile)
+        case = _spec_case(spec, seq, plan, steps, global_batch, lr, optimizer, seed, table, compile,
+                          leaf_modules, allow_batch_statistics)
         adist.ensure_initialized(plan.world_size)
         ser = serial_losses(case) if dist.get_rank() == 0 else None
         par = parallel_losses(case)
@@ -209,7 +215,8 @@ def _verify_rank(spec, seq, plan_dict, steps, global_batch, lr, optimizer, seed,
 
 def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: int | None = None,
            global_batch: int | None = None, lr: float = 0.1, optimizer: str = "sgd",
-           seed: int = 0, leaf_modules=(), compile: bool = False) -> tuple[list[float], list[float], int]:
+           seed: int = 0, leaf_modules=(), compile: bool = False, allow_batch_statistics: bool = False
+           ) -> tuple[list[float], list[float], int]:
     """Run the comparison; returns (parallel losses, serial losses, global batch).
     ``leaf_modules``: classes the layer table (the balanced split) is traced with as leaves.
     ``compile``: the parallel side's rows compiled (``apply(..., compile=True)``), the serial
@@ -238,9 +245,11 @@ def verify(spec: str, plan, *, steps: int = 5, nproc: int | None = None, seq: in
         table = table_for(spec, plan.micro_batch_size, seq, tuple(leaf_modules))
     check_before_launch(source.build("meta", seed=None, attention=plan.attention), plan,
                         num_micro_batches=m, spec=spec, seq=seq, table=table,
-                        example_inputs=source.example_inputs(plan.micro_batch_size, "cpu"))
+                        example_inputs=source.example_inputs(plan.micro_batch_size, "cpu"),
+                        leaf_modules=tuple(leaf_modules), allow_batch_statistics=allow_batch_statistics)
     *results, failure = spawn(_verify_rank, nproc, spec, seq, plan.to_dict(), steps,
-                              global_batch, lr, optimizer, seed, table, compile, partial=True)
+                              global_batch, lr, optimizer, seed, table, compile, tuple(leaf_modules),
+                              allow_batch_statistics, partial=True)
     for r in results:  # a user error on any rank explains the others' failures
         if r is not None and "error" in r:
             import costmodels.contracts.errors as errors

@@ -161,7 +161,8 @@ def refusal(case: SweepCase, make_case=None, models: dict | None = None) -> str 
         models = {} if models is None else models
         model = models[case.model] = models.get(case.model) or c.build()
         check_before_launch(model, plan, num_micro_batches=case.micro_batches, spec=c.spec,
-                            seq=c.seq, example_inputs=inputs)
+                            seq=c.seq, example_inputs=inputs, leaf_modules=c.leaf_modules,
+                            allow_batch_statistics=c.allow_batch_statistics)
     except AutoparError as e:
         return f"{type(e).__name__}: {e}"
     return None
