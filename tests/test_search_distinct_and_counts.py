@@ -11,6 +11,7 @@ from synthetic_tables import tiny_gpt
 from autopar.search import search
 from autopar.search.costs import Costs
 from autopar.search.frontier import same_but_zero
+from costmodels.contracts.errors import PlanError
 from costmodels.profiles.hardware_files import load_profile
 
 
@@ -24,7 +25,10 @@ def test_zero_stage_ties_are_shown_once_with_less_memory():
     costs = Costs(table, profile, 16)
     for cand in plans:
         for z in {1, 2, 3} - {cand.plan.zero}:
-            twin = costs.evaluate(cand.plan.with_(zero=z))
+            try:
+                twin = costs.evaluate(cand.plan.with_(zero=z))
+            except PlanError:   # a stage the runtime does not run this plan with (HSDP needs 2/3)
+                continue
             if abs(twin["step_time_s"] - cand.prediction["step_time_s"]) <= 1e-9 * twin["step_time_s"]:
                 assert cand.prediction["memory_bytes"]["total"] <= twin["memory_bytes"]["total"], (cand.plan, z)
 

@@ -41,6 +41,11 @@ class SearchStats:
     ties_merged: int = 0            # plans shown once: same layout, other ZeRO stage, same step time
 
 
+def _ties(a: tuple, b: tuple) -> bool:
+    """Two objective keys equal to rounding."""
+    return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y)) for x, y in zip(a, b))
+
+
 def same_but_zero(a: Candidate, b: Candidate) -> bool:
     """Two plans that differ only in their ZeRO stage (and the split that goes with it) and take
     the same step time: where the stage cannot matter to the user but for memory."""
@@ -136,7 +141,13 @@ class Frontier:
         return level, c, payload
 
     def done(self) -> bool:
-        return not self.heap or len(self.results) >= self.top
+        """Nothing left, or ``top`` plans out and the next entry does not tie the last of them
+        (a plan of the same step time may be its ZeRO twin, merged by ``_add_result``)."""
+        if not self.heap or len(self.results) < self.top:
+            return not self.heap
+        last = self.results[-1]
+        last_key = objective_key(self.objective, last.config, last.prediction["step_time_s"])
+        return not _ties(self.heap[0][0], last_key)
 
     def offer(self, c: Config) -> None:
         """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
