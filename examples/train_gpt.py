@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--plan", default=None,
                     help="plan JSON text, plan file or plans file (default: pure data parallel "
                          "over all ranks)")
-    ap.add_argument("--index", type=int, default=0, help="which plan of a plans file")
+    ap.add_argument("--index", type=int, default=1,
+                    help="which plan of a plans file, numbered from 1 as autopar's tables (default 1)")
     ap.add_argument("--model", default=None,
                     help=f"GPT spec with vocab >= 256 (default: the plans file's model, else "
                          f"{DEFAULT_MODEL})")
@@ -73,7 +74,10 @@ def main() -> None:
                 data = json.load(f)
             if isinstance(data, dict) and data.get("model"):
                 spec, seq = data["model"], data.get("seq")
-    plan = plans[args.index]
+    if not 1 <= args.index <= len(plans):
+        raise SystemExit(f"train_gpt.py: --index counts plans from 1 (as autopar's tables); "
+                         f"give 1 to {len(plans)}")
+    plan = plans[args.index - 1]
     spec = spec or DEFAULT_MODEL
     source = load_model(spec, seq=seq)
     cfg = source.config

@@ -7,6 +7,7 @@ from ``--nnodes`` x ``--nproc-per-node``.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from autopar.export.command_line import read_flags, torchrun_gpus
@@ -39,11 +40,12 @@ def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Ex
     nnodes, nproc = nodes_for(plan.world_size, ctx.gpus_per_node)
     body = plan.to_dict()
     body.pop("version", None)
-    command = f"{script} --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
+    command = f"{shlex.quote(script)} --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
     if ctx.model:
         command += f" --model {shlex.quote(_spec_with_seq(ctx))}"
     if ctx.global_batch:
         command += f" --global-batch {ctx.global_batch}"
+    command += ' "$@"'    # the script's own flags (--steps, --save ...) after the file's name
     text = "\n".join([
         "#!/bin/bash",
         f"# autopar plan {plan.label()} on autopar's own runtime: {plan.world_size} GPUs as {nnodes} "
@@ -61,6 +63,8 @@ def _spec_with_seq(ctx: TrainingContext) -> str:
     spec = ctx.model
     if ctx.seq is None or ctx.config is None or "seq" not in FAMILY_KEYS[ctx.config.family]:
         return spec
+    if re.search(r"[:,]seq=", spec):   # the spec says it already: say it once, as the job's
+        return re.sub(r"([:,])seq=[^,]*", lambda m: f"{m.group(1)}seq={ctx.seq}", spec)
     return f"{spec},seq={ctx.seq}" if ":" in spec else f"{spec}:seq={ctx.seq}"
 
 

@@ -35,6 +35,7 @@ from autopar.runtime.assemble.stages import row_inputs, stage_ranges
 from costmodels.contracts.errors import AutoparError, PlanError
 from costmodels.contracts.plan import rank_of_stage
 from costmodels.contracts.runnable import ModelDims, check_runnable
+from costmodels.profiles.runtime import load_runtime
 
 _FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit")
 
@@ -56,6 +57,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time)."""
     try:
+        load_runtime(plan.runtime)   # a runtime no profile describes ("nonexistent", "megatron:nooption")
         rows = model_rows(model, example_inputs)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
