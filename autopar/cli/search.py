@@ -72,6 +72,8 @@ def run(args) -> int:
         raise PlanError("--gpus N is needed with a single hardware profile")
     if isinstance(hardware, Cluster) and args.current:
         raise PlanError("--compare-with-current scores a uniform configuration; run it without pools")
+    from autopar.search.request_checks import check_targets
+    check_targets(args.objective, args.target_step_time, args.target_tokens_per_s)   # before the trace
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, 1, args.seq, tuple(args.leaf))
     imported, runtime = None, args.runtime

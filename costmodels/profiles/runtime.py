@@ -220,6 +220,9 @@ def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> Runt
                 data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ProfileError(f"runtime profile '{path}' is not valid TOML ({e}); fix the file") from None
+        except UnicodeDecodeError:   # tomllib decodes the bytes itself
+            raise ProfileError(f"runtime profile '{path}' is not UTF-8 text, so not a TOML profile; "
+                               "pass a .toml runtime profile (runtime-profiles/ has the shipped ones)") from None
         _CACHE[key] = parse_runtime(data, str(path), options)
     prof = _CACHE[key]
     name = prof.base + (":" + ",".join(options) if options else "")
