@@ -45,7 +45,7 @@ def run(args) -> int:
     from autopar.export.model_check import check_against_model, check_same_model
     from costmodels.contracts.errors import PlanError
     from costmodels.contracts.plans_file import PlansFile
-    if args.output:
+    if args.output is not None:        # -o '' names no file: refused, not printed to stdout
         from autopar.cli.common import check_output
         check_output(args.output)      # before the model is built
     given = PlansFile.read(args.plans)

@@ -77,9 +77,18 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line plus the usage hint
         self.exit(EXIT_ERROR, f"{self.prog}: error: {shorten(message)} (see '{self.prog} --help')\n")
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a '--' value ("--lr=--") and hands the flag an empty list, which no
+        # ``type`` then checks: refuse it as the missing value it is
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one value, got '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autopar", description="Automatic parallelism planner for PyTorch training.")
+    from autopar import __version__
+    parser.add_argument("--version", action="version", version=f"autopar {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:

@@ -27,6 +27,9 @@ def register(sub) -> None:
                    help="the software that will run the plans: autopar (default), megatron, deepspeed, "
                         "fsdp, with options after a colon (megatron:overlap_grad_reduce) or a .toml "
                         "runtime profile; the search proposes only what it can run")
+    p.add_argument("--for", dest="trainer", default=None, choices=("megatron", "torchtitan", "deepspeed", "torchrun"),
+                   help="the trainer you will export to (autopar export --to): a synonym of --runtime "
+                        "with that trainer's runtime profile (torchtitan: fsdp; torchrun: autopar)")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
     p.add_argument("--zero-bubble", action="store_true",
                    help="also search the zero-bubble schedules interleaved-zb, zb-v and dualpipe-v "
@@ -67,6 +70,7 @@ def run(args) -> int:
     from costmodels.contracts.errors import PlanError
     from costmodels.profiles.cluster import Cluster
     fix = parse_fix(args.fix)
+    args.runtime = runtime_for_trainer(args.trainer, args.runtime)
     hardware, args.gpus = hardware_of(args)   # a bad profile or pool fails before the trace
     if args.gpus is None:
         raise PlanError("--gpus N is needed with a single hardware profile")
@@ -107,6 +111,20 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def runtime_for_trainer(trainer: str | None, runtime: str | None) -> str | None:
+    """``--for TRAINER``: the runtime profile of the trainer ``autopar export --to`` writes for
+    (``autopar.export.common.RUNTIMES``); refused beside a --runtime that says otherwise."""
+    if trainer is None:
+        return runtime
+    from autopar.export.common import RUNTIMES
+    from costmodels.contracts.errors import PlanError
+    wanted = RUNTIMES[trainer]
+    if runtime is not None and runtime.split(":")[0] != wanted:
+        raise PlanError(f"--for {trainer} searches under the {wanted} runtime, but --runtime says "
+                        f"{runtime}; give one of them")
+    return runtime or wanted
 
 
 def add_comparison(data: dict, imported) -> None:
