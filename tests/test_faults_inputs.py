@@ -74,3 +74,21 @@ def test_fewest_gpus_with_both_targets_is_refused_before_tracing(capsys, monkeyp
                        "--target-tokens-per-s", "100"], "give one target")
     _one_line(capsys, ["search", MODEL, "--hardware", "a100-80g-sxm", "--gpus", "8", "--global-batch",
                        "8", "--objective", "fewest_gpus"], "needs a target")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "gpt3-175b"], "is a plans file for gpt:layers=2"),
+    (["--gpus", "8"], "dp·tp·pp = 2·1·1 = 2 but --gpus is 8"),
+    (["--global-batch", "3"], "global batch 3 is not divisible by dp·micro_batch_size = 2·1"),
+])
+def test_estimate_checks_a_plans_file_before_tracing(tmp_path, capsys, monkeypatch, argv, needle):
+    """A plans file for another model, a GPU count or batch the plan cannot use: refused before
+    the model is traced (gpt3-175b's trace took 20-30 s before the refusal)."""
+    import autopar.trace
+    monkeypatch.setattr(autopar.trace, "table_for", lambda *a, **k: pytest.fail("traced first"))
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({"version": 1, "model": MODEL, "plans": [{"dp": 2}]}))
+    given = dict(zip(["--model", "--gpus", "--global-batch"], [MODEL, "2", "4"]))
+    given.update(dict(zip(argv[::2], argv[1::2])))
+    _one_line(capsys, ["estimate", given.pop("--model"), "--hardware", "a100-80g-sxm", "--plan", str(plans),
+                       *[x for kv in given.items() for x in kv]], needle)

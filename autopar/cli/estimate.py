@@ -60,6 +60,8 @@ def run(args) -> int:
         if getattr(args, name) is None:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
+    from autopar.cli.early_checks import check_plans_before_trace
+    check_plans_before_trace(given, args.model, args.gpus, args.global_batch, hardware)   # no trace yet
     from autopar.cli.search import _leaf_table
     with progress(args, f"tracing {args.model} and estimating"):
         results = estimate_plans(args.model, hardware, args.gpus, args.global_batch, given.plans,

@@ -31,4 +31,4 @@ def check_same_model(plans_model: str | None, given: str | None, source: str) ->
     """A plans file searched for one model, exported for another, is refused before any work."""
     if plans_model and given and plans_model != given:
         raise PlanError(f"{source} is a plans file for {plans_model}, not {given}: search {given} "
-                        "for its own plans, or leave --model out")
+                        "for its own plans (its split points and batch are that model's)")
