@@ -117,12 +117,13 @@ def test_verify_and_emit_refuse_an_unknown_runtime_and_index_0(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("emit, needle", [
-    ("/nonexistent/x", "folder '/nonexistent' does not exist"),
-    ("/", "holds other files"),
+    ("missing/x", "missing' does not exist"),
+    (".", "holds other files ('notes.txt', 1 in all)"),    # as '--emit /' or '--emit ~' would
 ])
-def test_emit_never_makes_parents_nor_writes_into_a_full_folder(capsys, emit, needle):
-    _refused(capsys, ["apply", MODEL, "--plan", "{}", "--emit", emit], needle)
-    assert not os.path.exists("/nonexistent")
+def test_emit_never_makes_parents_nor_writes_into_a_full_folder(tmp_path, capsys, emit, needle):
+    (tmp_path / "notes.txt").write_text("the user's own file\n")
+    _refused(capsys, ["apply", MODEL, "--plan", "{}", "--emit", str(tmp_path / emit)], needle)
+    assert os.listdir(tmp_path) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("flags, needle", [
@@ -131,13 +132,14 @@ def test_emit_never_makes_parents_nor_writes_into_a_full_folder(capsys, emit, ne
     (["--time-limit", "-1"], "must be a finite number"),
     (["--time-limit", "inf"], "must be a finite number"),
     (["--global-batch", "0"], "0 must be at least 1"),
-    (["-o", "/nonexistent/replan.json"], "folder '/nonexistent' does not exist"),
+    (["-o", "MISSING/replan.json"], "missing' does not exist"),
     (["-o", "OUT/"], "a path ending in '/' names a folder"),
 ])
 def test_replan_input_rules_before_reading_or_searching(tmp_path, capsys, flags, needle, monkeypatch):
     """The checkpoint does not exist: each refusal comes before it is read (and before a search)."""
     monkeypatch.chdir(tmp_path)
-    flags = [f.replace("OUT", str(tmp_path / "out.json")) for f in flags]
+    flags = [f.replace("OUT", str(tmp_path / "out.json")).replace("MISSING", str(tmp_path / "missing"))
+             for f in flags]
     argv = ["replan", str(tmp_path / "no-such-ckpt"), "--gpus", "2", "--hardware", "a100-80g-sxm", *flags]
     _refused(capsys, argv, needle)
     assert not os.listdir(tmp_path)

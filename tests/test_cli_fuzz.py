@@ -48,7 +48,7 @@ NUMERIC = [
     (["verify", MODEL, "--plan", "{}"], "--lr", "float"),
     (["verify", MODEL, "--plan", "{}"], "--index", "int"),
 ]
-BAD_PATHS = ["/nonexistent/dir/out.json", "{tmp}/out.json/", "{tmp}", "", "/proc/version"]
+BAD_PATHS = ["{tmp}/missing/dir/out.json", "{tmp}/out.json/", "{tmp}", "", "/proc/version"]
 OUTPUTS = [
     ["search", MODEL, *HW, "--gpus", "2", "--global-batch", "4", "-o"],
     ["replan", "CKPT", *HW, "--gpus", "2", "-o"],

@@ -66,7 +66,11 @@ def run(args) -> int:
         exported = deepspeed.export(plan, ctx, config_name=os.path.basename(args.output))
     else:
         exported = export_plan(plan, args.to, ctx)
+    from autopar.export.prediction import export_notes
+    notes = export_notes(given, args.index, args.to, ctx)   # predicted step time under the target
     if not args.output:
+        for line in notes:   # stdout is the file itself: the notes go to stderr
+            print(line, file=sys.stderr)
         names = list(exported.files)
         for name, text in exported.files.items():
             if len(names) > 1:
@@ -80,6 +84,8 @@ def run(args) -> int:
         write_text_atomic(path, text)
         written.append(path)
     print(f"wrote {', '.join(written)} ({args.to}; runs under the {exported.runtime} runtime)")
+    for line in notes:
+        print(line)
     return 0
 
 
