@@ -118,7 +118,7 @@ def render(results) -> None:
     def row(label, fn):
         t.add_row(label, *[fn(d) for d in results])
 
-    gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
+    gb = lambda x: f"{x / 2 ** 30:.2f} GiB"  # noqa: E731  (GiB everywhere, as search and inspect)
     row("micro-batches", lambda d: str(d["num_micro_batches"]))
     row("step time (± check error)", lambda d: format_band(d["step_time_s"], d.get("error_band")))
     row("tokens/s", lambda d: human(d["tokens_per_s"]))

@@ -42,6 +42,8 @@ def register(sub) -> None:
                    help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
                         " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of the table (default: columns are left out to fit the terminal)")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
     p.add_argument("--explain", action="store_true", help="also print why the best plan wins")
@@ -101,7 +103,7 @@ def run(args) -> int:
         from autopar.cli.common import print_json
         print_json(data)
         return 0
-    print_table(data)
+    print_table(data, wide=args.wide)
     if args.current:
         print(data["comparison"]["text"])
     if args.explain:
@@ -139,7 +141,11 @@ def add_comparison(data: dict, imported) -> None:
     data["comparison"] = compare_estimates(current, data["plans"][0])
 
 
-def print_table(data: dict) -> None:
+# columns the table leaves out, first to last, while it is wider than the terminal (--wide: none)
+DROPPABLE = ("TFLOP/s/GPU", "tokens/s", "bubble", "sp", "vpp", "stages", "recompute")
+
+
+def print_table(data: dict, wide: bool = False) -> None:
     """The ranked plans. A GPU-count objective may pick a different count per plan: the title
     then says "up to" the allowed count and a GPUs column gives each plan's own."""
     from rich.table import Table
@@ -178,7 +184,7 @@ def print_table(data: dict) -> None:
                 f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
-    c = print_whole(t)
+    c = print_whole(t, drop=DROPPABLE, wide=wide)
     s = data.get("search", {})
     c.print(f"runtime {s.get('runtime', 'autopar')}; "
             f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "

@@ -101,5 +101,5 @@ def check_serial_memory(model: str, seq, plan, global_batch) -> None:
     need = per_sample * batch * 4 / table.act_dtype_bytes + 8 * table.total_params
     if need > ram:
         raise PlanError(f"verify runs the serial model for real: {batch} sequences of {table.seq} tokens "
-                        f"need at least {need / 1e9:,.0f} GB (fp32 activations and weights) but this "
-                        f"machine has {ram / 1e9:,.0f} GB; use a smaller --seq or --global-batch")
+                        f"need at least {need / 2 ** 30:,.0f} GiB (fp32 activations and weights) but this "
+                        f"machine has {ram / 2 ** 30:,.0f} GiB; use a smaller --seq or --global-batch")

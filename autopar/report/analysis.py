@@ -19,8 +19,8 @@ from costmodels.contracts.plan import PLAN_FIELDS
 
 # ---- small helpers ------------------------------------------------------------------------
 def gib(n: float) -> str:
-    """Bytes in GB (10⁹, as hardware profiles give HBM)."""
-    return f"{n / 1e9:.1f} GB"
+    """Bytes in GiB (2³⁰), the unit every command prints."""
+    return f"{n / 2 ** 30:.1f} GiB"
 
 
 def seconds(t: float) -> str:
