@@ -22,3 +22,24 @@ def test_for_beside_another_runtime_is_refused(capsys):
     assert main(["search", *ARGS, "--for", "megatron", "--runtime", "deepspeed"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--for megatron searches under the megatron runtime" in err
+
+
+def test_one_owner_of_what_torchtitan_runs(capsys):
+    """DDP beside tp / pp: the fsdp runtime profile (torchtitan's) refuses it, so the search never
+    proposes it, estimate refuses it, and the torchtitan exporter refuses it by the same rule."""
+    from autopar.cli.main import main
+    from autopar.export import context_for, problems
+    from costmodels.contracts.plan import Plan
+    from costmodels.profiles.runtime import load_runtime
+    from costmodels.profiles.runtime_rules import ddp_rule
+    plan = Plan(dp=2, pp=2, micro_batch_size=1)
+    assert ddp_rule(load_runtime("fsdp"), plan) and not ddp_rule(load_runtime("autopar"), plan)
+    assert [p.field for p in problems(plan, "torchtitan", context_for(MODEL))] == ["zero"]
+    assert main(["estimate", MODEL, "--hardware", "a100-80g-sxm", "--gpus", "4", "--global-batch", "4",
+                 "--runtime", "fsdp", "--plan", json.dumps(plan.to_dict())]) == 2
+    assert "runs DDP (ZeRO-0 with dp > 1) only as the sole parallelism" in capsys.readouterr().err
+    assert main(["search", MODEL, "--hardware", "a100-80g-sxm", "--gpus", "4", "--global-batch", "8",
+                 "--top", "20", "--time-limit", "20", "--json", "--for", "torchtitan",
+                 "--fix", "zero=0,pp=2"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans and all(p["dp"] == 1 for p in plans), plans   # DDP with pp: only with no dp to replicate

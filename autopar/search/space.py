@@ -57,7 +57,13 @@ from costmodels.contracts.plan import (
 )
 from costmodels.contracts.runnable import ModelDims, is_runnable
 from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
-from costmodels.profiles.runtime_rules import interleaving_rule, schedule_rule, sequence_parallel_rule, zero_rule
+from costmodels.profiles.runtime_rules import (
+    ddp_rule,
+    interleaving_rule,
+    schedule_rule,
+    sequence_parallel_rule,
+    zero_rule,
+)
 
 
 @dataclass(frozen=True)
@@ -189,7 +195,7 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:
     """The runtime's rules (``costmodels.profiles.runtime_rules``) that a configuration can break."""
-    return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c))
+    return not (zero_rule(rt, c) or ddp_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c))
 
 
 def _recomputes(fix: dict[str, Any]) -> list[str]:

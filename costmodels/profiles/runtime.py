@@ -134,6 +134,7 @@ class RuntimeProfile:
     schedules: tuple[str, ...] = ALL_SCHEDULES
     uneven_interleaving: bool = True
     sequence_parallel: bool = True
+    ddp_beside_model_parallel: bool = True      # ZeRO-0 (DDP) with tp or pp > 1 (runtime_rules.ddp_rule)
     split_backward_dp_after_step: bool = False  # dp grads of ZeRO 0/1 reduced after the step (W bypasses DDP)
     pipeline_zero: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages it runs together with pp > 1
     precisions: tuple[str, ...] = ALL_PRECISIONS
@@ -322,7 +323,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
         raise err("capabilities", "must be a table")
     out: dict[str, Any] = {}
     known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
-             "split_backward_dp_after_step"}
+             "split_backward_dp_after_step", "ddp_beside_model_parallel"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
@@ -342,7 +343,8 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
             if not isinstance(v, list) or not v or any(x not in allowed for x in v):
                 raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
             out[attr] = tuple(x for x in allowed if x in v)
-    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step"):
+    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step",
+                "ddp_beside_model_parallel"):
         if key in t:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")
