@@ -90,9 +90,19 @@ def test_scaling_speedup_and_efficiency():
         assert p.efficiency == pytest.approx(p.speedup / p.gpus)
         assert p.record is min((r for r in recs if r.gpus == p.gpus and r["fits"]),
                                key=lambda r: r["step_time_s"])
-    # without T(1): extrapolated from the smallest count, said so, efficiency 1 there
+    # without T(1): against the smallest real count, said so, efficiency 1 there
     [s] = scaling(recs, no_t1)
     assert s.points[0].efficiency == pytest.approx(1.0) and "not available" in s.one_gpu_note
+    assert "against the smallest GPU count searched, 256" in s.one_gpu_note
+
+
+def test_report_scales_against_the_smallest_real_gpu_count_by_default():
+    """No fictional one-GPU run (the cost model's, memory ignored) unless asked for."""
+    from autopar.report.core import build
+    [s] = build(read_inputs(G)).scaling
+    assert s.points[0].efficiency == pytest.approx(1.0)
+    assert "against the smallest GPU count searched, 256" in s.one_gpu_note
+    assert "memory ignored" not in s.one_gpu_note
 
 
 def test_why_and_diff():

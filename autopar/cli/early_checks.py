@@ -8,7 +8,7 @@ from costmodels.contracts.errors import PlanError
 
 def check_plans_before_trace(given, model: str, gpus: int | None, global_batch: int | None,
                              hardware) -> None:
-    from autopar.export.model_check import check_same_model
+    from autopar.cli.model_check import check_same_model
     from costmodels.profiles.cluster import Cluster
     check_same_model(given.model, model, given.source)
     for i, plan in enumerate(given.plans):

@@ -39,10 +39,10 @@ def run(args) -> int:
     import os
     import sys
 
+    from autopar.cli.model_check import check_against_model, check_same_model
     from autopar.cli.plan_index import pick
     from autopar.export import context_from_plans_file, export_plan
     from autopar.export import torchrun as torchrun_target
-    from autopar.export.model_check import check_against_model, check_same_model
     from costmodels.contracts.errors import PlanError
     from costmodels.contracts.plans_file import PlansFile
     if args.output is not None:        # -o '' names no file: refused, not printed to stdout

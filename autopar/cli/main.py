@@ -85,10 +85,18 @@ class _Parser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+def _version() -> str:
+    """The installed distribution's version (the package itself is a higher layer than the CLI)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("autopar")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autopar", description="Automatic parallelism planner for PyTorch training.")
-    from autopar import __version__
-    parser.add_argument("--version", action="version", version=f"autopar {__version__}")
+    parser.add_argument("--version", action="version", version=f"autopar {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:

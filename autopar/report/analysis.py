@@ -2,9 +2,12 @@
 
 Plans are compared within their *search* (same model, hardware, GPU count, global batch and
 sequence length): the best there is the fitting plan with the least step time. Across searches
-the report draws the scaling curve: for each GPU count N the best plan's throughput, its
-speed-up ``T(1) / T(N)`` over the one-GPU step time (the cost model's prediction for dp = tp =
-pp = 1 on the same global batch, memory ignored) and its scaling efficiency ``speed-up / N``.
+the report draws the scaling curve: for each GPU count N the best plan's throughput, and its
+speed-up and efficiency against the smallest GPU count searched, N₀ (a real plan that fits):
+speed-up ``N₀·T(N₀) / T(N)``, efficiency ``speed-up / N`` (100 % at N₀). A one-GPU step time is
+used only when the inputs hold a one-GPU plan, or a caller passes ``one_gpu_time`` (the cost
+model's ``one_gpu_time_from_cost_model``: a run that could not fit, memory ignored, which made
+every real count look inefficient).
 """
 from __future__ import annotations
 
@@ -267,9 +270,10 @@ def scaling(records: list[PlanRecord], one_gpu_time=None) -> list[ScalingSeries]
         else:
             n0 = pts[0]
             s.one_gpu_time_s = n0.gpus * n0.step_time_s
-            s.one_gpu_note = (f"one-GPU time not available{' (' + note + ')' if note else ''}: "
-                              f"taken as {n0.gpus} × T({n0.gpus}), so speed-up and efficiency are "
-                              f"relative to perfect scaling up to {n0.gpus} GPUs")
+            s.one_gpu_note = (f"against the smallest GPU count searched, {n0.gpus} (plan #{n0.record.id}): "
+                              f"speed-up = {n0.gpus} × T({n0.gpus}) / T(N), efficiency = speed-up / N, "
+                              f"100 % at {n0.gpus} (one-GPU time not available"
+                              f"{': ' + note if note else ''})")
         for p in pts:
             if p.step_time_s > 0:
                 p.speedup = s.one_gpu_time_s / p.step_time_s

@@ -105,7 +105,7 @@ class Report:
 
 
 def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail: int | None = None,
-          one_gpu_time=analysis.one_gpu_time_from_cost_model, scaling_notes=()) -> Report:
+          one_gpu_time=None, scaling_notes=()) -> Report:
     """Compute every section. ``diff`` is a pair of row numbers of the ranked table (default: the
     first search's best and runner-up); ``detail`` limits memory / timeline charts to the best
     ``detail`` plans of each search (None: all)."""
@@ -150,7 +150,7 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
 
 def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | None = None,
                 detail: int | None = 3, allow_mixed: bool = False, extra: list | None = None,
-                one_gpu_time=analysis.one_gpu_time_from_cost_model, notes=()) -> str:
+                one_gpu_time=None, notes=()) -> str:
     """The report text for plans files ``paths`` (plus already-parsed ``extra`` plans-file dicts,
     e.g. from a search run in-process)."""
     records = read_inputs(paths, allow_mixed=allow_mixed) if paths else []
