@@ -179,12 +179,24 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def stage_ranges_text(stages) -> str:
+    """A stage split as readable row ranges: [[0, 5], [5, 9]] -> "rows 0–4 | 5–8" (each stage's
+    first and last layer-table row, 0 the embedding), "balanced" when the plan pins none."""
+    if not stages:
+        return "balanced"
+    try:
+        return "rows " + " | ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in stages)
+    except (TypeError, ValueError):
+        return _fmt(stages)
+
+
 # ---- diff of two plans ----------------------------------------------------------------------
 def diff(a: PlanRecord, b: PlanRecord) -> list[tuple[str, str, str, str]]:
     """Rows (what, plan a, plan b, b − a) for differing plan fields and every prediction."""
     rows = []
     for k, va, vb in field_diff(a, b):
-        rows.append((k, _fmt(va), _fmt(vb), ""))
+        rows.append((k, *((stage_ranges_text(va), stage_ranges_text(vb)) if k == "stages"
+                          else (_fmt(va), _fmt(vb))), ""))
     for k in ("model", "hardware", "gpus", "global_batch", "seq"):
         if a.get(k) != b.get(k):
             rows.append((k, _fmt(a.get(k)), _fmt(b.get(k)), ""))
