@@ -72,6 +72,12 @@ def rank_key(r: PlanRecord):
     return (not bool(r["fits"]), float(r["step_time_s"]), r.file_rank)
 
 
+def trusted_rank_key(r: PlanRecord, check=None):
+    """``rank_key`` with the simulated step time for a plan the schedule check flags."""
+    t = check.simulated_step_s if check is not None and check.flagged else float(r["step_time_s"])
+    return (not bool(r["fits"]), t, r.file_rank)
+
+
 def stage_memories(r: PlanRecord) -> list[tuple[int, dict[str, float], float]]:
     """(stage, parts, total) per pipeline rank; the whole-plan figure when no stages_detail."""
     detail = r.get("stages_detail") or []

@@ -110,6 +110,10 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
     first search's best and runner-up); ``detail`` limits memory / timeline charts to the best
     ``detail`` plans of each search (None: all)."""
     groups = analysis.groups(records)
+    # a plan whose simulated schedule is slower than its estimate (flagged ⚠) is ranked by the
+    # simulated step time, the one the report trusts, not by the estimate it fails
+    simulated = {id(r): c for g in groups for r in g if (c := schedule_check(r)) is not None}
+    groups = [sorted(g, key=lambda r: analysis.trusted_rank_key(r, simulated.get(id(r)))) for g in groups]
     ordered = [r for g in groups for r in g]
     for i, r in enumerate(ordered, 1):   # row numbers follow the ranked table
         r.id = i
@@ -120,11 +124,7 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
         t = timeline_for(r)
         if t is not None:
             timelines[r.id] = t
-    checks = {}
-    for r in ordered:
-        c = schedule_check(r)
-        if c is not None:
-            checks[r.id] = c
+    checks = {r.id: simulated[id(r)] for r in ordered if id(r) in simulated}
     scaling = analysis.scaling(ordered, one_gpu_time)
     notes = list(scaling_notes)
     if len({p.gpus for s in scaling for p in s.points}) < 2:

@@ -232,7 +232,8 @@ def to_html(report) -> str:
     S.append(("ranked", "Ranked plans",
               "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
               "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than "
-              "the estimate (see Why this plan). ±: the cost model's error on published runs of the plan's "
+              "the estimate (see Why this plan); such a plan is ranked by that simulated step time, "
+              "the one this report trusts. ±: the cost model's error on published runs of the plan's "
               "regime (~: borrowed from another regime; docs/validation.md).</p>"
               + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
     why = []
