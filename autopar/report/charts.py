@@ -89,6 +89,10 @@ def _time_unit(t_max: float) -> tuple[float, str]:
 
 # ---- step time ------------------------------------------------------------------------------
 def step_time_chart(records: list[PlanRecord]) -> str:
+    return to_svg(step_time_figure(records))
+
+
+def step_time_figure(records: list[PlanRecord]) -> Figure:
     n = len(records)
     fig = _figure(9, 1.4 + 0.32 * n)
     ax = fig.add_subplot()
@@ -111,10 +115,13 @@ def step_time_chart(records: list[PlanRecord]) -> str:
     ax.set_xlabel(f"step time ({unit})")
     ax.set_xlim(0, max(left) * 1.12 if max(left) > 0 else 1)
     ax.set_title("Step time per plan, by term", fontsize=10, loc="left")
-    ax.legend(fontsize=7, ncols=min(4, len(used)), loc="lower center", bbox_to_anchor=(0.5, 1.06),
-              frameon=False)
+    # the legend as a row of the figure itself (constrained layout makes room for it), in as many
+    # columns as its longest label lets fit the figure's width: no entry is cut at the edge
+    longest = max((len(TERM_LABELS[k]) for k in used), default=10)
+    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(9 * 72 / (7 * 0.6 * longest + 40)))),
+               loc="outside upper center", frameon=False)
     _style(ax)
-    return to_svg(fig)
+    return fig
 
 
 # ---- memory per stage -------------------------------------------------------------------------
