@@ -90,9 +90,19 @@ def test_scaling_speedup_and_efficiency():
         assert p.efficiency == pytest.approx(p.speedup / p.gpus)
         assert p.record is min((r for r in recs if r.gpus == p.gpus and r["fits"]),
                                key=lambda r: r["step_time_s"])
-    # without T(1): extrapolated from the smallest count, said so, efficiency 1 there
+    # without T(1): against the smallest real count, said so, efficiency 1 there
     [s] = scaling(recs, no_t1)
     assert s.points[0].efficiency == pytest.approx(1.0) and "not available" in s.one_gpu_note
+    assert "against the smallest GPU count searched, 256" in s.one_gpu_note
+
+
+def test_report_scales_against_the_smallest_real_gpu_count_by_default():
+    """No fictional one-GPU run (the cost model's, memory ignored) unless asked for."""
+    from autopar.report.core import build
+    [s] = build(read_inputs(G)).scaling
+    assert s.points[0].efficiency == pytest.approx(1.0)
+    assert "against the smallest GPU count searched, 256" in s.one_gpu_note
+    assert "memory ignored" not in s.one_gpu_note
 
 
 def test_why_and_diff():
@@ -130,3 +140,16 @@ def test_minimal_estimates_still_render(tmp_path):
     assert "no stages_detail" in html and "data-chart='step-time'" in html
     assert "## Ranked plans" in make_report([str(p)], fmt="md", one_gpu_time=no_t1)
     assert len(pd.read_csv(io.StringIO(make_report([str(p)], fmt="csv", one_gpu_time=no_t1)))) == 2
+
+
+def test_diff_prints_stage_splits_as_row_ranges():
+    from autopar.report.analysis import diff, stage_ranges_text
+    assert stage_ranges_text([[0, 5], [5, 9], [9, 10]]) == "rows 0–4 | 5–8 | 9"
+    assert stage_ranges_text(None) == "balanced"
+    import copy
+    a = read_inputs(G)[0]
+    b = copy.copy(a)
+    b.plan = a.plan.with_(stages=((0, 40), (40, 98)), pp=2, vpp=1)
+    a.plan = a.plan.with_(stages=((0, 50), (50, 98)), pp=2, vpp=1)
+    rows = {w: (x, y) for w, x, y, _ in diff(a, b)}
+    assert rows["stages"] == ("rows 0–49 | 50–97", "rows 0–39 | 40–97"), rows

@@ -23,7 +23,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from autopar.runtime.emit.out_dir import check_emit_dir
     from costmodels.contracts.plans_file import load_plan
+    check_emit_dir(args.emit)   # before reading the plan and building the model
     plan = load_plan(args.plan)
     from autopar.runtime.emit.dry_run import emit
     res = emit(args.model, plan, args.emit, seq=args.seq, leaf_modules=tuple(args.leaf))

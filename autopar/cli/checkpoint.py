@@ -41,7 +41,7 @@ def run_show(args) -> int:
            "plan": info.get("plan"), "parameters": numel, "tensors": len(tensors),
            "extra": info.get("extra")}
     if args.json:
-        print_json(out)
+        print_json(_jsonable(out))
         return 0
     print(f"checkpoint  {ckpt}")
     print(f"model       {out['model'] or '(not named: apply(spec=...) was not given)'}")
@@ -50,6 +50,22 @@ def run_show(args) -> int:
     print(f"tensors     {out['tensors']} ({human(numel)} values)")
     print(f"extra       {out['extra']}")
     return 0
+
+
+def _jsonable(value):
+    """``extra`` as JSON: a tensor (a data loader's RNG state) as its dtype and shape, any other
+    object as its repr, so that ``--json`` prints every checkpoint."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return {"tensor": str(value.dtype).replace("torch.", ""), "shape": list(value.shape)}
+    return repr(value)
 
 
 def _numel(shape) -> int:

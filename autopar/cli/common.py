@@ -6,6 +6,7 @@ import argparse
 import errno
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -149,20 +150,48 @@ def console():
             raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
     c = _Console()
-    if not c.is_terminal:
+    if not c.is_terminal and not os.environ.get("COLUMNS", "").isdigit():   # COLUMNS: a width asked for
         c = _Console(width=WIDE)
     return c
 
 
-def print_table(table, c=None):
+def print_table(table, c=None, drop=(), wide: bool = False):
     """Print a rich table without cutting any cell to '…'. Numbers (right-aligned columns) never
     wrap; text columns fold (a long name breaks across lines rather than losing its end); and when
     the numbers alone do not fit the terminal, the table is printed at its natural width (the
-    terminal wraps its lines). Off a terminal the console is wide already. Returns the console."""
-    from rich.cells import cell_len
+    terminal wraps its lines). Off a terminal the console is wide already. Returns the console.
+
+    ``drop``: column headers that may be left out, least needed first, while the table is wider
+    than the terminal (a line then says which, and that ``--wide`` / ``--json`` show them);
+    ``wide``: never drop (the table at its natural width)."""
     from rich.console import Console
     from rich.measure import Measurement
     c = c or console()
+    hidden = []
+    if not wide:
+        natural = Console(width=WIDE)
+        for header in drop:   # until every column fits unfolded
+            if Measurement.get(natural, natural.options, table).maximum <= c.width:
+                break
+            index = next((i for i, col in enumerate(table.columns) if str(col.header) == header), None)
+            if index is not None:
+                _drop_column(table, index)
+                hidden.append(header)
+    need = _needed_width(table)
+    if need > c.width:
+        wide = Console(width=WIDE)
+        natural = Measurement.get(wide, wide.options, table).maximum
+        c = type(c)(width=max(natural, c.width), force_terminal=c.is_terminal, color_system=c.color_system)
+    c.print(table)
+    if hidden:
+        c.print(f"({len(hidden)} column(s) left out to fit {c.width} columns: {', '.join(hidden)}; "
+                "--wide or --json shows them)")
+    return c
+
+
+def _needed_width(table) -> int:
+    """Columns the table needs: numbers (right-aligned) never wrap, text columns fold."""
+    from rich.cells import cell_len
     need = len(table.columns) * 3 + 1                       # borders and padding
     for col in table.columns:
         if col.justify == "right":
@@ -173,12 +202,14 @@ def print_table(table, c=None):
         else:
             col.overflow = "fold"
             need += 6                                        # a folded column still needs a few
-    if need > c.width:
-        wide = Console(width=WIDE)
-        natural = Measurement.get(wide, wide.options, table).maximum
-        c = type(c)(width=max(natural, c.width), force_terminal=c.is_terminal, color_system=c.color_system)
-    c.print(table)
-    return c
+    return need
+
+
+def _drop_column(table, index: int) -> None:
+    """Remove column ``index`` with its cells (rich keeps a row's cells in its columns)."""
+    del table.columns[index]
+    for i, col in enumerate(table.columns):
+        col._index = i
 
 
 def human(n: float, unit: str = "") -> str:

@@ -60,6 +60,8 @@ def run(args) -> int:
         if getattr(args, name) is None:
             raise PlanError(f"{flag} is needed with --plan")
     given = PlansFile.read(args.plan)
+    from autopar.cli.early_checks import check_plans_before_trace
+    check_plans_before_trace(given, args.model, args.gpus, args.global_batch, hardware)   # no trace yet
     from autopar.cli.search import _leaf_table
     from autopar.runtime.assemble.model_verdict import refuse_tp
     for p in given.plans:   # what the runtime refuses is not priced (model_verdict)
@@ -119,7 +121,7 @@ def render(results) -> None:
     def row(label, fn):
         t.add_row(label, *[fn(d) for d in results])
 
-    gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
+    gb = lambda x: f"{x / 2 ** 30:.2f} GiB"  # noqa: E731  (GiB everywhere, as search and inspect)
     row("micro-batches", lambda d: str(d["num_micro_batches"]))
     row("step time (± check error)", lambda d: format_band(d["step_time_s"], d.get("error_band")))
     row("tokens/s", lambda d: human(d["tokens_per_s"]))

@@ -17,15 +17,19 @@ def register(sub) -> None:
                                    "A plan the launcher cannot express is refused, naming the field and "
                                    "the nearest plan it can.")
     p.add_argument("plans", metavar="PLANS", help="a plans file from 'autopar search -o', a plan file, or JSON text")
-    p.add_argument("--index", type=int, default=0, help="which plan of the file (default 0, the best)")
+    from autopar.cli.common import int_arg
+    from autopar.cli.plan_index import add_index_arg
+    add_index_arg(p)
     p.add_argument("--to", required=True, choices=("megatron", "torchtitan", "deepspeed", "torchrun"),
                    help=TARGET_HELP)
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write here (deepspeed: the JSON; its Megatron-DeepSpeed script goes beside it)")
     p.add_argument("--model", default=None, help="MODEL, when PLANS does not say it")
-    p.add_argument("--global-batch", type=int, default=None, help="when PLANS does not say it")
-    p.add_argument("--seq", type=int, default=None, help="sequence length, when PLANS does not say it")
-    p.add_argument("--gpus-per-node", type=int, default=None,
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
+                   help="when PLANS does not say it")
+    p.add_argument("--seq", type=int_arg(limit="seq"), default=None,
+                   help="sequence length, when PLANS does not say it")
+    p.add_argument("--gpus-per-node", type=int_arg(high=1024), default=None,
                    help="GPUs per node for the launch lines (default: the hardware profile's, else 8)")
     p.add_argument("--script", default=None,
                    help="torchrun: the training script (default: -m autopar.train, the packaged loop)")
@@ -36,20 +40,26 @@ def run(args) -> int:
     import os
     import sys
 
+    from autopar.cli.model_check import check_against_model, check_same_model
+    from autopar.cli.plan_index import pick
     from autopar.export import context_from_plans_file, export_plan
     from autopar.export import torchrun as torchrun_target
     from costmodels.contracts.errors import PlanError
     from costmodels.contracts.plans_file import PlansFile
-
+    if args.output is not None:        # -o '' names no file: refused, not printed to stdout
+        from autopar.cli.common import check_output
+        check_output(args.output)      # before the model is built
     given = PlansFile.read(args.plans)
-    if not 0 <= args.index < len(given.results):
-        raise PlanError(f"--index {args.index} but {given.source} holds {len(given.results)} plan(s)")
+    args.index = pick(len(given.results), args.index, given.source)
+    check_same_model(given.model, args.model, given.source)
+    _check_whole_nodes(given.results[args.index].plan.world_size, args.gpus_per_node)
     ctx = context_from_plans_file(given, args.index, model=args.model, gpus_per_node=args.gpus_per_node)
     ctx = ctx.with_(global_batch=args.global_batch or ctx.global_batch,
                     seq=args.seq if args.seq is not None else ctx.seq)
     if ctx.model is None:
         raise PlanError(f"{given.source} does not say the model: give --model MODEL")
     plan = given.results[args.index].plan
+    check_against_model(plan, ctx, probe=args.to == "torchrun")
     if args.to == "torchrun" and args.script:
         exported = torchrun_target.export(plan, ctx, script=args.script)
     elif args.to == "deepspeed" and args.output:
@@ -57,7 +67,11 @@ def run(args) -> int:
         exported = deepspeed.export(plan, ctx, config_name=os.path.basename(args.output))
     else:
         exported = export_plan(plan, args.to, ctx)
+    from autopar.export.prediction import export_notes
+    notes = export_notes(given, args.index, args.to, ctx)   # predicted step time under the target
     if not args.output:
+        for line in notes:   # stdout is the file itself: the notes go to stderr
+            print(line, file=sys.stderr)
         names = list(exported.files)
         for name, text in exported.files.items():
             if len(names) > 1:
@@ -71,7 +85,19 @@ def run(args) -> int:
         write_text_atomic(path, text)
         written.append(path)
     print(f"wrote {', '.join(written)} ({args.to}; runs under the {exported.runtime} runtime)")
+    for line in notes:
+        print(line)
     return 0
+
+
+def _check_whole_nodes(world: int, gpus_per_node: int | None) -> None:
+    """A --gpus-per-node that does not cut the plan's GPUs into whole nodes is refused (torchrun
+    starts the same count on every node), not silently replaced by another count."""
+    from costmodels.contracts.errors import PlanError
+    if gpus_per_node is not None and world > gpus_per_node and world % gpus_per_node:
+        raise PlanError(f"--gpus-per-node {gpus_per_node} does not cut the plan's {world} GPUs into "
+                        "whole nodes (torchrun starts the same count on every node); give a count "
+                        f"that divides {world}")
 
 
 def _beside(path: str, name: str) -> str:

@@ -34,9 +34,9 @@ def run(args) -> int:
             "gpu.peak_fp16_flops_per_s": human(prof.peak_flops["fp16"], "FLOP/s"),
             "gpu.peak_tf32_flops_per_s": human(prof.peak_flops["tf32"], "FLOP/s"),
             "gpu.peak_fp32_flops_per_s": human(prof.peak_flops["fp32"], "FLOP/s"),
-            "gpu.hbm_bytes": f"{prof.hbm_bytes / 1e9:.4g} GB",
+            "gpu.hbm_bytes": f"{prof.hbm_bytes / 2 ** 30:.4g} GiB",
             "gpu.hbm_bandwidth_bytes_per_s": human(prof.hbm_bandwidth_bytes_per_s, "B/s"),
-            "gpu.memory_reserve_bytes": f"{prof.memory_reserve_bytes / 1e9:.3g} GB",
+            "gpu.memory_reserve_bytes": f"{prof.memory_reserve_bytes / 2 ** 30:.3g} GiB",
             "gpu.matmul_efficiency": ", ".join(f"{f:.0e}:{e:.2f}" for f, e in zip(prof.eff_flops, prof.eff_values)),
             "node.gpus_per_node": str(prof.gpus_per_node),
             "intra_node.bandwidth_bytes_per_s": human(prof.intra_node.bandwidth_bytes_per_s, "B/s"),
@@ -63,7 +63,7 @@ def run(args) -> int:
     for col in ("name", "gpu", "bf16 peak", "HBM", "HBM bw", "GPUs/node", "intra-node", "inter-node/GPU"):
         t.add_column(col, justify="left" if col in ("name", "gpu") else "right")
     for p in profs:
-        t.add_row(p.name, p.gpu_model, human(p.peak_flops["bf16"], "FLOP/s"), f"{p.hbm_bytes / 1e9:.3g} GB",
+        t.add_row(p.name, p.gpu_model, human(p.peak_flops["bf16"], "FLOP/s"), f"{p.hbm_bytes / 2 ** 30:.3g} GiB",
                   human(p.hbm_bandwidth_bytes_per_s, "B/s"), str(p.gpus_per_node),
                   human(p.intra_node.bandwidth_bytes_per_s, "B/s"),
                   human(p.inter_node.bandwidth_bytes_per_s, "B/s"))

@@ -77,9 +77,26 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: one line plus the usage hint
         self.exit(EXIT_ERROR, f"{self.prog}: error: {shorten(message)} (see '{self.prog} --help')\n")
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a '--' value ("--lr=--") and hands the flag an empty list, which no
+        # ``type`` then checks: refuse it as the missing value it is
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one value, got '--'")
+        return super()._get_values(action, arg_strings)
+
+
+def _version() -> str:
+    """The installed distribution's version (the package itself is a higher layer than the CLI)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("autopar")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autopar", description="Automatic parallelism planner for PyTorch training.")
+    parser.add_argument("--version", action="version", version=f"autopar {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
@@ -126,11 +143,15 @@ def _run(argv: list[str] | None) -> int:
             raise
         return _say("error: an input nests too deeply to read (RecursionError); check the files given "
                     "(if they are ordinary, rerun with AUTOPAR_DEBUG=1 and report it)", EXIT_ERROR)
-    except Exception as e:  # a bug in autopar, not the user's input
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a bug in autopar (Exception), or what torch raises as a BaseException
         if os.environ.get("AUTOPAR_DEBUG"):
             raise
-        return _say(f"internal error: {type(e).__name__}: {e} (rerun with AUTOPAR_DEBUG=1 for the "
-                    "traceback and report it)", EXIT_BUG)
+        if _is_checkpoint_exception(e):
+            return _say(f"error: {_checkpoint_message(e)}", EXIT_ERROR)
+        return _say(f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with AUTOPAR_DEBUG=1 "
+                    "for the traceback and report it)", EXIT_BUG)
     # interrupted; out of the except block, the traceback (and the spawn context it holds) is freed
     stop_children()
     return _say(f"interrupted ({signal.Signals(signum).name})", 128 + signum)
@@ -160,6 +181,26 @@ def stop_children(grace_s: float = 1.0) -> None:
             break
         grace_s = 1.0
     gc.collect()     # the spawn context's queues release their semaphores
+
+
+def _is_checkpoint_exception(e: BaseException) -> bool:
+    """torch.distributed.checkpoint's CheckpointException (a BaseException: ``except Exception``
+    misses it), told by its class name so that the CLI does not import torch to check."""
+    return any(c.__name__ == "CheckpointException" for c in type(e).__mro__)
+
+
+def _checkpoint_message(e: BaseException) -> str:
+    """One line for a CheckpointException: the first failure of the first rank it holds."""
+    failures = getattr(e, "failures", None) or {}
+    first = next(iter(failures.values()), None)
+    cause = first[0] if isinstance(first, tuple) and first else first
+    what = f"{type(cause).__name__}: {_one_line(cause)}" if isinstance(cause, BaseException) else _one_line(e)
+    return (f"torch.distributed.checkpoint could not read or write a checkpoint ({what}); a file "
+            "in it is damaged or missing: load an earlier checkpoint")
+
+
+def _one_line(e) -> str:
+    return " ".join(str(e).split())
 
 
 def _say(message: str, code: int) -> int:

@@ -8,7 +8,7 @@ said plainly, so that the learning-rate schedule can be adjusted.
 """
 from __future__ import annotations
 
-from autopar.cli.common import print_json
+from autopar.cli.common import float_arg, int_arg, print_json
 
 
 def register(subparsers) -> None:
@@ -16,15 +16,16 @@ def register(subparsers) -> None:
                               description="Search the best plan of a checkpoint's model for "
                                           "--gpus GPUs and write a plans file it resumes under.")
     p.add_argument("ckpt", metavar="CKPT", help="the directory runner.save wrote")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs to resume on")
+    p.add_argument("--gpus", type=int_arg(limit="gpus"), required=True, help="GPUs to resume on")
     p.add_argument("--hardware", required=True, help="hardware profile (autopar hardware)")
-    p.add_argument("--global-batch", type=int, default=None,
+    p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
                    help="samples per step (default: the checkpoint's)")
     p.add_argument("--model", default=None,
                    help="model spec, when the checkpoint does not name it (apply without spec=)")
     p.add_argument("-o", "--output", default="replan.json", help="plans file (default replan.json)")
-    p.add_argument("--top", type=int, default=3, help="plans to keep (default 3)")
-    p.add_argument("--time-limit", type=float, default=120.0, help="search seconds (default 120)")
+    p.add_argument("--top", type=int_arg(high=1000), default=3, help="plans to keep (default 3)")
+    p.add_argument("--time-limit", type=float_arg(high=7 * 24 * 3600.0), default=120.0,
+                   help="search seconds (default 120)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 
@@ -73,7 +74,9 @@ def _nearby_batches(batch: int, gpus: int) -> list[int]:
 
 
 def run(args) -> int:
+    from autopar.cli.common import check_output
     from costmodels.contracts.plans_file import PlansFile
+    check_output(args.output)          # before the search, not after it
     result, spec, batch, note = replan_checkpoint(args.ckpt, args.gpus, args.hardware,
                                                   global_batch=args.global_batch, model=args.model,
                                                   top=args.top, time_limit_s=args.time_limit)

@@ -27,6 +27,9 @@ def register(sub) -> None:
                    help="the software that will run the plans: autopar (default), megatron, deepspeed, "
                         "fsdp, with options after a colon (megatron:overlap_grad_reduce) or a .toml "
                         "runtime profile; the search proposes only what it can run")
+    p.add_argument("--for", dest="trainer", default=None, choices=("megatron", "torchtitan", "deepspeed", "torchrun"),
+                   help="the trainer you will export to (autopar export --to): a synonym of --runtime "
+                        "with that trainer's runtime profile (torchtitan: fsdp; torchrun: autopar)")
     p.add_argument("--allow-cross-node-tp", action="store_true", help="let tensor parallel span nodes")
     p.add_argument("--zero-bubble", action="store_true",
                    help="also search the zero-bubble schedules interleaved-zb, zb-v and dualpipe-v "
@@ -39,6 +42,8 @@ def register(sub) -> None:
                    help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
                         " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true",
+                   help="print every column of the table (default: columns are left out to fit the terminal)")
     p.add_argument("-o", "--output", default=None, metavar="plans.json",
                    help="write the plans file that autopar report, explain and the runtime read")
     p.add_argument("--explain", action="store_true", help="also print why the best plan wins")
@@ -67,11 +72,14 @@ def run(args) -> int:
     from costmodels.contracts.errors import PlanError
     from costmodels.profiles.cluster import Cluster
     fix = parse_fix(args.fix)
+    args.runtime = runtime_for_trainer(args.trainer, args.runtime)
     hardware, args.gpus = hardware_of(args)   # a bad profile or pool fails before the trace
     if args.gpus is None:
         raise PlanError("--gpus N is needed with a single hardware profile")
     if isinstance(hardware, Cluster) and args.current:
         raise PlanError("--compare-with-current scores a uniform configuration; run it without pools")
+    from autopar.search.request_checks import check_targets
+    check_targets(args.objective, args.target_step_time, args.target_tokens_per_s)   # before the trace
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, 1, args.seq, tuple(args.leaf))
         if table.heads and fix.get("tp", 2) != 1:   # the runtime's answer on tp (model_verdict)
@@ -112,7 +120,7 @@ def run(args) -> int:
         from autopar.cli.common import print_json
         print_json(data)
         return 0
-    print_table(data)
+    print_table(data, wide=args.wide)
     if data.get("precision_gain"):
         print(data["precision_gain"]["text"])
     if args.current:
@@ -124,6 +132,20 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def runtime_for_trainer(trainer: str | None, runtime: str | None) -> str | None:
+    """``--for TRAINER``: the runtime profile of the trainer ``autopar export --to`` writes for
+    (``autopar.export.common.RUNTIMES``); refused beside a --runtime that says otherwise."""
+    if trainer is None:
+        return runtime
+    from autopar.export.common import RUNTIMES
+    from costmodels.contracts.errors import PlanError
+    wanted = RUNTIMES[trainer]
+    if runtime is not None and runtime.split(":")[0] != wanted:
+        raise PlanError(f"--for {trainer} searches under the {wanted} runtime, but --runtime says "
+                        f"{runtime}; give one of them")
+    return runtime or wanted
 
 
 def add_comparison(data: dict, imported) -> None:
@@ -138,7 +160,11 @@ def add_comparison(data: dict, imported) -> None:
     data["comparison"] = compare_estimates(current, data["plans"][0])
 
 
-def print_table(data: dict) -> None:
+# columns the table leaves out, first to last, while it is wider than the terminal (--wide: none)
+DROPPABLE = ("TFLOP/s/GPU", "tokens/s", "bubble", "sp", "vpp", "stages", "recompute")
+
+
+def print_table(data: dict, wide: bool = False) -> None:
     """The ranked plans. A GPU-count objective may pick a different count per plan: the title
     then says "up to" the allowed count and a GPUs column gives each plan's own."""
     from rich.table import Table
@@ -181,7 +207,7 @@ def print_table(data: dict) -> None:
                 f"{p['tokens_per_s']:,.0f}", f"{p['tflops_per_gpu']:.1f}",
                   f"{p['mfu']:.1%}", f"{p['bubble_fraction']:.1%}",
                   f"{p['memory_bytes']['total'] / GiB:.1f}/{p['hbm_bytes'] / GiB:.0f}", stages)
-    c = print_whole(t)
+    c = print_whole(t, drop=DROPPABLE, wide=wide)
     s = data.get("search", {})
     c.print(f"runtime {s.get('runtime', 'autopar')}; "
             f"{'proved optimal under the cost model' if data['optimal'] else 'NOT proved optimal'}; "

@@ -21,8 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("--plan", required=True,
                    help="plan: JSON text, a plan file, or a plans file from 'autopar search' "
                         "(its first plan, or --index)")
-    p.add_argument("--index", type=int_arg(low=0, high=10 ** 6), default=0,
-                   help="which plan of a plans file (default 0)")
+    from autopar.cli.plan_index import add_index_arg
+    add_index_arg(p)
     p.add_argument("--steps", type=int_arg(high=100_000), default=5, help="optimizer steps (default 5)")
     p.add_argument("--nproc", type=int_arg(high=1024), default=None, help="ranks to spawn (default dp·cp·tp·pp)")
     p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
@@ -55,9 +55,8 @@ def run(args) -> int:
 
     given = PlansFile.read(args.plan)
     plans = given.plans
-    if not 0 <= args.index < len(plans):
-        raise PlanError(f"--index {args.index} but the plan file holds {len(plans)} plan(s)")
-    plan = plans[args.index]
+    from autopar.cli.plan_index import pick
+    plan = plans[pick(len(plans), args.index, "the plan file")]
     if args.steps < 1:
         raise PlanError("--steps must be at least 1")
     seq, global_batch = args.seq, args.global_batch
@@ -110,5 +109,5 @@ def check_serial_memory(model: str, seq, plan, global_batch, leaf_modules=()) ->
     need = per_sample * batch * 4 / table.act_dtype_bytes + 8 * table.total_params
     if need > ram:
         raise PlanError(f"verify runs the serial model for real: {batch} sequences of {table.seq} tokens "
-                        f"need at least {need / 1e9:,.0f} GB (fp32 activations and weights) but this "
-                        f"machine has {ram / 1e9:,.0f} GB; use a smaller --seq or --global-batch")
+                        f"need at least {need / 2 ** 30:,.0f} GiB (fp32 activations and weights) but this "
+                        f"machine has {ram / 2 ** 30:,.0f} GiB; use a smaller --seq or --global-batch")

@@ -152,8 +152,13 @@ def read_text(source: str) -> str:
     """The configuration text: ``source`` itself, or the file it names."""
     import os
     if source and "\n" not in source and len(source) < 4096 and os.path.isfile(source):
-        with open(source, encoding="utf-8") as f:
-            return f.read()
+        with open(source, "rb") as f:
+            raw = f.read()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:   # a binary file, or another encoding
+            raise PlanError(f"configuration file '{source}' is not UTF-8 text (byte {e.start} is "
+                            f"0x{raw[e.start]:02x}); give the text file your launcher reads") from None
     if source and " " not in source.strip() and source.strip().endswith((".sh", ".json", ".toml", ".txt")):
         raise PlanError(f"configuration file '{source}' not found; give its path or the text itself")
     return source

@@ -9,6 +9,7 @@ file says everything; importing it reads that JSON back, and the GPU count from 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from autopar.export.command_line import read_flags, torchrun_gpus
@@ -43,7 +44,8 @@ def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Ex
     body.pop("version", None)
     packaged = script == DEFAULT_SCRIPT   # autopar train: MODEL positional, data and steps needed
     model = shlex.quote(ctx.model) if ctx.model else '"${MODEL:?set MODEL=the model spec}"'
-    command = f"{script} {model}" + (f" --seq {ctx.seq}" if ctx.seq else "") if packaged else script
+    launched = script if packaged else shlex.quote(script)   # a user's script: quoted as pasted
+    command = f"{launched} {model}" + (f" --seq {ctx.seq}" if ctx.seq else "") if packaged else launched
     command += f" --plan {shlex.quote(json.dumps(body, separators=(',', ':')))}"
     if ctx.model and not packaged:
         command += f" --model {shlex.quote(_spec_with_seq(ctx))}"
@@ -53,6 +55,7 @@ def export(plan: Plan, ctx: TrainingContext, script: str = DEFAULT_SCRIPT) -> Ex
         command += ' --data "${DATA:-random}" --steps "${STEPS:-1000}"'
         if ctx.hardware and "," not in ctx.hardware:
             command += f" --hardware {shlex.quote(ctx.hardware)}"
+    command += ' "$@"'    # the script's own flags (--steps, --save ...) after the file's name
     text = "\n".join([
         "#!/bin/bash",
         f"# autopar plan {plan.label()} on autopar's own runtime: {plan.world_size} GPUs as {nnodes} "
@@ -72,6 +75,8 @@ def _spec_with_seq(ctx: TrainingContext) -> str:
     spec = ctx.model
     if ctx.seq is None or ctx.config is None or "seq" not in FAMILY_KEYS[ctx.config.family]:
         return spec
+    if re.search(r"[:,]seq=", spec):   # the spec says it already: say it once, as the job's
+        return re.sub(r"([:,])seq=[^,]*", lambda m: f"{m.group(1)}seq={ctx.seq}", spec)
     return f"{spec},seq={ctx.seq}" if ":" in spec else f"{spec}:seq={ctx.seq}"
 
 

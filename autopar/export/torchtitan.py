@@ -66,7 +66,9 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.zero == 1:
         out.append(Problem("zero", 1, "torchtitan has no ZeRO-1; it shards with FSDP2 (ZeRO-2: "
                            "reshard never, ZeRO-3: reshard always)", {"zero": 2}))
-    if plan.zero == 0 and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1):
+    from costmodels.profiles.runtime import load_runtime
+    from costmodels.profiles.runtime_rules import ddp_rule
+    if ddp_rule(load_runtime(RUNTIMES["torchtitan"]), plan):   # the fsdp profile owns the rule
         out.append(Problem("zero", 0, "torchtitan runs DDP only as the sole parallelism, not beside "
                            "tp or pp", {"zero": 2}))
     if plan.tp > 1 and not plan.sequence_parallel:

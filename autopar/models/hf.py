@@ -31,11 +31,13 @@ def hf_source(spec: str, path: str, seq: int | None) -> ModelSource:
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-        config = transformers.AutoConfig.for_model(**raw) if "model_type" in raw else None
+        config = _quiet_config(transformers, raw) if "model_type" in raw else None
     except (json.JSONDecodeError, ValueError, KeyError) as e:
         raise SpecError(f"hf config '{path}' could not be read ({e}); it must be a transformers config.json") from None
     if config is None:
         raise SpecError(f"hf config '{path}' has no 'model_type'; add one (e.g. \"model_type\": \"llama\")")
+    from autopar.models.hf_limits import check_hf_sizes
+    check_hf_sizes(config, path, seq)   # before any module is built
     config._attn_implementation = "eager"
     head = training_head(transformers, config)
     image = int(getattr(config, "image_size", 0) or 0) if head.__name__.endswith("ImageClassification") else 0
@@ -86,6 +88,17 @@ def supports_sdpa(transformers, head, config) -> bool:
     if isinstance(head, _AutoHead):
         cls = head.auto._model_mapping.get(type(config), None) if hasattr(head.auto, "_model_mapping") else None
     return bool(getattr(cls, "_supports_sdpa", True)) if cls is not None else True
+
+
+def _quiet_config(transformers, raw: dict):
+    """The config, without transformers' warnings on stderr (a command's output is its own lines:
+    a config's oddity that matters is refused by autopar in one line)."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return transformers.AutoConfig.for_model(**raw)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
 
 
 def training_head(transformers, config):

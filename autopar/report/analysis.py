@@ -2,9 +2,12 @@
 
 Plans are compared within their *search* (same model, hardware, GPU count, global batch and
 sequence length): the best there is the fitting plan with the least step time. Across searches
-the report draws the scaling curve: for each GPU count N the best plan's throughput, its
-speed-up ``T(1) / T(N)`` over the one-GPU step time (the cost model's prediction for dp = tp =
-pp = 1 on the same global batch, memory ignored) and its scaling efficiency ``speed-up / N``.
+the report draws the scaling curve: for each GPU count N the best plan's throughput, and its
+speed-up and efficiency against the smallest GPU count searched, N₀ (a real plan that fits):
+speed-up ``N₀·T(N₀) / T(N)``, efficiency ``speed-up / N`` (100 % at N₀). A one-GPU step time is
+used only when the inputs hold a one-GPU plan, or a caller passes ``one_gpu_time`` (the cost
+model's ``one_gpu_time_from_cost_model``: a run that could not fit, memory ignored, which made
+every real count look inefficient).
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from costmodels.contracts.plan import PLAN_FIELDS
 
 # ---- small helpers ------------------------------------------------------------------------
 def gib(n: float) -> str:
-    """Bytes in GB (10⁹, as hardware profiles give HBM)."""
-    return f"{n / 1e9:.1f} GB"
+    """Bytes in GiB (2³⁰), the unit every command prints."""
+    return f"{n / 2 ** 30:.1f} GiB"
 
 
 def seconds(t: float) -> str:
@@ -67,6 +70,12 @@ def groups(records: list[PlanRecord]) -> list[list[PlanRecord]]:
 
 def rank_key(r: PlanRecord):
     return (not bool(r["fits"]), float(r["step_time_s"]), r.file_rank)
+
+
+def trusted_rank_key(r: PlanRecord, check=None):
+    """``rank_key`` with the simulated step time for a plan the schedule check flags."""
+    t = check.simulated_step_s if check is not None and check.flagged else float(r["step_time_s"])
+    return (not bool(r["fits"]), t, r.file_rank)
 
 
 def stage_memories(r: PlanRecord) -> list[tuple[int, dict[str, float], float]]:
@@ -176,12 +185,24 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def stage_ranges_text(stages) -> str:
+    """A stage split as readable row ranges: [[0, 5], [5, 9]] -> "rows 0–4 | 5–8" (each stage's
+    first and last layer-table row, 0 the embedding), "balanced" when the plan pins none."""
+    if not stages:
+        return "balanced"
+    try:
+        return "rows " + " | ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in stages)
+    except (TypeError, ValueError):
+        return _fmt(stages)
+
+
 # ---- diff of two plans ----------------------------------------------------------------------
 def diff(a: PlanRecord, b: PlanRecord) -> list[tuple[str, str, str, str]]:
     """Rows (what, plan a, plan b, b − a) for differing plan fields and every prediction."""
     rows = []
     for k, va, vb in field_diff(a, b):
-        rows.append((k, _fmt(va), _fmt(vb), ""))
+        rows.append((k, *((stage_ranges_text(va), stage_ranges_text(vb)) if k == "stages"
+                          else (_fmt(va), _fmt(vb))), ""))
     for k in ("model", "hardware", "gpus", "global_batch", "seq"):
         if a.get(k) != b.get(k):
             rows.append((k, _fmt(a.get(k)), _fmt(b.get(k)), ""))
@@ -267,9 +288,10 @@ def scaling(records: list[PlanRecord], one_gpu_time=None) -> list[ScalingSeries]
         else:
             n0 = pts[0]
             s.one_gpu_time_s = n0.gpus * n0.step_time_s
-            s.one_gpu_note = (f"one-GPU time not available{' (' + note + ')' if note else ''}: "
-                              f"taken as {n0.gpus} × T({n0.gpus}), so speed-up and efficiency are "
-                              f"relative to perfect scaling up to {n0.gpus} GPUs")
+            s.one_gpu_note = (f"against the smallest GPU count searched, {n0.gpus} (plan #{n0.record.id}): "
+                              f"speed-up = {n0.gpus} × T({n0.gpus}) / T(N), efficiency = speed-up / N, "
+                              f"100 % at {n0.gpus} (one-GPU time not available"
+                              f"{': ' + note if note else ''})")
         for p in pts:
             if p.step_time_s > 0:
                 p.speedup = s.one_gpu_time_s / p.step_time_s

@@ -31,6 +31,7 @@ MEMORY_COLORS = {"params": "#4C78A8", "grads": "#72B7B2", "optimizer": "#F58518"
 COMM_COLORS = {"dp": "#F58518", "tp": "#54A24B", "pp": "#B279A2", "zero": "#EECA3B", "cp": "#4C78A8"}
 TIER_COLORS = ["#4C78A8", "#E45756", "#54A24B", "#B279A2", "#F58518"]
 FWD = ["#4C78A8", "#9ECAE9", "#2E5A87", "#72B7B2"]
+GIB = 2 ** 30   # bytes per GiB: the memory unit every command and the report print
 BWD = ["#F58518", "#FFBF79", "#B5441B", "#E45756"]
 WGT = ["#54A24B", "#A6D96A", "#2F6B2A", "#88D27A"]   # weight-gradient passes (split backward)
 PALETTES = {"F": FWD, "B": BWD, "W": WGT}
@@ -88,6 +89,10 @@ def _time_unit(t_max: float) -> tuple[float, str]:
 
 # ---- step time ------------------------------------------------------------------------------
 def step_time_chart(records: list[PlanRecord]) -> str:
+    return to_svg(step_time_figure(records))
+
+
+def step_time_figure(records: list[PlanRecord]) -> Figure:
     n = len(records)
     fig = _figure(9, 1.4 + 0.32 * n)
     ax = fig.add_subplot()
@@ -110,10 +115,13 @@ def step_time_chart(records: list[PlanRecord]) -> str:
     ax.set_xlabel(f"step time ({unit})")
     ax.set_xlim(0, max(left) * 1.12 if max(left) > 0 else 1)
     ax.set_title("Step time per plan, by term", fontsize=10, loc="left")
-    ax.legend(fontsize=7, ncols=min(4, len(used)), loc="lower center", bbox_to_anchor=(0.5, 1.06),
-              frameon=False)
+    # the legend as a row of the figure itself (constrained layout makes room for it), in as many
+    # columns as its longest label lets fit the figure's width: no entry is cut at the edge
+    longest = max((len(TERM_LABELS[k]) for k in used), default=10)
+    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(9 * 72 / (7 * 0.6 * longest + 40)))),
+               loc="outside upper center", frameon=False)
     _style(ax)
-    return to_svg(fig)
+    return fig
 
 
 # ---- memory per stage -------------------------------------------------------------------------
@@ -125,10 +133,10 @@ def memory_chart(r: PlanRecord) -> str:
     xs = list(range(n))
     bottom = [0.0] * n
     for k in MEMORY_KEYS:
-        vals = [m[1][k] / 1e9 for m in mems]
+        vals = [m[1][k] / GIB for m in mems]
         ax.bar(xs, vals, bottom=bottom, color=MEMORY_COLORS[k], label=k, width=0.75)
         bottom = [a + b for a, b in zip(bottom, vals)]
-    totals = [m[2] / 1e9 for m in mems]
+    totals = [m[2] / GIB for m in mems]
     worst = max(range(n), key=totals.__getitem__)
     ax.bar([worst], [totals[worst]], width=0.75, fill=False, edgecolor="black", linewidth=1.6)
     ax.annotate("most loaded", (worst, totals[worst]), xytext=(0, 8), textcoords="offset points",
@@ -136,14 +144,14 @@ def memory_chart(r: PlanRecord) -> str:
     h = hbm(r)
     top = max(totals)
     if h:
-        ax.axhline(h / 1e9, color="#c00000", linestyle="--", linewidth=1.2)
-        ax.text(n - 0.5, h / 1e9, f"HBM {h / 1e9:.0f} GB ", color="#c00000", fontsize=7,
+        ax.axhline(h / GIB, color="#c00000", linestyle="--", linewidth=1.2)
+        ax.text(n - 0.5, h / GIB, f"HBM {h / GIB:.0f} GiB ", color="#c00000", fontsize=7,
                 ha="right", va="top")
-        top = max(top, h / 1e9)
+        top = max(top, h / GIB)
     ax.set_ylim(0, top * 1.22)
     ax.set_xticks(xs, [str(m[0]) for m in mems], fontsize=7 if n <= 32 else 5)
     ax.set_xlabel("pipeline stage")
-    ax.set_ylabel("GB per GPU")
+    ax.set_ylabel("GiB per GPU")
     fig.suptitle(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, x=0.02, ha="left")
     ax.legend(fontsize=6.5, ncols=5, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
               borderaxespad=0.2)
@@ -159,15 +167,15 @@ def pool_memory_chart(r) -> str:
     ax = fig.add_subplot()
     xs = list(range(len(det)))
     pools = r.plan.stage_pools
-    totals = [d["memory_bytes"]["total"] / 1e9 for d in det]
-    hbms = [float(d.get("hbm_bytes") or 0) / 1e9 for d in det]
+    totals = [d["memory_bytes"]["total"] / GIB for d in det]
+    hbms = [float(d.get("hbm_bytes") or 0) / GIB for d in det]
     ax.bar(xs, totals, color=[POOL_COLORS[q % len(POOL_COLORS)] for q in pools], width=0.75)
     ax.hlines(hbms, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="#c00000", linestyles="--",
               linewidth=1.2)
     ax.set_ylim(0, max(max(totals), max(hbms)) * 1.2)
     ax.set_xticks(xs, [str(x) for x in xs], fontsize=7 if len(xs) <= 32 else 5)
     ax.set_xlabel("pipeline stage (colour: pool; dashed: that pool's HBM)")
-    ax.set_ylabel("GB per GPU")
+    ax.set_ylabel("GiB per GPU")
     handles = [Patch(color=POOL_COLORS[q % len(POOL_COLORS)], label=short_name(ref))
                for q, (ref, _) in enumerate(r.plan.pools) if q in pools]
     ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
@@ -258,7 +266,7 @@ def comm_chart(records: list[PlanRecord]) -> str:
         for y, r in zip(ys, records):
             left = 0.0
             for c in sorted((c for c in rows[r.id] if c.get("kind") == kind), key=lambda c: str(c.get("tier"))):
-                v = float(c.get("bytes_per_gpu") or 0.0) / 1e9
+                v = float(c.get("bytes_per_gpu") or 0.0) / GIB
                 if v <= 0:
                     continue
                 ax.barh([y], [v], left=[left], color=colour[str(c.get("tier"))], height=0.7)
@@ -268,7 +276,7 @@ def comm_chart(records: list[PlanRecord]) -> str:
                 ax.text(left, y, " " + _num(left), va="center", fontsize=6)
         ax.set_xlim(0, top * 1.35 if top > 0 else 1)
         ax.set_title(COMM_KIND_LABELS.get(kind, kind), fontsize=9)
-        ax.set_xlabel("GB per GPU per step", fontsize=7)
+        ax.set_xlabel("GiB per GPU per step", fontsize=7)
         ax.tick_params(labelsize=6)
         _style(ax)
     axes[0].set_yticks(ys, [f"#{r.id} {r.label()} · {r.gpus} GPUs" for r in records], fontsize=7)

@@ -105,11 +105,15 @@ class Report:
 
 
 def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail: int | None = None,
-          one_gpu_time=analysis.one_gpu_time_from_cost_model, scaling_notes=()) -> Report:
+          one_gpu_time=None, scaling_notes=()) -> Report:
     """Compute every section. ``diff`` is a pair of row numbers of the ranked table (default: the
     first search's best and runner-up); ``detail`` limits memory / timeline charts to the best
     ``detail`` plans of each search (None: all)."""
     groups = analysis.groups(records)
+    # a plan whose simulated schedule is slower than its estimate (flagged ⚠) is ranked by the
+    # simulated step time, the one the report trusts, not by the estimate it fails
+    simulated = {id(r): c for g in groups for r in g if (c := schedule_check(r)) is not None}
+    groups = [sorted(g, key=lambda r: analysis.trusted_rank_key(r, simulated.get(id(r)))) for g in groups]
     ordered = [r for g in groups for r in g]
     for i, r in enumerate(ordered, 1):   # row numbers follow the ranked table
         r.id = i
@@ -120,11 +124,7 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
         t = timeline_for(r)
         if t is not None:
             timelines[r.id] = t
-    checks = {}
-    for r in ordered:
-        c = schedule_check(r)
-        if c is not None:
-            checks[r.id] = c
+    checks = {r.id: simulated[id(r)] for r in ordered if id(r) in simulated}
     scaling = analysis.scaling(ordered, one_gpu_time)
     notes = list(scaling_notes)
     if len({p.gpus for s in scaling for p in s.points}) < 2:
@@ -150,7 +150,7 @@ def build(records: list[PlanRecord], diff: tuple[int, int] | None = None, detail
 
 def make_report(paths: list[str], fmt: str = "html", diff: tuple[int, int] | None = None,
                 detail: int | None = 3, allow_mixed: bool = False, extra: list | None = None,
-                one_gpu_time=analysis.one_gpu_time_from_cost_model, notes=()) -> str:
+                one_gpu_time=None, notes=()) -> str:
     """The report text for plans files ``paths`` (plus already-parsed ``extra`` plans-file dicts,
     e.g. from a search run in-process)."""
     records = read_inputs(paths, allow_mixed=allow_mixed) if paths else []

@@ -154,6 +154,7 @@ def to_markdown(report) -> str:
         L.append("")
     for note in report.scaling_notes:
         L += [f"_{note}_", ""]
+    L += run_it_markdown(report)
     if report.diff:
         a, b, rows = report.diff
         L += [f"## Diff: #{a.id} vs #{b.id}", "", _md_table(["", f"#{a.id} {a.label()}", f"#{b.id} {b.label()}",
@@ -238,7 +239,8 @@ def to_html(report) -> str:
     S.append(("ranked", "Ranked plans",
               "<p class='note'>Grouped by search (GPU count); within each, fitting plans by step time. "
               "Green: the best of its search. ⚠: simulating its whole schedule gives a longer step than "
-              "the estimate (see Why this plan). ±: the cost model's error on published runs of the plan's "
+              "the estimate (see Why this plan); such a plan is ranked by that simulated step time, "
+              "the one this report trusts. ±: the cost model's error on published runs of the plan's "
               "regime (~: borrowed from another regime; docs/validation.md).</p>"
               + _table(RANK_COLUMNS, ranked_rows(report), left=(6, 9, 17), row_class=classes)))
     why = []
@@ -319,6 +321,7 @@ def to_html(report) -> str:
             sc.extend(f"<p class='note'>{_e(n)}</p>" for n in s.notes)
     sc.extend(f"<p class='note'>{_e(n)}</p>" for n in report.scaling_notes)
     S.append(("scaling", "Scaling", "".join(sc)))
+    S.append(("run", "Run it", run_it_html(report)))
     if report.diff:
         a, b, rows = report.diff
         S.append(("diff", f"Diff: #{a.id} vs #{b.id}",
@@ -333,3 +336,32 @@ def to_html(report) -> str:
             f"<title>autopar report: {_e(report.title)}</title><style>{CSS}</style></head><body>"
             f"<header><h1>autopar report: {_e(report.title)}</h1><p>{_e(report.subtitle)}</p></header>"
             f"<nav>{nav}</nav><main>{body}</main></body></html>\n")
+
+
+# ---- run it: the best plan of each search, exported to each trainer (autopar.report.run_it) ----
+def _run_sections(report):
+    from autopar.report.run_it import run_lines
+    return [(g[0], run_lines(g[0], g[0].source)) for g in report.groups if g]
+
+
+def run_it_html(report) -> str:
+    out = ["<p class='note'>The best plan of each search in each trainer's own launch: the "
+           "<code>autopar export</code> command, and the launch line it writes (or why that trainer "
+           "cannot run the plan).</p>"]
+    for best, lines in _run_sections(report):
+        out.append(f"<h3>#{best.id} {_e(best.label())} · {best.gpus} GPUs</h3>")
+        for ln in lines:
+            body = (f"<pre>{_e(ln.launch)}</pre>" if ln.launch else
+                    f"<p class='note'>{_e(ln.refusal or 'no launch line')}</p>")
+            out.append(f"<p><b>{_e(ln.trainer)}</b>: <code>{_e(ln.command)}</code></p>{body}")
+    return "".join(out)
+
+
+def run_it_markdown(report) -> list[str]:
+    L = ["## Run it", ""]
+    for best, lines in _run_sections(report):
+        L += [f"**#{best.id} {best.label()} · {best.gpus} GPUs**", ""]
+        for ln in lines:
+            L.append(f"- {ln.trainer}: `{ln.command}`")
+            L += ["", "```bash", ln.launch, "```", ""] if ln.launch else [f"  ({ln.refusal})", ""]
+    return L

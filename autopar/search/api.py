@@ -44,6 +44,8 @@ def search(model: str, hardware: str, gpus: int, global_batch: int, *, seq: int 
         raise PlanError(f"--gpus {gpus} must be at least 1")
     if global_batch < 1:
         raise PlanError(f"--global-batch {global_batch} must be at least 1")
+    from autopar.search.request_checks import check_targets
+    check_targets(objective, target_step_time_s, target_tokens_per_s)   # before the trace
     if table is None:
         from autopar.trace import table_for
         table = table_for(model, micro_batch=1, seq=seq)

@@ -59,6 +59,7 @@ from costmodels.contracts.runnable import ModelDims, is_runnable
 from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
 from costmodels.profiles.runtime_rules import (
     context_parallel_rule,
+    ddp_rule,
     hsdp_rule,
     interleaving_rule,
     schedule_rule,
@@ -216,7 +217,7 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:
     """The runtime's rules (``costmodels.profiles.runtime_rules``) that a configuration can break."""
-    return not (zero_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c)
+    return not (zero_rule(rt, c) or ddp_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c)
                 or context_parallel_rule(rt, c) or hsdp_rule(rt, c))
 
 

@@ -130,6 +130,9 @@ def _target(path) -> str:
         raise AutoparError(f"output path {quote(raw)} names no file; give a file name such as "
                            "plans.json")
     target = os.path.abspath(raw)
+    if raw.endswith(("/", os.sep)) and not os.path.isdir(target):   # abspath drops the slash
+        raise AutoparError(f"cannot write {quote(raw)}: a path ending in '/' names a folder, not a "
+                           f"file; give a file name such as {quote(raw.rstrip('/' + os.sep) or 'out.json')}")
     if os.path.isdir(target):
         raise AutoparError(f"cannot write {quote(raw)}: it is a directory; give a file name "
                            f"inside it, e.g. {quote(os.path.join(raw, 'out.json'))}")

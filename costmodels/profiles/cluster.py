@@ -135,6 +135,10 @@ def _pool(name: str, prof: HardwareProfile, count: int, ref: str, where: str) ->
         raise ProfileError(f"{where} pool {quote(name)}: {count} GPUs must be between 1 and "
                            f"{LIMITS['gpus']:,}")
     gpn = prof.gpus_per_node
+    if count < gpn:   # a pool is whole nodes (module docstring): part of one node is --gpus N
+        raise ProfileError(f"{where} pool {quote(name)}: {count} GPUs is not a whole number of "
+                           f"{gpn}-GPU nodes (pools are whole nodes); for part of one node give "
+                           f"--hardware {ref} --gpus {count}")
     if count > gpn and count % gpn:
         raise ProfileError(f"{where} pool {quote(name)}: {count} GPUs is not a whole number of "
                            f"{gpn}-GPU nodes; use a multiple of {gpn} (e.g. {count - count % gpn or gpn})")

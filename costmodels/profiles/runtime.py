@@ -158,6 +158,7 @@ class RuntimeProfile:
     schedules: tuple[str, ...] = ALL_SCHEDULES
     uneven_interleaving: bool = True
     sequence_parallel: bool = True
+    ddp_beside_model_parallel: bool = True      # ZeRO-0 (DDP) with tp or pp > 1 (runtime_rules.ddp_rule)
     split_backward_dp_after_step: bool = False  # dp grads of ZeRO 0/1 reduced after the step (W bypasses DDP)
     pipeline_zero: tuple[int, ...] = (0, 1, 2, 3)  # ZeRO stages it runs together with pp > 1
     precisions: tuple[str, ...] = ALL_PRECISIONS
@@ -256,6 +257,9 @@ def load_runtime(spec: str | os.PathLike | RuntimeProfile | None = None) -> Runt
                 data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ProfileError(f"runtime profile '{path}' is not valid TOML ({e}); fix the file") from None
+        except UnicodeDecodeError:   # tomllib decodes the bytes itself
+            raise ProfileError(f"runtime profile '{path}' is not UTF-8 text, so not a TOML profile; "
+                               "pass a .toml runtime profile (runtime-profiles/ has the shipped ones)") from None
         _CACHE[key] = parse_runtime(data, str(path), options)
     prof = _CACHE[key]
     name = prof.base + (":" + ",".join(options) if options else "")
@@ -365,7 +369,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
         raise err("capabilities", "must be a table")
     out: dict[str, Any] = {}
     known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
-             "split_backward_dp_after_step", "context_parallel", "hsdp_zero"}
+             "split_backward_dp_after_step", "context_parallel", "hsdp_zero", "ddp_beside_model_parallel"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
@@ -387,7 +391,8 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
             if not isinstance(v, list) or not v or any(x not in allowed for x in v):
                 raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
             out[attr] = tuple(x for x in allowed if x in v)
-    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step", "context_parallel"):
+    for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step", "context_parallel",
+                "ddp_beside_model_parallel"):
         if key in t:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")

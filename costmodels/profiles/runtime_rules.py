@@ -24,6 +24,18 @@ def zero_rule(rt: RuntimeProfile, plan) -> str | None:
     return None
 
 
+def ddp_rule(rt: RuntimeProfile, plan) -> str | None:
+    """ZeRO-0 data parallelism (DDP) beside tp or pp, where the runtime runs DDP only alone
+    (``ddp_beside_model_parallel = false``: torchtitan). The one owner of that fact: the search,
+    ``estimate`` and the torchtitan exporter all ask this rule."""
+    model_parallel = getattr(plan, "tp", 1) > 1 or getattr(plan, "pp", 1) > 1
+    if (not rt.ddp_beside_model_parallel and getattr(plan, "zero", 0) == 0 and getattr(plan, "dp", 1) > 1
+            and model_parallel):
+        return (f"runtime '{rt.name}' runs DDP (ZeRO-0 with dp > 1) only as the sole parallelism, not "
+                "beside tp or pp; shard with ZeRO-2 or 3")
+    return None
+
+
 def schedule_rule(rt: RuntimeProfile, plan) -> str | None:
     """A pipelined plan's schedule is one the runtime has (without a pipeline nothing is scheduled)."""
     if plan.pp > 1 and plan.schedule not in rt.schedules:
@@ -73,8 +85,9 @@ def precision_rule(rt: RuntimeProfile, precision: str) -> str | None:
 
 def runtime_violations(rt: RuntimeProfile, plan, layers: int) -> list[str]:
     """Every rule the plan breaks, in words (empty: the runtime can run it)."""
-    found = (zero_rule(rt, plan), schedule_rule(rt, plan), interleaving_rule(rt, plan, layers),
-             sequence_parallel_rule(rt, plan), context_parallel_rule(rt, plan), hsdp_rule(rt, plan))
+    found = (zero_rule(rt, plan), ddp_rule(rt, plan), schedule_rule(rt, plan),
+             interleaving_rule(rt, plan, layers), sequence_parallel_rule(rt, plan),
+             context_parallel_rule(rt, plan), hsdp_rule(rt, plan))
     return [f for f in found if f]
 
 

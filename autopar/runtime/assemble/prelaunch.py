@@ -39,6 +39,7 @@ from autopar.runtime.assemble.tp_modules import check_tp_modules
 from costmodels.contracts.errors import AutoparError, PlanError
 from costmodels.contracts.plan import rank_of_stage
 from costmodels.contracts.runnable import ModelDims, check_runnable
+from costmodels.profiles.runtime import load_runtime
 
 _FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit")
 
@@ -63,6 +64,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
     ``allow_batch_statistics``: run a BatchNorm model micro-batched anyway (``batch_statistics``).
     ``leaf_modules``: classes (or names) the row cutter keeps whole, as the trace (``--leaf``)."""
     try:
+        load_runtime(plan.runtime)   # a runtime no profile describes ("nonexistent", "megatron:nooption")
         check_batch_statistics(model, plan, num_micro_batches, allow_batch_statistics)
         if getattr(plan, "cp", 1) > 1:   # rows run on S / cp tokens (autopar.runtime.step.context)
             from autopar.runtime.step.context import local_example

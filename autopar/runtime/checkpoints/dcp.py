@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from autopar.runtime.assemble.pieces import keep_rows, pieces_of, planners, tp_rects
 from autopar.runtime.assemble.stages import tensors
+from autopar.runtime.checkpoints.damage import reading
 from autopar.runtime.checkpoints.dcp_files import (
     LATEST,
     MODEL_PREFIX,
@@ -45,6 +46,7 @@ from autopar.runtime.checkpoints.dcp_files import (
     write_latest,
 )
 from autopar.runtime.faults import dist as adist
+from autopar.runtime.faults.failures import alike_on_every_rank
 from costmodels.contracts.errors import PlanError
 
 
@@ -186,6 +188,8 @@ class PendingSave:
                 full = os.path.join(path, old)
                 if old not in (name, LATEST) and os.path.isdir(full) and old.startswith(("step-", ".step-")):
                     shutil.rmtree(full, ignore_errors=True)
+                elif old.startswith(f".{LATEST}.") and os.path.isfile(full):   # a save killed
+                    _remove(full)   # between its rename and LATEST's replacement left it
         _barrier(self.pg, lay)
         return final
 
@@ -193,9 +197,15 @@ class PendingSave:
 def load(runner, path, optimizer=None):
     """Read the checkpoint into this runner (and ``optimizer``), resharding from whatever plan
     saved it; returns the saved ``extra``."""
+    with alike_on_every_rank():   # the files are the same for every rank: rank 0 reports
+        return _load(runner, path, optimizer)
+
+
+def _load(runner, path, optimizer=None):
     import torch.distributed.checkpoint as dcp
     ckpt = checkpoint_dir(path)
-    md = metadata(ckpt).state_dict_metadata
+    full_md = metadata(ckpt)     # shard files checked present and whole before any collective
+    md = full_md.state_dict_metadata
     info = read_object(ckpt) if "autopar" in md else None
     if info is None:
         raise PlanError(f"'{ckpt}' is a DCP checkpoint autopar did not write (no 'autopar' entry)")
@@ -210,7 +220,8 @@ def load(runner, path, optimizer=None):
         sd[rng_key] = None
     _, loader = planners()
     pg = adist.group(runner.layout.ranks)
-    dcp.load(sd, checkpoint_id=ckpt, planner=loader, process_group=pg)
+    with reading(ckpt, full_md):  # DCP raises a BaseException on every rank for a damaged file
+        dcp.load(sd, checkpoint_id=ckpt, planner=loader, process_group=pg)
     if optimizer is not None and sd.get(OPTIM_PREFIX + "param_groups"):
         for g, saved in zip(optimizer.param_groups, sd[OPTIM_PREFIX + "param_groups"]):
             g.update(saved)
@@ -251,6 +262,13 @@ def _check_entries(sd, md, info, ckpt) -> None:
         if size is not None and hasattr(v, "size") and tuple(size) != tuple(v.size()):
             raise PlanError(f"checkpoint '{ckpt}': '{fqn}' has shape {list(size)}, this model's is "
                             f"{list(v.size())}; it was saved from model '{info.get('spec')}'")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _barrier(pg, lay) -> None:

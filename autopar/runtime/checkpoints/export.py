@@ -101,14 +101,19 @@ def _write_safetensors(out: str, ckpt: str, keys, meta) -> None:
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
     tmp = out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(len(blob).to_bytes(8, "little"))
-        f.write(blob)
-        for _key, stored in keys:
-            t = read_tensor(ckpt, stored, meta[stored]).contiguous()
-            f.write(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-            del t
-    os.replace(tmp, out)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(blob).to_bytes(8, "little"))
+            f.write(blob)
+            for _key, stored in keys:
+                t = read_tensor(ckpt, stored, meta[stored]).contiguous()
+                f.write(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                del t
+        os.replace(tmp, out)
+    except BaseException:   # a damaged shard, an interrupt: no half-written file is left
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _write_hf_dir(out: str, ckpt: str, keys, meta, info, config_path: str) -> None:

@@ -94,6 +94,8 @@ def _submodule_graphs(gm: nn.Module, prefix=""):
 
 def emit(spec: str, plan, out_dir: str, seq: int | None = None, leaf_modules=()) -> EmitResult:
     from autopar.models import load_model
+    from autopar.runtime.emit.out_dir import check_emit_dir
+    check_emit_dir(out_dir)     # before the model is built
     source = load_model(spec, seq=seq)
     attention = getattr(plan, "attention", "math")
     model = source.build("meta", seed=None, attention=attention)

@@ -48,9 +48,12 @@ def alike_on_every_rank():
 
 @contextmanager
 def peer_failures(operation: str, ranks, me: int, timeout_s: float):
-    """Re-raise a collective's dead-peer / timeout error as PeerLostError (others unchanged)."""
+    """Re-raise a collective's dead-peer / timeout error as PeerLostError (others unchanged);
+    ``operation`` is recorded as what this rank is doing (``rank_exit.doing``)."""
+    from autopar.runtime.faults.rank_exit import doing
     try:
-        yield
+        with doing(operation):
+            yield
     except AutoparError:
         raise
     except Exception as e:  # noqa: BLE001 — only peer failures are translated
@@ -108,6 +111,8 @@ def install_error_hook() -> None:
         return
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
+    from autopar.runtime.faults.rank_exit import install_sigterm_report
+    install_sigterm_report()   # a peer killed: torchrun SIGTERMs this rank; name the dead one first
     previous = sys.excepthook
 
     def hook(exc_type, value, tb):

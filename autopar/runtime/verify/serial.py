@@ -129,7 +129,8 @@ def free_port() -> int:
 
 def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
-                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      AUTOPAR_PHASE_DIR=out_dir)   # what each rank is doing, read if it dies
     torch.set_num_threads(1)
     result = fn(*args)
     path = os.path.join(out_dir, f"rank{rank}.pkl")
@@ -160,9 +161,13 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
             # destroy_process_group, seen about once in 7 runs on a loaded 2-core host) lost
             # nothing: only a rank without a result is a failure
             done = all(os.path.exists(os.path.join(out_dir, f"rank{r}.pkl")) for r in range(nproc))
+            from autopar.runtime.faults.rank_exit import rank_died
+            died = rank_died(e, out_dir, "its work")   # a killed rank: one line naming it
             if not done and not partial:
-                raise
-            error = None if done else e
+                if died is e:
+                    raise
+                raise died from None
+            error = None if done else died
         results = []
         for r in range(nproc):
             path = os.path.join(out_dir, f"rank{r}.pkl")
