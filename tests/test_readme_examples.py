@@ -8,6 +8,7 @@ inspected as ``my_model.py:fn``, as the README says it can be.
 """
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -44,6 +45,6 @@ def test_public_api_names_exist():
     section = README[README.index("### Public API"):]
     section = section[:section.index("\n## ", 1) if "\n## " in section[1:] else len(section)]
     listed = set(re.findall(r"`autopar\.(\w+)`", section))
-    assert listed and listed == set(autopar.__all__) - {"__version__"}, sorted(listed ^ set(autopar.__all__))
-    for name in listed:
-        assert getattr(autopar, name) is not None
+    assert listed >= set(autopar.__all__) - {"__version__"}, sorted(set(autopar.__all__) - listed)
+    for name in listed:   # a name of autopar's, or a module a script imports from (autopar.train)
+        assert name in autopar.__all__ or importlib.import_module(f"autopar.{name}"), name

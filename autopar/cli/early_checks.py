@@ -14,7 +14,7 @@ def check_plans_before_trace(given, model: str, gpus: int | None, global_batch: 
     for i, plan in enumerate(given.plans):
         which = f"plan {i + 1} of {given.source}" if len(given.plans) > 1 else "the plan"
         if gpus is not None and not isinstance(hardware, Cluster) and plan.world_size != gpus:
-            raise PlanError(f"{which}: dp·tp·pp = {plan.dp}·{plan.tp}·{plan.pp} = {plan.world_size} but "
+            raise PlanError(f"{which}: dp·cp·tp·pp = {plan.dp}·{plan.cp}·{plan.tp}·{plan.pp} = {plan.world_size} but "
                             f"--gpus is {gpus}; choose degrees whose product is {gpus}")
         if global_batch is not None:
             plan.num_micro_batches(global_batch)

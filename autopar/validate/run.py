@@ -171,7 +171,7 @@ def validate(spec: str, hardware, nproc: int, global_batch: int, plans=None, *, 
     for d in plan_dicts:
         p = Plan.from_dict(d)
         if p.world_size != nproc:
-            raise PlanError(f"plan dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {p.world_size} but --nproc is "
+            raise PlanError(f"plan dp·cp·tp·pp = {p.dp}·{p.cp}·{p.tp}·{p.pp} = {p.world_size} but --nproc is "
                             f"{nproc}; validate plans for {nproc} ranks (autopar search --gpus {nproc})")
         p.num_micro_batches(global_batch)
     preds = estimate_plans(spec, profile.path or profile.name, nproc, global_batch,
