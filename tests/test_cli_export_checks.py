@@ -171,4 +171,4 @@ def test_exported_torchrun_line_trains_two_steps(tmp_path, capsys):
     r = subprocess.run(["bash", script, "--steps", "2", "--log-every", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert re.search(r"^step\s+2\s+loss", r.stdout, re.M) and '"dp": 2' in r.stdout, r.stdout
+    assert re.search(r"^step\s+2\s+loss", r.stdout, re.M) and "plan dp2·" in r.stdout, r.stdout

@@ -22,7 +22,7 @@ def check_against_model(plan, ctx, *, probe: bool = False) -> None:
     source = load_model(ctx.model, seq=ctx.seq)
     try:
         check_before_launch(source.build_meta(), plan, num_micro_batches=micro_batches,
-                            spec=ctx.model, seq=ctx.seq, probe=probe)
+                            spec=ctx.model, seq=ctx.seq, probe=probe, on_this_machine=False)
     except AutoparError as e:
         raise PlanError(f"plan {plan.label()} cannot run on {ctx.model}: {e}") from None
 

@@ -55,14 +55,17 @@ class Launchable:
 def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None = None,
                         spec: str | None = None, seq: int | None = None, table=None,
                         example_inputs=None, probe: bool = True,
-                        allow_batch_statistics: bool = False, leaf_modules=()) -> Launchable:
+                        allow_batch_statistics: bool = False, leaf_modules=(),
+                        on_this_machine: bool = True) -> Launchable:
     """Raise the PlanError (one line) the runtime would raise for ``plan`` on ``model``, without
     a process group; ``num_micro_batches`` (per step) is checked against the schedule when
     given. ``model`` may be on any device, ``meta`` included. ``probe=False`` skips step 4
     (``apply`` when a process group already exists: the real rewrite follows at once and
     raises the same line, so probing first would only double the rewrite's time).
     ``allow_batch_statistics``: run a BatchNorm model micro-batched anyway (``batch_statistics``).
-    ``leaf_modules``: classes (or names) the row cutter keeps whole, as the trace (``--leaf``)."""
+    ``leaf_modules``: classes (or names) the row cutter keeps whole, as the trace (``--leaf``).
+    ``on_this_machine=False``: the plan launches elsewhere (an export), so what this machine's
+    devices can run (FP8 tensor cores, torchao) is not checked."""
     try:
         load_runtime(plan.runtime)   # a runtime no profile describes ("nonexistent", "megatron:nooption")
         check_batch_statistics(model, plan, num_micro_batches, allow_batch_statistics)
@@ -72,7 +75,8 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
         rows = model_rows(model, example_inputs, leaf_modules)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         check_tp_modules(rows, plan)
-        check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
+        if on_this_machine:
+            check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
