@@ -17,6 +17,8 @@ names), so the same keys are passed there as flags.
                         batch / dp (pp > 1); training.local_batch_size = micro-batch (pp = 1,
                         torchtitan accumulates gradients up to training.global_batch_size)
     recompute           activation_checkpoint.mode: none / selective (op-level SAC) / full
+    ep, etp             expert_parallel_degree, expert_tensor_parallel_degree (with tp > 1 only
+                        etp = tp: torchtitan's etp 1 takes its ep ranks from tp as well as dp)
 
 torchtitan has no ZeRO-1, no DDP beside tp / pp, no tp without sequence parallel, only SDPA
 attention and the tp-dp-pp order: such plans are refused, naming the nearest.
@@ -71,6 +73,10 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if plan.placement != "tp,dp,pp":
         out.append(Problem("placement", plan.placement, "torchtitan's mesh is pp, dp, tp (tp innermost)",
                            {"placement": "tp,dp,pp"}))
+    if plan.ep > 1 and plan.tp > 1 and plan.etp != plan.tp:
+        out.append(Problem("etp", plan.etp, "torchtitan's expert_tensor_parallel_degree 1 takes the ep "
+                           "ranks from dp and all of tp (autopar's ep comes from dp alone); with tp > 1 "
+                           "only etp = tp is the same sharding", {"etp": plan.tp}))
     return out + pool_problems(plan, ctx)
 
 
@@ -85,6 +91,8 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
                    "fsdp_reshard_after_forward": policy, "tensor_parallel_degree": plan.tp,
                    "pipeline_parallel_degree": plan.pp,
                    "pipeline_parallel_schedule": SCHEDULES[plan.schedule]}
+    if plan.ep > 1 or plan.etp > 1:
+        parallelism.update(expert_parallel_degree=plan.ep, expert_tensor_parallel_degree=plan.etp)
     local = plan.micro_batch_size
     if plan.pp > 1:
         local = global_batch // plan.dp
@@ -140,10 +148,11 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     ac = doc.get("activation_checkpoint", {})
     _check_model(doc.get("model", {}), ctx)
 
-    for key in ("context_parallel_degree", "expert_parallel_degree"):
+    for key in ("context_parallel_degree",):
         if _int(par, key, 1) != 1:
-            raise PlanError(f"torchtitan parallelism.{key} = {par[key]}: autopar plans have no context / "
-                            "expert parallelism; set it to 1")
+            raise PlanError(f"torchtitan parallelism.{key} = {par[key]}: autopar plans have no context "
+                            "parallelism; set it to 1")
+    ep, etp = _int(par, "expert_parallel_degree", 1), _int(par, "expert_tensor_parallel_degree", 1)
     if par.get("pipeline_parallel_schedule_csv"):
         raise PlanError("torchtitan parallelism.pipeline_parallel_schedule_csv: autopar cannot read a "
                         "custom schedule; use GPipe, 1F1B or Interleaved1F1B")
@@ -180,8 +189,12 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
                             f"one; set local_batch_size = {global_batch // dp}")
     else:
         mb = local
+    if ep > 1 and tp > 1 and etp != tp:
+        raise PlanError(f"torchtitan expert_parallel_degree = {ep} with expert_tensor_parallel_degree = "
+                        f"{etp} and tp = {tp} takes ep ranks from tp too; autopar's ep comes from dp: set "
+                        f"expert_tensor_parallel_degree = {tp}")
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
-                sequence_parallel=tp > 1, schedule=schedule, stages=stages)
+                sequence_parallel=tp > 1, schedule=schedule, stages=stages, ep=ep, etp=etp)
     seq = train.get("seq_len")
     return Imported(with_runtime(plan, RUNTIMES["torchtitan"]), RUNTIMES["torchtitan"], "torchtitan",
                     gpus=plan.world_size, global_batch=global_batch,

@@ -14,6 +14,7 @@ from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.model.coefficients import row_coefficients, zero_hbm_param_s
 from costmodels.model.compute import host_block_floor, row_times
 from costmodels.model.estimate import estimate
+from costmodels.model.experts import expert_terms
 from costmodels.model.memory import in_flight, w_input_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.schedule_program import in_flight_states, period
@@ -42,19 +43,24 @@ class Costs:
         rtp = load_runtime(c.runtime)
         ew, host = rtp.elementwise_traffic, host_block_floor(self.profile, rtp)
         zp = zero_hbm_param_s(c, self.profile, rtp)
-        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host, zp)
+        key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, ew, host, zp,
+               c.ep, c.etp, c.dp, c.placement)
         q = self._quick.get(key)
         if q is None:
             tau = row_times(self.table, self.profile, c.tp, c.sequence_parallel, c.micro_batch_size,
                             c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
                             host_block_s=host, zero_param_s=zp).row_total_s
-            q = (float(tau.sum()), float(tau.max()))
+            params = float(self.arr.params.sum()) / c.tp
+            moe = expert_terms(self.arr, self.profile, c, c.recompute, rtp.moe_load_imbalance)
+            if moe is not None:   # the experts' rows as row_coefficients prices them
+                tau = tau + moe.fwd_s + moe.bwd_s + moe.recompute_s
+                params = float(moe.params.sum())
+            q = (float(tau.sum()), float(tau.max()), params)
             self._quick[key] = q
-        total, mx = q
+        total, mx, params = q
         m, v = self.m(c), c.vpp
         tmax = max(total / c.pp, mx)
-        opt = optimizer_step_s(float(self.arr.params.sum()) / c.tp / c.pp
-                               / optimizer_shards(c.dp, c.zero), self.profile)
+        opt = optimizer_step_s(params / c.pp / optimizer_shards(c.dp, c.zero), self.profile)
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
             return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt

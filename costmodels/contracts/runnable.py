@@ -52,12 +52,13 @@ class ModelDims:
     ffn: int | None = None         # the MLP's inner width
     seq: int | None = None         # tokens per sample
     tied_ends: bool | None = None  # the first and last rows share a parameter (tied embedding / head)
+    experts: int | None = None     # routed experts per MoE layer (0: a dense model)
 
     @classmethod
     def of_table(cls, table) -> ModelDims:
         """From a ``LayerTable`` (its MLP width is not recorded: ``ffn`` stays unknown)."""
         return cls(rows=len(table.rows), heads=table.heads, kv_heads=table.kv_heads,
-                   seq=table.seq)
+                   seq=table.seq, experts=max((getattr(r, "experts", 0) for r in table.rows), default=0))
 
 
 def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | None = None) -> None:
@@ -66,6 +67,7 @@ def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int |
     ``None`` for either skips the rules that need it."""
     dims = dims or ModelDims()
     check_axes_implemented(plan)
+    check_experts(plan, dims)
     check_split_backward(plan)
     check_fsdp_tied(plan, dims)
     if num_micro_batches is not None:
@@ -89,8 +91,6 @@ def check_axes_implemented(plan) -> None:
     runtime handles yet, refused in one line (``estimate`` and ``check_runnable`` both call it).
     Each axis's line goes when the axis is priced and run."""
     not_yet = [("cp", plan.cp > 1, "context parallelism", "cp=1"),
-               ("ep", plan.ep > 1, "expert parallelism", "ep=1"),
-               ("etp", plan.etp > 1, "expert tensor parallelism", "etp=1"),
                ("precision", plan.precision != "bf16", "FP8 matmuls", "precision='bf16'"),
                ("dp_shard", plan.dp_shard is not None, "HSDP (a ZeRO shard group smaller than dp)",
                 "leave dp_shard out")]
@@ -98,6 +98,26 @@ def check_axes_implemented(plan) -> None:
         if used:
             raise PlanError(f"plan field '{name}'={quote(getattr(plan, name))}: {what} is not supported by "
                             f"this autopar yet; use {fix}")
+
+
+def check_experts(plan, dims: ModelDims) -> None:
+    """``ep`` shards whole experts (it divides the routed experts of every MoE layer) of a model
+    that has them; autopar's own runtime does not run ep / etp yet (the cost model prices them
+    for the runtimes that do: Megatron-core, torchtitan, DeepSpeed-MoE)."""
+    ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
+    if ep == 1 and etp == 1:
+        return
+    if dims.experts == 0:
+        raise PlanError(f"plan field 'ep'={ep} / 'etp'={etp} shards the experts of a Mixture of "
+                        "Experts, but this model has none; use ep=1, etp=1")
+    if dims.experts and dims.experts % ep:
+        raise PlanError(f"plan field 'ep'={ep} does not divide the {dims.experts} routed experts; "
+                        f"choose ep in {divisors(dims.experts)}")
+    runtime = str(getattr(plan, "runtime", "autopar") or "autopar").split(":")[0]
+    if runtime == "autopar":
+        raise PlanError(f"plan field 'ep'={ep} / 'etp'={etp}: autopar's own runtime does not run "
+                        "expert parallelism yet; plan for runtime megatron (--runtime megatron) and "
+                        "export the plan, or use ep=1, etp=1")
 
 
 def check_schedule(plan, num_micro_batches: int) -> None:

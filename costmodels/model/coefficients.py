@@ -64,6 +64,7 @@ import numpy as np
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
+from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
@@ -136,7 +137,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     runtime = load_runtime(getattr(plan, "runtime", None))
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
-           plan.schedule)   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           getattr(plan, "ep", 1), getattr(plan, "etp", 1))   # expert parallelism (experts.py)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -152,11 +154,15 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    moe = expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance)
+    if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
+        rt = with_expert_times(rt, moe)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
-    weights = STATE_BYTES[precision][0] * arr.params / tp
+    on_gpu = arr.params / tp if moe is None else moe.params   # parameters on one GPU
+    weights = STATE_BYTES[precision][0] * on_gpu
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
@@ -166,7 +172,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
-                                       * arr.params / tp, dp, profile.group_link(plan, "dp"))
+                                       * on_gpu, dp, profile.group_link(plan, "dp"))
     f_on = "fwd" in zero
     zf_s, zf_b = gather_s * f_on, gather_b * f_on
     zb_s = gather_s * ("bwd" in zero) + red_s
@@ -174,8 +180,13 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     edge = (1.0 - s) * runtime.zero_edges_exposed
     first_f, first_b = np.zeros(arr.n + 1), np.zeros(arr.n + 1)
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
-    params = arr.params / tp
+    params = on_gpu
     p_b, g_b, o_b = model_state_bytes(1.0, dp, plan.zero, precision)
+    state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision)
+    act = activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
+                           plan.attention, precision, runtime.loss_saved_bytes)
+    if moe is not None:
+        act = act + moe.buffer_bytes
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
     bucket = 0.0
@@ -186,9 +197,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         times=rt, row_s=rt.row_total_s, fwd_window_s=zov * fwd_s,
         bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
-        weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
-        act_bytes=activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision, runtime.loss_saved_bytes),
+        weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=state, act_bytes=act,
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, profile) / optimizer_shards(dp, plan.zero),

@@ -103,6 +103,7 @@ FIGURES = {
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
+    "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False)},
 }
 
 
@@ -127,6 +128,8 @@ class RuntimeProfile:
     grad_reduce_bytes: float | None = None
     elementwise_traffic: float | None = None
     host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
+    moe_load_imbalance: float = 1.0             # busiest ep rank's routed tokens / the mean
+                                                # (costmodels.model.experts); 1.0: balanced
     loss_saved_bytes: float | None = None
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
