@@ -151,10 +151,11 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                       precision: str, runtime: RuntimeProfile) -> RowCoefficients:
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.gpus_per_node)
+    zp = zero_hbm_param_s(plan, profile, runtime, precision)
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
-                   host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
-    moe = expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance)
+                   host_block_floor(profile, runtime), zp)
+    moe = expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance, zp)
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
     hw = profile.overlap(plan.zero)

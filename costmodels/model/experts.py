@@ -126,9 +126,11 @@ class ExpertTerms:
 
 
 def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
-                 imbalance: float) -> ExpertTerms | None:
+                 imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0)) -> ExpertTerms | None:
     """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
-    table."""
+    table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
+    which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
+    ep shard."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
@@ -150,6 +152,9 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     bwd = 2.0 * gemm + passes * one_s
     rec = np.where(moe, rec_pass / 2.0 * (gemm + passes * one_s), 0.0) if rec_pass else np.zeros(arr.n)
     params = (arr.params - ea.expert_params) / tp + ea.expert_params / (ep * etp)
+    if any(zero_param_s):
+        fwd = fwd + zero_param_s[0] * (params - arr.params / tp)
+        bwd = bwd + zero_param_s[1] * (params - arr.params / tp)
     return ExpertTerms(fwd_s=fwd, bwd_s=bwd, bwd_w_s=gemm, recompute_s=rec,
                        a2a_bytes=(2 * passes + rec_pass) * one_b,
                        a2a_s=(2 * passes + rec_pass) * one_s, params=params,
