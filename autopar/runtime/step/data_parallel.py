@@ -54,6 +54,10 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
         return stage
     from torch.nn.parallel import DistributedDataParallel as DDP
     ids = [device.index] if device.type == "cuda" else None
+    from autopar.runtime.step.experts import expert_param_names
+    ignored = expert_param_names(stage)   # expert shards differ per ep rank (step/experts.py)
+    if ignored:
+        DDP._set_params_and_buffers_to_ignore_for_model(stage, ignored)
     with warnings.catch_warnings():  # buffers are identical on every rank: never sync them
         warnings.simplefilter("ignore", FutureWarning)
         ddp = DDP(stage, process_group=layout.group("dp"), device_ids=ids,
@@ -106,10 +110,12 @@ class Zero1:
     sees, and after an optimizer over exactly owned parameters steps, each owner broadcasts its
     parameters to the other dp ranks."""
 
-    def __init__(self, params: list[nn.Parameter], dp_rank: int, dp: int, layout: adist.Layout):
+    def __init__(self, params: list[nn.Parameter], dp_rank: int, dp: int, layout: adist.Layout,
+                 private=()):
         self.dp_rank, self.dp, self.layout = dp_rank, dp, layout
+        private = list(private)   # this rank's own (expert shards): stepped here, never broadcast
         if len(params) < dp:  # too few tensors to give each dp rank one: keep state replicated
-            self.owner, self.owned = [], params
+            self.owner, self.owned = [], params + private
             return
         load = [0] * dp
         order = sorted(range(len(params)), key=lambda i: (-params[i].numel(), i))
@@ -119,7 +125,7 @@ class Zero1:
             owner[i] = r
             load[r] += params[i].numel()
         self.owner = list(zip(params, owner))
-        self.owned = [p for p, r in self.owner if r == dp_rank]
+        self.owned = [p for p, r in self.owner if r == dp_rank] + private
         owned_ids = {id(p) for p in self.owned}
         me = weakref.ref(self)  # the hook is global: it must not keep this alive
 
