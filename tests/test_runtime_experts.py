@@ -20,8 +20,8 @@ CASES = [sweep.SweepCase("moe", tuple(sorted(p.items())), m) for p, m in (
 REFUSED = [(sweep.SweepCase("moe", tuple(sorted(p.items())), 2), words) for p, words in (
     (dict(dp=2, ep=2, zero=2), ["'zero'=2", "ep=2"]),
     (dict(dp=2, ep=2, zero=3), ["'zero'=3", "ep=2"]),
-    (dict(dp=2, ep=2, tp=2), ["'tp'=2", "ep=2"]),
-    (dict(dp=2, ep=2, recompute="full"), ["'recompute'='full'"]),
+    (dict(dp=2, ep=2, tp=2), ["'tp'=2", "Mixture of Experts"]),
+    (dict(dp=2, recompute="full"), ["'recompute'='full'", "Mixture of Experts"]),
 )]
 DENSE_EP = (sweep.SweepCase("llama", (("dp", 2), ("ep", 2)), 2), ["'ep'=2", "has none"])
 

@@ -71,3 +71,19 @@ def with_expert_facts(rows: tuple, model: nn.Module, micro_batch: int, seq: int,
                            dispatch_bytes=int(routed * (hidden or 0) * dtype_bytes),
                            expert_fwd_flops=float(min(flops, row.fwd_flops))))
     return tuple(out)
+
+
+def expert_leaf_classes(model: nn.Module) -> tuple[str, ...]:
+    """Class names of the ``experts`` modules of ``model``'s MoE layers to trace as leaves: their
+    forward routes on tensor values (transformers' loop over the experts hit, torchtitan's
+    token-group padding), which a meta trace cannot follow; run whole on meta they count the
+    FLOPs of the k of E experts each token runs (grouped GEMMs). autopar's own ``Experts``
+    traces as it is (its routing is balanced on meta, autopar/models/moe.py)."""
+    from autopar.models.moe import Experts
+    names = []
+    for m in model.modules():
+        experts = getattr(m, "experts", None)
+        if isinstance(experts, nn.Module) and not isinstance(experts, (Experts, nn.ModuleList, nn.ModuleDict)) \
+                and moe_layers(m) and type(experts).__name__ not in names:
+            names.append(type(experts).__name__)
+    return tuple(names)

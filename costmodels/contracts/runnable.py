@@ -106,6 +106,15 @@ def check_experts(plan, dims: ModelDims) -> None:
     recompute (``autopar.runtime.step.experts``); the cost model prices the rest for the
     runtimes that run it (Megatron-core, torchtitan)."""
     ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
+    runtime = str(getattr(plan, "runtime", "autopar") or "autopar").split(":")[0]
+    if dims.experts and runtime == "autopar" and (plan.tp > 1 or plan.recompute != "none"):
+        # the tp / recompute rewrites run a row's traced graph, which holds the trace's balanced
+        # routing (autopar/models/moe.py), not the router's
+        name, value = ("tp", plan.tp) if plan.tp > 1 else ("recompute", plan.recompute)
+        raise PlanError(f"plan field '{name}'={quote(value)}: autopar's runtime does not yet rewrite the "
+                        "rows of a Mixture of Experts for tensor parallelism or recompute (their "
+                        "traced graph routes tokens as the trace balanced them); use tp=1, "
+                        "recompute='none' (or plan for runtime megatron and export)")
     if ep == 1 and etp == 1:
         return
     if dims.experts == 0:
@@ -114,7 +123,6 @@ def check_experts(plan, dims: ModelDims) -> None:
     if dims.experts and dims.experts % ep:
         raise PlanError(f"plan field 'ep'={ep} does not divide the {dims.experts} routed experts; "
                         f"choose ep in {divisors(dims.experts)}")
-    runtime = str(getattr(plan, "runtime", "autopar") or "autopar").split(":")[0]
     if runtime != "autopar":
         return
     if etp > 1:
