@@ -55,38 +55,98 @@ def moe_layers(module: nn.Module):
 
 
 def shard_experts(stages: list[nn.Module], plan, layout) -> list[nn.Parameter]:
-    """Keep this rank's slice of every MoE layer's experts and route through the ep exchange;
-    the expert shards (their gradients reduced by ``reduce_expert_grads``)."""
+    """Keep this rank's slice of every MoE layer's experts and route through the ep exchange
+    (autopar's ``MoEFFN``; transformers' stacked ``gate_up_proj`` / ``down_proj`` experts, called
+    as ``experts(hidden, top_k_index, top_k_weights)``); the expert shards (their gradients
+    reduced by ``reduce_expert_grads``)."""
     ep = plan.ep
     j = layout.dp_rank % ep
     group = _group([layout.rank_at(dp=(layout.dp_rank // ep) * ep + k) for k in range(ep)])
     shards = []
     for stage in stages:
         for m in moe_layers(stage):
-            E = m.num_experts
-            local = E // ep
-            ex = m.experts
-            for name in EXPERT_WEIGHTS:
-                full = getattr(ex, name)
-                p = nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(),
-                                 requires_grad=full.requires_grad)
-                setattr(ex, name, p)
-                shards.append(p)
-            ex.num_experts, ex.first = local, j * local
+            local = m.num_experts // ep
+            shards += _slice(m.experts, EXPERT_WEIGHTS, j, local, ep, group)
+            m.experts.num_experts, m.experts.first = local, j * local
             m.ep, m.ep_group, m.capacity_factor = ep, group, 0.0
             m.dispatch_compute_combine = types.MethodType(ep_dispatch_compute_combine, m)
+        for parent, name, ex in hf_experts(stage):
+            local = ex.num_experts // ep
+            ep_ex = HFExpertShard(ex, j, local, ep, group)
+            setattr(parent, name, ep_ex)
+            shards += [ep_ex.gate_up_proj, ep_ex.down_proj]
     return shards
+
+
+def _slice(module, names, j, local, ep, group) -> list[nn.Parameter]:
+    out = []
+    for name in names:
+        full = getattr(module, name)
+        p = nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(), requires_grad=full.requires_grad)
+        setattr(module, name, p)
+        out.append(p)
+    module.ep, module.ep_group = ep, group
+    return out
+
+
+HF_WEIGHTS = ("gate_up_proj", "down_proj")
+
+
+def hf_experts(module: nn.Module):
+    """(parent, attribute, experts) of transformers' stacked-weight experts inside ``module``."""
+    out = []
+    for parent in module.modules():
+        ex = getattr(parent, "experts", None)
+        if (isinstance(ex, nn.Module) and not isinstance(ex, HFExpertShard)
+                and all(isinstance(getattr(ex, n, None), nn.Parameter) for n in HF_WEIGHTS)
+                and isinstance(getattr(ex, "num_experts", None), int) and callable(getattr(ex, "act_fn", None))):
+            out.append((parent, "experts", ex))
+    return out
+
+
+class HFExpertShard(nn.Module):
+    """A transformers experts module's slice ``[first, first + local)`` of experts, run over the ep
+    group: the same call (hidden, top_k_index, top_k_weights) and result as the whole module."""
+
+    def __init__(self, ex: nn.Module, j: int, local: int, ep: int, group):
+        super().__init__()
+        self.act_fn, self.num_experts, self.first = ex.act_fn, local, j * local
+        self.global_experts = ex.num_experts
+        for name in HF_WEIGHTS:
+            full = getattr(ex, name)
+            setattr(self, name, nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(),
+                                             requires_grad=full.requires_grad))
+        self.ep, self.ep_group = ep, group
+
+    def run(self, x, counts: list[int]):
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            xe = x[start:start + n]
+            gate, up = nn.functional.linear(xe, self.gate_up_proj[e]).chunk(2, dim=-1)
+            outs.append(nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e]))
+            start += n
+        return torch.cat(outs) if outs else x[:0]
+
+    def forward(self, hidden, top_k_index, top_k_weights):
+        k = top_k_index.size(-1)
+        flat = top_k_index.reshape(-1)
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.global_experts).tolist()
+        token = order // k
+        out = exchange(hidden[token], counts, self.ep, self.ep_group, self.run)
+        out = out * top_k_weights.reshape(-1)[order].unsqueeze(-1).to(out.dtype)
+        return torch.zeros_like(hidden).index_add(0, token, out.to(hidden.dtype))
 
 
 def check_expert_model(model: nn.Module, plan) -> None:
     """ep needs MoE layers this runtime can shard: those of autopar's ``moe`` family, each with
     experts divisible by ep (one line otherwise, before any process starts)."""
     from costmodels.contracts.errors import PlanError
-    layers = moe_layers(model)
+    layers = moe_layers(model) + [ex for _, _, ex in hf_experts(model)]
     if not layers:
         raise PlanError(f"plan field 'ep'={plan.ep}: autopar's runtime shards the experts of its own "
-                        "moe family (autopar/models/moe.py) and finds none in this model "
-                        "(transformers' and torchtitan's MoE blocks are priced, not yet run, with ep); "
+                        "moe family and transformers' stacked experts (gate_up_proj / down_proj) and "
+                        "finds none in this model; "
                         "use ep=1, or plan for runtime megatron and export")
     for m in layers:
         if m.num_experts % plan.ep:
@@ -96,9 +156,9 @@ def check_expert_model(model: nn.Module, plan) -> None:
 
 def expert_param_names(stage: nn.Module) -> list[str]:
     """Names (in ``stage``) of its expert shards, for DDP to ignore."""
-    ids = {id(getattr(m.experts, n)) for m in moe_layers(stage) if getattr(m, "ep", 1) > 1
-           for n in EXPERT_WEIGHTS}
-    return [n for n, p in stage.named_parameters() if id(p) in ids]
+    return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules() if getattr(m, "ep_group", None)
+            is not None and not hasattr(m, "dispatch_compute_combine")
+            for pn, _ in m.named_parameters(recurse=False)]
 
 
 class AllToAll(torch.autograd.Function):
@@ -118,31 +178,33 @@ class AllToAll(torch.autograd.Function):
         return out, None, None, None
 
 
-def ep_dispatch_compute_combine(self, flat, order, counts, weights):
-    """``MoEFFN.dispatch_compute_combine`` over the ep group (module docstring)."""
-    ep, group = self.ep, self.ep_group
-    local = self.num_experts // ep
-    token = order // self.top_k
-    x = flat[token]
+def exchange(x, counts: list[int], ep: int, group, run):
+    """Rows ``x`` (token-expert assignments sorted by global expert, ``counts`` per expert) sent
+    to their experts' owners, run there (``run(rows sorted by local expert, counts per local
+    expert)``) and returned in ``x``'s order."""
+    local = len(counts) // ep
     cnt = torch.tensor(counts, dtype=torch.int64).view(ep, local)
     got = torch.empty_like(cnt)
     dist.all_to_all_single(got, cnt, group=group)          # got[s, e]: source s → local expert e
-    send = cnt.sum(1).tolist()
-    recv = got.sum(1).tolist()
+    send, recv = cnt.sum(1).tolist(), got.sum(1).tolist()
     y = AllToAll.apply(x, recv, send, group)
-    # source-major → expert-major, run, and back
-    sizes = got.reshape(-1).tolist()
+    sizes = got.reshape(-1).tolist()                        # source-major
     starts, s = [], 0
     for n in sizes:
         starts.append(s)
         s += n
     perm = torch.cat([torch.arange(starts[src * local + e], starts[src * local + e] + sizes[src * local + e])
                       for e in range(local) for src in range(ep)])
-    per_expert = got.sum(0).tolist()
-    z = self.experts(y[perm], per_expert)
+    z = run(y[perm], got.sum(0).tolist())                   # expert-major
     back = torch.empty_like(z).index_copy(0, perm, z) if z.numel() else z
-    ret = AllToAll.apply(back, send, recv, group)
-    out = ret * weights[order].unsqueeze(-1)
+    return AllToAll.apply(back, send, recv, group)
+
+
+def ep_dispatch_compute_combine(self, flat, order, counts, weights):
+    """``MoEFFN.dispatch_compute_combine`` over the ep group (module docstring)."""
+    token = order // self.top_k
+    out = exchange(flat[token], counts, self.ep, self.ep_group, self.experts)
+    out = out * weights[order].unsqueeze(-1)
     return torch.zeros_like(flat).index_add(0, token, out)
 
 
@@ -165,11 +227,12 @@ def reduce_expert_grads(shards: list[nn.Parameter], plan, layout) -> None:
 
 def gather_expert(stage: nn.Module, name: str, t: torch.Tensor) -> torch.Tensor:
     """The whole stacked expert tensor for ``name`` (a shard of ``stage``), else ``t``."""
-    owner = name.rsplit(".", 2)
-    if len(owner) < 3 or owner[-1] not in EXPERT_WEIGHTS or owner[-2] != "experts":
+    owner = name.rpartition(".")[0]
+    try:
+        m = stage.get_submodule(owner)
+    except AttributeError:
         return t
-    m = stage.get_submodule(owner[0]) if owner[0] else stage
-    if getattr(m, "ep", 1) <= 1:
+    if getattr(m, "ep_group", None) is None or hasattr(m, "dispatch_compute_combine"):
         return t
     parts = [torch.empty_like(t) for _ in range(m.ep)]
     dist.all_gather(parts, t.contiguous(), group=m.ep_group)
