@@ -21,6 +21,10 @@ Routing assumption per row, as its source states it (column ``routing``):
 * ``routed``: real top-k routing with an auxiliary loss (dgxc DeepSeek-V3 and Llama 4): the
   megatron profile's ``[moe] load_imbalance``.
 
+Dispatch: rows whose source states DeepEP (NeMo AutoModel: "TE + DeepEP") run the runtime's
+``deepep`` option (a token crosses the NICs once per destination node); the others Megatron's
+alltoall dispatcher (every token-expert copy sent).
+
 Calibration / check split: the one fitted constant, Megatron's load imbalance under real
 routing, is fitted on the calibration row alone (``CALIBRATION``: Llama 4 Maverick on 512 H100,
 the only real-routing row scored) and shipped in ``runtime-profiles/megatron.toml``; every other row is a
@@ -119,6 +123,8 @@ def score(rows: list[dict]) -> list[dict]:
             continue
         route = routing(r)
         runtime = "fsdp" if "AutoModel" in r["framework"] else MEGATRON
+        if "deepep" in (r["framework"] + r["notes"]).lower():   # the row states DeepEP's dispatch
+            runtime += ":deepep" if runtime == "fsdp" else ",deepep"
         if route == "balanced" and runtime == MEGATRON:
             runtime = MEGATRON + ",force_balance"
         plan = plan_of(r, runtime)

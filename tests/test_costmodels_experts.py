@@ -113,3 +113,21 @@ def test_ep_refused_where_it_cannot_run():
         check_runnable(Plan(dp=8, tp=2), dims)
     check_runnable(Plan(dp=8, ep=2, zero=1), dims)                      # what it runs
     check_runnable(Plan(dp=8, tp=2, ep=2, etp=2, zero=3, runtime=MEGATRON), dims)
+
+
+def test_dispatch_once_per_node_sends_a_token_once_to_each_remote_node():
+    """DeepEP's dispatch (runtime option ``deepep``): with ep 8 over 2 nodes and k = 2, a token's
+    experts sit on the other node with probability 1 − (1/2)² = 3/4, so 3/4 of one copy crosses
+    the NICs instead of k·4/8 = 1 copy."""
+    v = 1e9
+    plan = Plan(dp=8, tp=2, ep=8)
+    sent, _ = all_to_all_s(v, plan, H100)
+    once, secs = all_to_all_s(v, plan, H100, top_k=2)
+    assert float(sent) == pytest.approx(v * 7 / 8)
+    assert float(once) == pytest.approx(v * 3 / 8 + v / 2 * 0.75)
+    t = table()
+    base = estimate(t, H100, Plan(dp=16, ep=16, runtime="fsdp"), 16, 64)
+    deepep = estimate(t, H100, Plan(dp=16, ep=16, runtime="fsdp:deepep"), 16, 64)
+    assert deepep.step_time_s < base.step_time_s
+    assert [c["bytes_per_gpu"] for c in deepep.comm if c["kind"] == "ep"][0] < \
+        [c["bytes_per_gpu"] for c in base.comm if c["kind"] == "ep"][0]

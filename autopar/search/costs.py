@@ -51,7 +51,8 @@ class Costs:
                             c.recompute, c.attention, tp_tier, elementwise_traffic=ew,
                             host_block_s=host, zero_param_s=zp).row_total_s
             params = float(self.arr.params.sum()) / c.tp
-            moe = expert_terms(self.arr, self.profile, c, c.recompute, rtp.moe_load_imbalance, zp)
+            moe = expert_terms(self.arr, self.profile, c, c.recompute, rtp.moe_load_imbalance, zp,
+                               bool(rtp.moe_dispatch_once_per_node))
             if moe is not None:   # the experts' rows as row_coefficients prices them
                 tau = tau + moe.fwd_s + moe.bwd_s + moe.recompute_s
                 params = float(moe.params.sum())

@@ -155,7 +155,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     rt = row_times(arr.table, profile, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, runtime.elementwise_traffic,
                    host_block_floor(profile, runtime), zp)
-    moe = expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance, zp)
+    moe = expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance, zp,
+                       bool(runtime.moe_dispatch_once_per_node))
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
     hw = profile.overlap(plan.zero)

@@ -51,6 +51,7 @@ class ExpertArrays:
     experts: np.ndarray
     dispatch_bytes: np.ndarray
     expert_fwd_flops: np.ndarray
+    routed_tokens: np.ndarray
 
     @property
     def any(self) -> bool:
@@ -67,7 +68,8 @@ def expert_arrays(arr: TableArrays) -> ExpertArrays:
         return hit[1]
     rows = arr.table.rows
     f = lambda name: np.array([float(getattr(r, name, 0) or 0) for r in rows], dtype=float)  # noqa: E731
-    got = ExpertArrays(f("expert_params"), f("experts"), f("dispatch_bytes"), f("expert_fwd_flops"))
+    got = ExpertArrays(f("expert_params"), f("experts"), f("dispatch_bytes"), f("expert_fwd_flops"),
+                       f("routed_tokens"))
     if len(_ARR) > 64:
         _ARR.clear()
     _ARR[id(arr)] = (arr, got)
@@ -94,18 +96,27 @@ def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:
     return group_span(placement, {**sizes, "ep": ep}, "ep", gpus_per_node)
 
 
-def all_to_all_s(nbytes, plan, profile: HardwareProfile):
+def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None):
     """(bytes each GPU sends, seconds) of one all-to-all over the ep group, ``nbytes`` the whole
-    buffer of one GPU (module docstring)."""
+    buffer of one GPU (module docstring). ``top_k`` (per row) given: the runtime sends a token
+    once per destination node over the NICs and fans it out over NVLink there (DeepEP's
+    dispatch, the runtime profile's ``[moe] dispatch_once_per_node``): the inter-node bytes are
+    those of the expected distinct remote nodes a token's k experts sit on, with the experts
+    spread evenly over the N nodes of the ep group, ``(N − 1)·(1 − (1 − 1/N)^k)`` copies
+    instead of ``k·(ep − n_in)/ep``."""
     ep, _ = ep_degrees(plan)
     nbytes = np.asarray(nbytes, dtype=float)
     if ep <= 1:
         return nbytes * 0.0, nbytes * 0.0
-    n_in, _ = ep_span(plan, profile.gpus_per_node)
+    n_in, nodes = ep_span(plan, profile.gpus_per_node)
     intra_a, intra_b = profile.tier("intra_node").alpha_beta("all_to_all")
     inter_a, inter_b = profile.tier("inter_node").alpha_beta("all_to_all")
     intra = nbytes * (n_in - 1) / ep
     inter = nbytes * (ep - n_in) / ep
+    if top_k is not None and nodes > 1:
+        k = np.maximum(np.asarray(top_k, dtype=float), 1.0)
+        copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+        inter = np.minimum(inter, nbytes / k * copies)
     alpha = inter_a if ep > n_in else intra_a
     t = alpha + np.maximum(intra / intra_b, inter / inter_b)
     return intra + inter, np.where(nbytes > 0, t, 0.0)
@@ -126,7 +137,8 @@ class ExpertTerms:
 
 
 def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
-                 imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0)) -> ExpertTerms | None:
+                 imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0),
+                 dedup: bool = False) -> ExpertTerms | None:
     """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
     table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
     which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
@@ -139,7 +151,8 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     k = b / arr.table.micro_batch
     moe = ea.experts > 0
     v = ea.dispatch_bytes * k / tp
-    one_b, one_s = all_to_all_s(v * imbalance, plan, profile)
+    top_k = ea.routed_tokens / (arr.table.micro_batch * arr.table.seq) if dedup else None
+    one_b, one_s = all_to_all_s(v * imbalance, plan, profile, top_k)
     passes = 2.0
     rec_pass = 2.0 if recompute == "full" else 0.0
     peak = profile.peak_flops_per_s(arr.table.act_dtype_bytes)
@@ -212,7 +225,9 @@ def ep_comm(table, profile: HardwareProfile, plan, chunks, m: int) -> list[dict]
     arr = table_arrays(table)
     if ep <= 1 or not expert_arrays(arr).any:
         return []
-    t = expert_terms(arr, profile, plan, plan.recompute, load_runtime(plan.runtime).moe_load_imbalance)
+    rt = load_runtime(plan.runtime)
+    t = expert_terms(arr, profile, plan, plan.recompute, rt.moe_load_imbalance,
+                     dedup=bool(rt.moe_dispatch_once_per_node))
     nbytes = m * float(sum(t.a2a_bytes[s:e].sum() for s, e in chunks))
     secs = m * float(sum(t.a2a_s[s:e].sum() for s, e in chunks))
     n_in, nodes = ep_span(plan, profile.gpus_per_node)

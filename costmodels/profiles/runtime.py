@@ -103,7 +103,8 @@ FIGURES = {
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
-    "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False)},
+    "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
+            "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True)},
 }
 
 
@@ -130,6 +131,7 @@ class RuntimeProfile:
     host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
     moe_load_imbalance: float = 1.0             # busiest ep rank's routed tokens / the mean
                                                 # (costmodels.model.experts); 1.0: balanced
+    moe_dispatch_once_per_node: int = 0         # 1: a token crosses the NICs once per node (DeepEP)
     loss_saved_bytes: float | None = None
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient

@@ -83,6 +83,7 @@ def _slice(module, names, j, local, ep, group) -> list[nn.Parameter]:
     for name in names:
         full = getattr(module, name)
         p = nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(), requires_grad=full.requires_grad)
+        p.autopar_ep = ep   # gradient clipping counts each expert once (step/clipping.py)
         setattr(module, name, p)
         out.append(p)
     module.ep, module.ep_group = ep, group
@@ -116,6 +117,7 @@ class HFExpertShard(nn.Module):
             full = getattr(ex, name)
             setattr(self, name, nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(),
                                              requires_grad=full.requires_grad))
+            getattr(self, name).autopar_ep = ep
         self.ep, self.ep_group = ep, group
 
     def run(self, x, counts: list[int]):
