@@ -102,7 +102,7 @@ def check_axes_implemented(plan) -> None:
 
 def check_experts(plan, dims: ModelDims) -> None:
     """``ep`` shards whole experts (it divides the routed experts of every MoE layer) of a model
-    that has them; autopar's own runtime runs ep with DDP or ZeRO-1, without tp, etp or
+    that has them; autopar's own runtime runs ep with DDP or ZeRO-1/2/3, without tp, etp or
     recompute (``autopar.runtime.step.experts``); the cost model prices the rest for the
     runtimes that run it (Megatron-core, torchtitan)."""
     ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
@@ -128,12 +128,11 @@ def check_experts(plan, dims: ModelDims) -> None:
     if etp > 1:
         raise PlanError(f"plan field 'etp'={etp}: autopar's own runtime does not run expert tensor "
                         "parallelism yet; use etp=1 (or plan for runtime megatron and export)")
-    for name, value, ok, fix in (("zero", plan.zero, plan.zero <= 1, "zero=0 or 1"),
-                                 ("tp", plan.tp, plan.tp == 1, "tp=1"),
+    for name, value, ok, fix in (("tp", plan.tp, plan.tp == 1, "tp=1"),
                                  ("recompute", plan.recompute, plan.recompute == "none", "recompute='none'")):
         if not ok:
             raise PlanError(f"plan field '{name}'={quote(value)} with ep={ep}: autopar's own runtime "
-                            f"runs expert parallelism with DDP / ZeRO-1, no tp and no recompute so far; "
+                            f"runs expert parallelism without tp and recompute so far; "
                             f"use {fix} (or plan for runtime megatron and export)")
 
 

@@ -47,10 +47,13 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
         from torch.distributed.fsdp import FSDPModule, fully_shard
         mesh = layout.dim_mesh("dp", device.type)
         reshard = plan.zero == 3
+        # expert shards differ per ep rank: FSDP2 leaves them whole (step/experts.py reduces them)
+        from autopar.runtime.step.experts import expert_param_names
+        experts = {stage.get_parameter(n) for n in expert_param_names(stage)} or None
         for row, kind in zip(stage.rows, stage.kinds):
             if kind == "block" and not isinstance(row, FSDPModule):  # a meta build shards early
-                fully_shard(row, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(stage, mesh=mesh, reshard_after_forward=reshard)
+                fully_shard(row, mesh=mesh, reshard_after_forward=reshard, ignored_params=experts)
+        fully_shard(stage, mesh=mesh, reshard_after_forward=reshard, ignored_params=experts)
         return stage
     from torch.nn.parallel import DistributedDataParallel as DDP
     ids = [device.index] if device.type == "cuda" else None

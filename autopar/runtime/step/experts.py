@@ -20,7 +20,8 @@ shards; after the backward ``reduce_expert_grads`` sums each expert shard's grad
 expert-dp group and divides by dp: an expert owner's gradient already holds the tokens of its
 whole ep group, so the sum over the expert-dp groups covers every dp rank once — the serial
 model's mean gradient. ZeRO-1 partitions the dense parameters only; each rank steps its own
-expert shards (``Zero1(private=...)``). ``full_state_dict`` all-gathers the shards over the ep
+expert shards (``Zero1(private=...)``); ZeRO-2/3 shard the dense parameters with FSDP2, which is
+told to leave the expert shards whole (``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep
 group (``gather_expert``).
 """
 from __future__ import annotations
