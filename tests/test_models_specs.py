@@ -7,8 +7,9 @@ from costmodels.contracts.errors import SpecError
 
 def test_presets_listed():
     assert set(PRESETS) == {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama3-8b",
-                            "llama3-70b", "llama3-405b", "bert-large", "vit-huge"}
-    assert set(FAMILIES) == {"gpt", "llama", "bert", "vit", "mlp"}
+                            "llama3-70b", "llama3-405b", "bert-large", "vit-huge",
+                            "deepseek-v3-like", "qwen3-moe-like", "mixtral-like"}
+    assert set(FAMILIES) == {"gpt", "llama", "bert", "vit", "mlp", "moe"}
 
 
 def test_gpt3_shape():
@@ -61,3 +62,27 @@ def test_models_command_lists_presets_with_params(capsys):
     assert abs(params["llama3-8b"] - 8.03e9) < 0.01 * 8.03e9
     assert abs(params["gpt2-small"] - 124.4e6) < 0.01 * 124.4e6
     assert out["families"] == list(FAMILIES)
+
+
+def test_moe_presets_have_their_published_sizes():
+    """Total parameters of the MoE presets against their model cards (DeepSeek-V3 671B with MLA,
+    here with full attention: within 1 %; Qwen3-30B-A3B 30.5B with head_dim 128, here 64: within
+    2 %; Mixtral 8x7B 46.7B)."""
+    from autopar.models.moe import MoE  # noqa: F401  (the family's module imports)
+    sizes = {"deepseek-v3-like": 671e9, "qwen3-moe-like": 30.5e9, "mixtral-like": 46.7e9}
+    for name, published in sizes.items():
+        c = PRESETS[name]
+        attn = c.hidden * (c.heads + 2 * c.n_kv_heads) * c.head_dim + c.heads * c.head_dim * c.hidden
+        moe = c.hidden * c.experts + 3 * c.hidden * c.expert_ffn_dim * (c.experts + c.shared_experts)
+        dense = 3 * c.hidden * c.ffn_dim
+        total = c.layers * attn + c.dense_layers * dense + (c.layers - c.dense_layers) * moe + 2 * c.vocab * c.hidden
+        assert abs(total / published - 1) < 0.02, (name, total)
+
+
+def test_moe_settings_checked():
+    with pytest.raises(SpecError, match="top_k=4 is above experts=2"):
+        load_model("moe:layers=2,hidden=32,heads=4,ffn=64,vocab=64,seq=8,experts=2,top_k=4")
+    with pytest.raises(SpecError, match="dense_layers=2 leaves no MoE block"):
+        load_model("moe:layers=2,hidden=32,heads=4,ffn=64,vocab=64,seq=8,experts=2,top_k=1,dense_layers=2")
+    assert parse_config("mixtral-like", "capacity_factor=dropless").capacity_factor == 0.0
+    assert parse_config("mixtral-like", "capacity_factor=1.25").capacity_factor == 1.25

@@ -16,6 +16,7 @@ FAMILY_SPECS = {
     "bert": "bert:layers=2,hidden=64,heads=4,vocab=128,seq=32",
     "vit": "vit:layers=2,hidden=64,heads=4,image=32,patch=8,classes=10",
     "mlp": "mlp:layers=3,hidden=64,seq=8",
+    "moe": "moe:layers=2,hidden=64,heads=4,kv_heads=2,ffn=160,vocab=128,seq=32,experts=4,top_k=2,expert_ffn=32",
 }
 
 

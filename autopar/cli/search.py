@@ -180,12 +180,15 @@ def print_table(data: dict, wide: bool = False) -> None:
         on = f"{counts[0]}–{counts[-1]} (up to {data['gpus']}) ×"
     t = Table(title=f"autopar search: {data['model']} on {on} {data['hardware']}, "
                     f"global batch {data['global_batch']}, seq {data['seq']}")
+    experts = any(p.get("ep", 1) > 1 or p.get("etp", 1) > 1 for p in plans)   # a MoE's columns
     cols = ["#"] + (["GPUs"] if len(counts) > 1 else []) + [
         "dp", "tp", "pp", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "step s", "tokens/s",
         "TFLOP/s/GPU", "MFU", "bubble", "mem GiB", "stages"]
     precision = any(p.get("precision", "bf16") != "bf16" for p in plans)   # FP8 plans: say which
     if precision:
         cols.insert(cols.index("schedule") + 1, "precision")
+    if experts:
+        cols[cols.index("pp") + 1:cols.index("pp") + 1] = ["ep", "etp"]
     for col in cols:
         left = col in ("recompute", "schedule", "stages")
         t.add_column(col, justify="left" if left else "right", overflow="fold")
@@ -199,7 +202,8 @@ def print_table(data: dict, wide: bool = False) -> None:
             from costmodels.contracts.plans_file import PlanResult
             stages += " " + pools_label(PlanResult.from_dict(p).plan)
         gpus = [str(p.get("gpus", data["gpus"]))] if len(counts) > 1 else []
-        t.add_row(str(p["rank"]), *gpus, _dp_cell(p), str(p["tp"]), str(p["pp"]), str(p["vpp"]),
+        ep = [str(p.get("ep", 1)), str(p.get("etp", 1))] if experts else []
+        t.add_row(str(p["rank"]), *gpus, _dp_cell(p), str(p["tp"]), str(p["pp"]), *ep, str(p["vpp"]),
                   str(p["micro_batch_size"]), str(p["zero"]), p["recompute"],
                   "yes" if p["sequence_parallel"] else "no", p["schedule"],
                   *([p.get("precision", "bf16")] if precision else []),

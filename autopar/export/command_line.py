@@ -18,7 +18,8 @@ from costmodels.contracts.errors import PlanError
 # Megatron-LM / Megatron-DeepSpeed flags with a value, and the torchrun flags that give the GPUs.
 VALUE_FLAGS = (
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts",
+    "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout", "--micro-batch-size",
     "--global-batch-size", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",

@@ -66,6 +66,10 @@ def problems(plan: Plan, ctx: TrainingContext) -> list[Problem]:
     if plan.pp > 1 and plan.zero >= 2:
         out.append(Problem("zero", plan.zero, "DeepSpeed's pipeline engine runs ZeRO-0 or 1 only",
                            {"zero": 1}))
+    if plan.ep > 1 or plan.etp > 1:
+        out.append(Problem("ep", plan.ep, "autopar does not write DeepSpeed-MoE's expert groups "
+                           "(Megatron-DeepSpeed --num-experts / --moe-expert-parallel-size); export "
+                           "this plan to megatron or torchtitan", {"ep": 1, "etp": 1}))
     even = even_counts(ctx.n_blocks, plan.pp) if ctx.n_rows is not None else None
     even_stages = None if even is None else stages_from_counts(even, ctx.n_rows, "deepspeed")
     if plan.vpp > 1 or plan.schedule == "gpipe":

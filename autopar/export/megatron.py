@@ -22,6 +22,11 @@ flag against that list; ``benchmarks/bench_export_parsers.py`` runs Megatron's o
     dp_shard            ZeRO-1 only: --num-distributed-optimizer-instances dp / dp_shard (the
                         distributed optimizer sharded in groups, replicated across them)
     dp                  not a flag: the GPUs torchrun starts / (tp·cp·pp)
+    ep, etp             --expert-model-parallel-size, --expert-tensor-parallel-size (both written
+                        for a MoE model or plan; read back, etp defaulting to tp as in Megatron);
+                        a ``moe`` spec's shape: --num-experts, --moe-router-topk,
+                        --moe-ffn-hidden-size, --moe-grouped-gemm, --moe-token-dispatcher-type
+                        alltoall, --moe-shared-expert-intermediate-size, --moe-layer-freq
 
 Megatron has no GPipe schedule (1F1B, interleaved with vpp > 1), no dp-innermost placement, and
 its FSDP does not run with pipeline parallelism: those plans are refused, naming the nearest.
@@ -82,6 +87,8 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
 def model_args(ctx: TrainingContext) -> list:
     """The model's shape for gpt / llama specs (the layer count alone for other models)."""
     cfg = ctx.config
+    if cfg is not None and cfg.family == "moe":
+        return moe_model_args(cfg)
     if cfg is None or cfg.family not in ("gpt", "llama"):
         return [("--num-layers", ctx.n_blocks),
                 f"# {ctx.model or 'this model'}: not a gpt/llama spec; give its shape flags yourself"]
@@ -99,6 +106,41 @@ def model_args(ctx: TrainingContext) -> list:
         out.append("--untie-embeddings-and-output-weights")
     out.append(f"# vocabulary: {cfg.vocab} tokens, from your tokenizer flags")
     return out
+
+
+def moe_model_args(cfg) -> list:
+    """A ``moe`` spec as Megatron-core's MoE flags (its blocks are llama's with routed experts;
+    MLA and other DeepSeek specifics are not autopar's model and are not written)."""
+    out = [("--num-layers", cfg.layers), ("--hidden-size", cfg.hidden),
+           ("--num-attention-heads", cfg.heads), ("--ffn-hidden-size", cfg.ffn_dim),
+           ("--seq-length", cfg.seq), ("--max-position-embeddings", cfg.seq),
+           "--swiglu", ("--normalization", "RMSNorm"), ("--norm-epsilon", cfg.norm_eps),
+           ("--position-embedding-type", "rope"), ("--rotary-base", int(cfg.rope_theta)),
+           "--disable-bias-linear"]
+    if cfg.n_kv_heads != cfg.heads:
+        out += ["--group-query-attention", ("--num-query-groups", cfg.n_kv_heads)]
+    out += [("--num-experts", cfg.experts), ("--moe-router-topk", cfg.top_k),
+            ("--moe-ffn-hidden-size", cfg.expert_ffn_dim), "--moe-grouped-gemm",
+            ("--moe-token-dispatcher-type", "alltoall")]
+    if cfg.shared_experts:
+        out.append(("--moe-shared-expert-intermediate-size", cfg.shared_experts * cfg.expert_ffn_dim))
+    if cfg.dense_layers:
+        out.append(("--moe-layer-freq", f"([0]*{cfg.dense_layers}+[1]*{cfg.layers - cfg.dense_layers})"))
+    if cfg.capacity_factor:
+        out.append(("--moe-expert-capacity-factor", cfg.capacity_factor))
+    if not cfg.tied:
+        out.append("--untie-embeddings-and-output-weights")
+    out.append(f"# vocabulary: {cfg.vocab} tokens, from your tokenizer flags")
+    return out
+
+
+def expert_args(plan: Plan, ctx: TrainingContext) -> list:
+    """ep / etp, written whenever the plan or the model has experts (Megatron's own default
+    expert tensor parallel size is tp, not autopar's 1)."""
+    moe = ctx.config is not None and ctx.config.family == "moe"
+    if plan.ep == 1 and plan.etp == 1 and not moe:
+        return []
+    return [("--expert-model-parallel-size", plan.ep), ("--expert-tensor-parallel-size", plan.etp)]
 
 
 def split_args(plan: Plan, ctx: TrainingContext) -> list:
@@ -127,6 +169,7 @@ def plan_args(plan: Plan, ctx: TrainingContext) -> list:
     out = model_args(ctx)
     out += [("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp)]
     out += split_args(plan, ctx)
+    out += expert_args(plan, ctx)
     if plan.sequence_parallel:
         out.append("--sequence-parallel")
         if has_overlap(plan.runtime):   # megatron:tp_comm_overlap (tp_overlap_switches.py)
@@ -245,7 +288,7 @@ def recompute_of(flags: dict, counts: list[int], who: str) -> str:
 def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, who: str):
     """(plan fields, global batch, seq) from Megatron-style flags (Megatron-LM and, for tp / pp /
     sequence parallel / recompute, Megatron-DeepSpeed)."""
-    for name in ("expert_model_parallel_size", "ds_sequence_parallel_size"):
+    for name in ("ds_sequence_parallel_size",):
         if int_flag(flags, name, 1) != 1:
             raise PlanError(f"{who} --{name.replace('_', '-')} {flags[name]}: autopar plans have no "
                             "expert / Ulysses parallelism; set it to 1")
@@ -279,6 +322,9 @@ def plan_fields_from_flags(flags: dict, ctx: TrainingContext, gpus: int | None, 
             raise PlanError(f"{who} --num-distributed-optimizer-instances {instances} needs "
                             f"--use-distributed-optimizer and must divide dp={dp}; fix the command line")
         fields["dp_shard"] = dp // instances
+    ep = int_flag(flags, "expert_model_parallel_size", 1)
+    if ep > 1 or flags.get("num_experts"):   # Megatron's expert tp defaults to tp
+        fields.update(ep=ep, etp=int_flag(flags, "expert_tensor_parallel_size", tp))
     return fields, global_batch, seq
 
 

@@ -22,6 +22,8 @@ names), so the same keys are passed there as flags.
                         (runtime fsdp, torchtitan's default) or "alltoall" (fsdp:cp_alltoall)
     dp_shard            HSDP: data_parallel_replicate_degree = dp / dp_shard,
                         data_parallel_shard_degree = dp_shard (FSDP2's 2-D mesh; ZeRO 2 / 3)
+    ep, etp             expert_parallel_degree, expert_tensor_parallel_degree (with tp > 1 only
+                        etp = tp: torchtitan's etp 1 takes its ep ranks from tp as well as dp)
 
 torchtitan has no ZeRO-1, no DDP beside tp / pp, no tp without sequence parallel, only SDPA
 attention and the tp-dp-pp order: such plans are refused, naming the nearest.
@@ -81,6 +83,10 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
         out.append(Problem("placement", plan.placement, "torchtitan's mesh is pp, dp, tp (tp innermost)",
                            {"placement": "tp,dp,pp"}))
     out += precision_flags.problems(plan, "torchtitan")
+    if plan.ep > 1 and plan.tp > 1 and plan.etp != plan.tp:
+        out.append(Problem("etp", plan.etp, "torchtitan's expert_tensor_parallel_degree 1 takes the ep "
+                           "ranks from dp and all of tp (autopar's ep comes from dp alone); with tp > 1 "
+                           "only etp = tp is the same sharding", {"etp": plan.tp}))
     return out + pool_problems(plan, ctx)
 
 
@@ -101,6 +107,8 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
         from costmodels.profiles.runtime import load_runtime
         parallelism.update(context_parallel_degree=plan.cp, context_parallel_rotate_method=(
             "allgather" if load_runtime(plan.runtime).cp_all_gather else "alltoall"))
+    if plan.ep > 1 or plan.etp > 1:
+        parallelism.update(expert_parallel_degree=plan.ep, expert_tensor_parallel_degree=plan.etp)
     local = plan.micro_batch_size
     if plan.pp > 1:
         local = global_batch // plan.dp
@@ -159,15 +167,12 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
     ac = doc.get("activation_checkpoint", {})
     _check_model(doc.get("model", {}), ctx)
 
-    for key in ("expert_parallel_degree",):
-        if _int(par, key, 1) != 1:
-            raise PlanError(f"torchtitan parallelism.{key} = {par[key]}: autopar plans have no "
-                            "expert parallelism; set it to 1")
     cp = _int(par, "context_parallel_degree", 1)
     rotate = str(par.get("context_parallel_rotate_method", "allgather"))
     if rotate not in ("allgather", "alltoall"):
         raise PlanError(f"torchtitan context_parallel_rotate_method = {rotate!r}: autopar prices "
                         "'allgather' and 'alltoall'")
+    ep, etp = _int(par, "expert_parallel_degree", 1), _int(par, "expert_tensor_parallel_degree", 1)
     if par.get("pipeline_parallel_schedule_csv"):
         raise PlanError("torchtitan parallelism.pipeline_parallel_schedule_csv: autopar cannot read a "
                         "custom schedule; use GPipe, 1F1B or Interleaved1F1B")
@@ -202,10 +207,14 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
                             f"one; set local_batch_size = {global_batch // dp}")
     else:
         mb = local
+    if ep > 1 and tp > 1 and etp != tp:
+        raise PlanError(f"torchtitan expert_parallel_degree = {ep} with expert_tensor_parallel_degree = "
+                        f"{etp} and tp = {tp} takes ep ranks from tp too; autopar's ep comes from dp: set "
+                        f"expert_tensor_parallel_degree = {tp}")
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
                 sequence_parallel=tp > 1, schedule=schedule, stages=stages, cp=cp,
                 dp_shard=shard if replicate > 1 and shard > 1 else None,
-                precision=precision_flags.torchtitan_precision(doc))
+                precision=precision_flags.torchtitan_precision(doc), ep=ep, etp=etp)
     seq = train.get("seq_len")
     runtime = RUNTIMES["torchtitan"] + (":cp_alltoall" if cp > 1 and rotate == "alltoall" else "")
     if par.get("enable_async_tensor_parallel"):   # fsdp:async_tp (tp_overlap_switches.py)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-FAMILIES = ("gpt", "llama", "bert", "vit", "mlp")
+FAMILIES = ("gpt", "llama", "bert", "vit", "mlp", "moe")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,15 @@ class ModelConfig:
     classes: int = 1000        # vit, mlp
     in_features: int = 0       # mlp only (0: same as hidden)
     type_vocab: int = 2        # bert only
+    # moe only (autopar/models/moe.py): routed experts, experts per token, each expert's inner
+    # width, always-on shared experts, leading dense (SwiGLU) blocks, and the capacity factor
+    # (0.0: dropless, every routed token is computed)
+    experts: int = 8
+    top_k: int = 2
+    expert_ffn: int = 0        # 0 means ffn (the dense blocks' width)
+    shared_experts: int = 0
+    dense_layers: int = 0
+    capacity_factor: float = 0.0
 
     @property
     def n_kv_heads(self) -> int:
@@ -39,6 +48,10 @@ class ModelConfig:
     @property
     def ffn_dim(self) -> int:
         return self.ffn or 4 * self.hidden
+
+    @property
+    def expert_ffn_dim(self) -> int:
+        return self.expert_ffn or self.ffn_dim
 
     @property
     def head_dim(self) -> int:
@@ -62,6 +75,9 @@ FAMILY_KEYS = {
     "bert": ("layers", "hidden", "heads", "ffn", "vocab", "seq", "dropout", "type_vocab"),
     "vit": ("layers", "hidden", "heads", "ffn", "image", "patch", "channels", "classes", "dropout"),
     "mlp": ("layers", "hidden", "ffn", "in_features", "classes", "seq", "dropout"),
+    "moe": ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "norm_eps",
+            "rope_theta", "tied", "experts", "top_k", "expert_ffn", "shared_experts",
+            "dense_layers", "capacity_factor"),
 }
 REQUIRED_KEYS = {
     "gpt": ("layers", "hidden", "heads", "vocab", "seq"),
@@ -69,4 +85,5 @@ REQUIRED_KEYS = {
     "bert": ("layers", "hidden", "heads", "vocab", "seq"),
     "vit": ("layers", "hidden", "heads"),
     "mlp": ("layers", "hidden"),
+    "moe": ("layers", "hidden", "heads", "ffn", "vocab", "seq", "experts", "top_k"),
 }

@@ -136,7 +136,8 @@ def builtin_source(spec: str, cfg: ModelConfig) -> ModelSource:
     from autopar.models.encoders import MLP, Bert, ViT
     from autopar.models.gpt import GPT
     from autopar.models.llama import Llama
-    cls = {"gpt": GPT, "llama": Llama, "bert": Bert, "vit": ViT, "mlp": MLP}[cfg.family]
+    from autopar.models.moe import MoE
+    cls = {"gpt": GPT, "llama": Llama, "bert": Bert, "vit": ViT, "mlp": MLP, "moe": MoE}[cfg.family]
 
     def inputs(batch, g, device):
         if cfg.family == "vit":

@@ -4,7 +4,7 @@ Accepted forms (the same everywhere a command takes MODEL):
 
 * a preset: ``gpt3-175b``, optionally with overrides ``gpt3-175b:seq=4096``;
 * a family with settings: ``gpt:layers=4,hidden=256,heads=4,vocab=8192,seq=256``
-  (families: gpt, llama, bert, vit, mlp);
+  (families: gpt, llama, bert, vit, mlp, moe);
 * a user's own code: ``path/to/file.py:fn`` or ``package.module:fn`` (see ``user_code``);
 * ``hf:path/to/config.json``: a transformers model built from its config (no weights).
 """
@@ -20,7 +20,8 @@ from costmodels.contracts.checks import limit, nearest, quote
 from costmodels.contracts.errors import SpecError
 
 # float settings: (low, high, low included); a NaN or inf is never a setting
-FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "norm_eps": (0.0, 1.0, False), "rope_theta": (0.0, 1e12, False)}
+FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "norm_eps": (0.0, 1.0, False), "rope_theta": (0.0, 1e12, False),
+                "capacity_factor": (0.0, 64.0, True)}
 
 
 def load_model(spec: str, seq: int | None = None) -> ModelSource:
@@ -84,6 +85,8 @@ def _convert(key: str, raw: str, family: str):
     refused: ``ffn=0`` or ``kv_heads=0`` would silently mean "the default"), floats finite."""
     typ = SETTING_TYPES[key]
     shown = quote(f"{key}={raw}")
+    if key == "capacity_factor" and raw.lower() == "dropless":
+        return 0.0
     try:
         if typ == "bool":
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -99,7 +102,7 @@ def _convert(key: str, raw: str, family: str):
             raise SpecError(f"setting {shown} for family {family} must be a number "
                             f"{'at least' if low_ok else 'above'} {low:g} and below {high:g}")
         return value
-    if value < 1:
+    if value < (0 if key in ("shared_experts", "dense_layers") else 1):
         raise SpecError(f"setting {shown} for family {family} must be at least 1 (leave '{key}' out "
                         "for the family's default)")
     limit(key, value, SpecError, what=f"setting '{key}'")
@@ -115,7 +118,10 @@ def _check(cfg: ModelConfig) -> None:
                         "choose heads that divide hidden")
     if cfg.heads % cfg.n_kv_heads:
         raise SpecError(f"heads={cfg.heads} is not divisible by kv_heads={cfg.n_kv_heads}")
-    if cfg.family in ("gpt", "llama", "bert") and cfg.vocab < 1:
+    if cfg.family == "moe":
+        from autopar.models.moe import check_moe_config
+        check_moe_config(cfg)
+    if cfg.family in ("gpt", "llama", "bert", "moe") and cfg.vocab < 1:
         raise SpecError(f"family {cfg.family} needs vocab >= 1")
     if cfg.family == "vit":
         if cfg.image % cfg.patch:

@@ -91,6 +91,7 @@ from autopar.runtime.step.context import (
     rows_for_cp_rank,
 )
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
+from autopar.runtime.step.experts import ep_rank_sets, reduce_expert_grads, shard_experts
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from autopar.runtime.step.sync_batch_norm import synced
 from costmodels.contracts.errors import PlanError
@@ -209,6 +210,8 @@ class Runner:
         if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
             extra = [[lay.rank_at(pp=r, dp=d, tp=t, cp=c) for r in s] for s in tied_sets
                      for d in range(plan.dp) for c in range(plan.cp) for t in range(plan.tp)]
+            if plan.ep > 1:   # expert parallelism's ep and expert-dp groups (step/experts.py)
+                extra += [g for sets in ep_rank_sets(plan, lay) for g in sets]
             adist.create_groups(plan, lay.ranks, extra)
 
         # this rank's stage modules (rows rewritten for tp / sp / recompute), one Parameter per
@@ -223,6 +226,7 @@ class Runner:
         self._tied = tie_parameters(self._local, users, lay)
         self._state_hooks = state_hooks.capture(model)   # re-applied by full_state_dict
         self._raw = self._local.modules
+        self._expert_shards = shard_experts(self._raw, plan, lay) if plan.ep > 1 else []
         if self.materialized:
             self.materialized["param_bytes"] = self.parameter_bytes()
         for stage in self._raw:
@@ -263,7 +267,10 @@ class Runner:
         FSDP2's sharded DTensor parameters)."""
         if self.plan.zero == 1 and self.plan.dp * self.plan.cp > 1:
             if self._zero1 is None:
-                self._zero1 = Zero1(self._all_params(), shard_peers(self.layout, self.plan), self.layout)
+                ids = {id(p) for p in self._expert_shards}   # stepped by their own rank
+                self._zero1 = Zero1([p for p in self._all_params() if id(p) not in ids],
+                                    shard_peers(self.layout, self.plan), self.layout,
+                                    private=self._expert_shards)
             return list(self._zero1.owned)
         return self._all_params()
 
@@ -329,6 +336,8 @@ class Runner:
             if reduces_after_step(plan):   # a split-backward schedule without DDP (why: there)
                 all_reduce_grads(self._raw, self.layout, plan.dp * plan.cp)
             all_reduce_tied(self._raw, self._tied)
+        if self._expert_shards:
+            reduce_expert_grads(self._expert_shards, plan, self.layout)
         t = local.detach().to(device=self.device, dtype=torch.float64).reshape(1)   # on the device
         if plan.pp > 1:
             dist.all_reduce(t, group=self.layout.group("pp"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from autopar.search.space import Config
 from autopar.search.terms import Terms
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
-from costmodels.model.coefficients import plan_row_times, row_coefficients, zero_hbm_param_s
+from costmodels.model.coefficients import plan_experts, plan_row_times, row_coefficients, zero_hbm_param_s
 from costmodels.model.context_parallel import local_table, merged, zero_group
 from costmodels.model.estimate import estimate
 from costmodels.model.memory import in_flight, w_input_bytes
@@ -45,19 +45,21 @@ class Costs:
         rtp = load_runtime(c.runtime)
         zp = zero_hbm_param_s(c, self.profile, rtp)
         key = (c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, c.attention, tp_tier, c.runtime, zp,
-               id(table))
+               id(table), c.ep, c.etp, c.dp, c.placement)
         if c.precision != "bf16":   # FP8 rows (precision.fp8_row_times) depend on the shard too
-            key += (c.precision, c.dp, c.zero)
+            key += (c.precision, c.zero)
         q = self._quick.get(key)
         if q is None:
-            tau = plan_row_times(arr, self.profile, c, "bf16-mixed", rtp).row_total_s
-            q = (float(tau.sum()), float(tau.max()))
+            moe = plan_experts(arr, self.profile, c, "bf16-mixed", rtp)   # None: a dense model
+            tau = plan_row_times(arr, self.profile, c, "bf16-mixed", rtp, moe).row_total_s
+            params = float(arr.params.sum()) / c.tp if moe is None else float(moe.params.sum())
+            q = (float(tau.sum()), float(tau.max()), params)
             self._quick[key] = q
-        total, mx = q
+        total, mx, params = q
         v = c.vpp
         tmax = max(total / c.pp, mx)
-        opt = optimizer_step_s(float(arr.params.sum()) / c.tp / c.pp
-                               / optimizer_shards(zero_group(c), c.zero), stack_profile(self.profile, rtp.kernel_stack))
+        opt = optimizer_step_s(params / c.pp / optimizer_shards(zero_group(c), c.zero),
+                               stack_profile(self.profile, rtp.kernel_stack))
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
             return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt

@@ -86,6 +86,8 @@ class Config:
     precision: str = "bf16"    # the matmuls' format (autopar.search.precision_space lists them)
     cp: int = 1                      # context parallel degree (autopar.search.context_space)
     dp_shard: int | None = None      # HSDP's shard group (None: ZeRO over the whole dp)
+    ep: int = 1                    # expert parallel, from dp (costmodels.model.experts)
+    etp: int = 1
 
     @property
     def gpus(self) -> int:
@@ -97,6 +99,7 @@ class Config:
                     recompute=self.recompute, sequence_parallel=self.sequence_parallel,
                     schedule=self.schedule, attention=self.attention, placement=self.placement,
                     runtime=self.runtime, precision=self.precision, cp=self.cp, dp_shard=self.dp_shard,
+                    ep=self.ep, etp=self.etp,
                     stages=tuple(tuple(s) for s in stages) if stages is not None else None)
 
     @classmethod
@@ -127,11 +130,13 @@ class Shape:
     heads: int | None
     kv_heads: int | None
     seq: int | None = None
+    experts: int = 0               # routed experts per MoE layer (0: dense)
 
     @classmethod
     def of(cls, table) -> Shape:
         return cls(rows=len(table.rows), layers=table.layers, heads=table.heads,
-                   kv_heads=table.kv_heads, seq=table.seq)
+                   kv_heads=table.kv_heads, seq=table.seq,
+                   experts=max((getattr(r, "experts", 0) for r in table.rows), default=0))
 
 
 def tp_candidates(shape: Shape, gpus_per_node: int, allow_cross_node_tp: bool, limit: int) -> list[int]:
@@ -179,7 +184,8 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
     """``configurations`` without cp (cp = 1) and without HSDP."""
     fix = dict(fix or {})
     fix.pop("stages", None)
-    dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq)
+    dims = ModelDims(rows=shape.rows, heads=shape.heads, kv_heads=shape.kv_heads, seq=shape.seq,
+                     experts=shape.experts)
     rt = load_runtime(fix.get("runtime"))
     def allowed(name, values):
         return [fix[name]] if name in fix else values
@@ -206,13 +212,29 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
                                 if sp and tp < 2:
                                     continue
-                                c = Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
-                                           zero=zero, recompute=recompute, sequence_parallel=sp,
-                                           schedule=schedule, attention=fix.get("attention", "flash"),
-                                           placement=fix.get("placement", "tp,dp,pp"), runtime=rt.name)
-                                if runnable(rt, c) and is_runnable(c.plan(), dims, m):
-                                    for prec in allowed("precision", list(precisions)):
-                                        yield c if prec == "bf16" else replace(c, precision=prec)
+                                for ep, etp in expert_degrees(shape, dp, tp, fix):
+                                    c = Config(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
+                                               zero=zero, recompute=recompute, sequence_parallel=sp,
+                                               schedule=schedule, attention=fix.get("attention", "flash"),
+                                               placement=fix.get("placement", "tp,dp,pp"), runtime=rt.name,
+                                               ep=ep, etp=etp)
+                                    if runnable(rt, c) and is_runnable(c.plan(), dims, m):
+                                        for prec in allowed("precision", list(precisions)):
+                                            yield c if prec == "bf16" else replace(c, precision=prec)
+
+
+def expert_degrees(shape: Shape, dp: int, tp: int, fix: dict[str, Any]) -> list[tuple[int, int]]:
+    """(ep, etp) pairs of a configuration: ep over the divisors of dp that divide the routed
+    experts (1 alone for a dense model); etp 1 unless pinned (the cost model prices etp's
+    smaller expert shards but not its collectives yet, so the search does not choose it)."""
+    if "ep" in fix:
+        eps = [fix["ep"]]
+    elif shape.experts:
+        eps = [e for e in divisors(dp) if shape.experts % e == 0]
+    else:
+        eps = [1]
+    etps = [fix["etp"]] if "etp" in fix else [1]
+    return [(ep, etp) for ep in eps for etp in etps]
 
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:

@@ -40,6 +40,7 @@ from autopar.trace.blocks import (
     structure_groups,
     value_sig,
 )
+from autopar.trace.experts import expert_leaf_classes
 from autopar.trace.measure import Counter, CudaDropout, Recorder, TagInterpreter, empty_like_tree, replay, storage_key
 from autopar.trace.result import TraceResult
 from autopar.trace.table import build_table
@@ -128,6 +129,7 @@ def _trace_graph(source, micro_batch: int, leaf_modules) -> TraceResult:
     model.train()
     eval_batch_norms(model)   # a throwaway meta model: BatchNorm in eval mode for the trace
     _check_leaf_names(model, leaf_classes)
+    leaf_classes += tuple(c for c in expert_leaf_classes(model) if c not in leaf_classes)   # MoE
     inputs = tuple(source.example_inputs(micro_batch, "meta"))
     inputs = tuple(x.to(ACT_DTYPE) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                    for x in inputs)

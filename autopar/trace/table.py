@@ -15,6 +15,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from autopar.trace.blocks import module_path
+from autopar.trace.experts import with_expert_facts
 from autopar.trace.measure import tensor_bytes
 from autopar.trace.tp import attention_core_nodes, attention_mask_nodes, find_tp_pairs, region_nodes
 from costmodels.contracts.layer_table import LayerRow, LayerTable, TPPair
@@ -175,6 +176,8 @@ def build_table(source, spec: str, micro_batch: int, result: TraceResult,
         heads, kv_heads = heads_found, kv_found
     nblocks = sum(1 for info in rows if info.kind == "block")
     seq = source.seq if cfg is not None else _tokens(rows, source.seq)
+    dtype_bytes = torch.tensor([], dtype=act_dtype).element_size()
+    out_rows = with_expert_facts(out_rows, result.model, int(micro_batch), int(seq), hidden, dtype_bytes)
     return LayerTable(model=spec, micro_batch=int(micro_batch), seq=int(seq), hidden=hidden,
                       heads=heads, kv_heads=kv_heads, vocab=vocab, layers=nblocks,
                       act_dtype_bytes=torch.tensor([], dtype=act_dtype).element_size(),

@@ -38,6 +38,11 @@ LIMITS: dict[str, int] = {
     "classes": 16_777_216,
     "in_features": 1_048_576,
     "type_vocab": 65_536,
+    "experts": 65_536,           # routed experts per MoE layer (DeepSeek-V3: 256, Kimi K2: 384)
+    "top_k": 1024,               # experts each token is routed to
+    "expert_ffn": 1_048_576,     # one expert's inner width
+    "shared_experts": 1024,      # always-on experts of a MoE layer
+    "dense_layers": 2048,        # leading dense blocks of a MoE model
     "gpus": 262_144,             # GPUs in one search / plan (dp·tp·pp)
     "global_batch": 16_777_216,  # sequences per optimizer step
     "micro_batch": 65_536,       # sequences per micro-batch

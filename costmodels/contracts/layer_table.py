@@ -82,11 +82,25 @@ class LayerRow:
                                     # mask materialised attention saves (masked_fill's bool s×s),
                                     # which flash attention never makes
     bwd_weight_flops: float | None = None  # of bwd_flops: the weight gradients (None: bwd_flops / 2)
+    # Mixture of Experts (0 in a dense row; left out of the JSON at 0, MOE_FIELDS): of params,
+    # the routed experts' (sharded over ep); the routed experts of its MoE layer; the
+    # token-expert assignments of one micro-batch (b·s·top_k, summed over the row's MoE layers);
+    # one all-to-all's whole buffer (routed_tokens·hidden·act_dtype_bytes: the dispatch, and
+    # the combine, each move this); of fwd_flops, the routed experts' (the grouped GEMMs)
+    expert_params: int = 0
+    experts: int = 0
+    routed_tokens: int = 0
+    dispatch_bytes: int = 0
+    expert_fwd_flops: float = 0.0
 
     @property
     def weight_grad_flops(self) -> float:
         """The backward's weight-gradient FLOPs, ``bwd_flops / 2`` when not measured (docstring)."""
         return self.bwd_flops / 2 if self.bwd_weight_flops is None else float(self.bwd_weight_flops)
+
+
+# the MoE row fields: written to a table's JSON only where non-zero, so dense tables are unchanged
+MOE_FIELDS = ("expert_params", "experts", "routed_tokens", "dispatch_bytes", "expert_fwd_flops")
 
 
 @dataclass(frozen=True)
@@ -113,10 +127,18 @@ class LayerTable:
     def block_rows(self) -> list[int]:
         return [i for i, r in enumerate(self.rows) if r.kind == "block"]
 
+    @property
+    def is_moe(self) -> bool:
+        return any(r.experts for r in self.rows)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if d["fused_attention"]:
             del d["fused_attention"]
+        for r in d["rows"]:
+            for k in MOE_FIELDS:
+                if not r[k]:
+                    del r[k]
         d["total_params"] = self.total_params
         return d
 

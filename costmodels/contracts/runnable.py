@@ -55,12 +55,13 @@ class ModelDims:
     ffn: int | None = None         # the MLP's inner width
     seq: int | None = None         # tokens per sample
     tied_ends: bool | None = None  # the first and last rows share a parameter (tied embedding / head)
+    experts: int | None = None     # routed experts per MoE layer (0: a dense model)
 
     @classmethod
     def of_table(cls, table) -> ModelDims:
         """From a ``LayerTable`` (its MLP width is not recorded: ``ffn`` stays unknown)."""
         return cls(rows=len(table.rows), heads=table.heads, kv_heads=table.kv_heads,
-                   seq=table.seq)
+                   seq=table.seq, experts=max((getattr(r, "experts", 0) for r in table.rows), default=0))
 
 
 def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | None = None) -> None:
@@ -68,7 +69,7 @@ def check_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int |
     ``plan`` for a model of ``dims`` running ``num_micro_batches`` micro-batches per step;
     ``None`` for either skips the rules that need it."""
     dims = dims or ModelDims()
-    check_axes_implemented(plan)
+    check_experts(plan, dims)
     check_split_backward(plan)
     check_fsdp_tied(plan, dims)
     if num_micro_batches is not None:
@@ -88,16 +89,40 @@ def is_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | No
     return True
 
 
-def check_axes_implemented(plan) -> None:
-    """The plan fields that exist in the contract but that neither the cost model nor the
-    runtime handles yet, refused in one line (``estimate`` and ``check_runnable`` both call it).
-    Each axis's line goes when the axis is priced and run."""
-    not_yet = [("ep", getattr(plan, "ep", 1) > 1, "expert parallelism", "ep=1"),
-               ("etp", getattr(plan, "etp", 1) > 1, "expert tensor parallelism", "etp=1")]
-    for name, used, what, fix in not_yet:
-        if used:
-            raise PlanError(f"plan field '{name}'={quote(getattr(plan, name))}: {what} is not supported by "
-                            f"this autopar yet; use {fix}")
+def check_experts(plan, dims: ModelDims) -> None:
+    """``ep`` shards whole experts (it divides the routed experts of every MoE layer) of a model
+    that has them; autopar's own runtime runs ep with DDP or ZeRO-1/2/3, without tp, etp or
+    recompute (``autopar.runtime.step.experts``); the cost model prices the rest for the
+    runtimes that run it (Megatron-core, torchtitan)."""
+    ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
+    runtime = str(getattr(plan, "runtime", "autopar") or "autopar").split(":")[0]
+    if dims.experts and runtime == "autopar" and (plan.tp > 1 or plan.recompute != "none"):
+        # the tp / recompute rewrites run a row's traced graph, which holds the trace's balanced
+        # routing (autopar/models/moe.py), not the router's
+        name, value = ("tp", plan.tp) if plan.tp > 1 else ("recompute", plan.recompute)
+        raise PlanError(f"plan field '{name}'={quote(value)}: autopar's runtime does not yet rewrite the "
+                        "rows of a Mixture of Experts for tensor parallelism or recompute (their "
+                        "traced graph routes tokens as the trace balanced them); use tp=1, "
+                        "recompute='none' (or plan for runtime megatron and export)")
+    if ep == 1 and etp == 1:
+        return
+    if dims.experts == 0:
+        raise PlanError(f"plan field 'ep'={ep} / 'etp'={etp} shards the experts of a Mixture of "
+                        "Experts, but this model has none; use ep=1, etp=1")
+    if dims.experts and dims.experts % ep:
+        raise PlanError(f"plan field 'ep'={ep} does not divide the {dims.experts} routed experts; "
+                        f"choose ep in {divisors(dims.experts)}")
+    if runtime != "autopar":
+        return
+    if etp > 1:
+        raise PlanError(f"plan field 'etp'={etp}: autopar's own runtime does not run expert tensor "
+                        "parallelism yet; use etp=1 (or plan for runtime megatron and export)")
+    for name, value, ok, fix in (("tp", plan.tp, plan.tp == 1, "tp=1"),
+                                 ("recompute", plan.recompute, plan.recompute == "none", "recompute='none'")):
+        if not ok:
+            raise PlanError(f"plan field '{name}'={quote(value)} with ep={ep}: autopar's own runtime "
+                            f"runs expert parallelism without tp and recompute so far; "
+                            f"use {fix} (or plan for runtime megatron and export)")
 
 
 def check_schedule(plan, num_micro_batches: int) -> None:

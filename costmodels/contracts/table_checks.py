@@ -98,6 +98,12 @@ def _row(r: Any, i: int, row_fields, required) -> dict:
                             f"gradient part of bwd_flops ({out.get('bwd_flops', 0):g}) and cannot exceed "
                             f"it; {FIX}")
         out["bwd_weight_flops"] = r["bwd_weight_flops"]
+    for k in ("expert_params", "experts", "routed_tokens", "dispatch_bytes"):
+        if k in r:
+            out[k] = int_field(r[k], k, low=0, high=MAX_BYTES, **e)
+    if "expert_fwd_flops" in r:
+        number_field(r["expert_fwd_flops"], "expert_fwd_flops", high=MAX_FLOPS, **e)
+        out["expert_fwd_flops"] = r["expert_fwd_flops"]
     if "tp_replicated_tensors" in r:
         out["tp_replicated_tensors"] = int_field(r["tp_replicated_tensors"], "tp_replicated_tensors",
                                                  low=0, high=10 ** 6, **e)

@@ -67,6 +67,7 @@ from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS, RowTimes, host_block_floor, row_times, runs_on_cpu
 from costmodels.model.context_parallel import cp_row_link, cp_row_times, hsdp_sync, zero_group, zero_link
+from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
@@ -144,7 +145,8 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
            plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
            getattr(plan, "precision", "bf16"),
-           getattr(plan, "dp_shard", None))   # HSDP's shard group (context_parallel)
+           getattr(plan, "dp_shard", None),   # HSDP's shard group (context_parallel)
+           getattr(plan, "ep", 1), getattr(plan, "etp", 1))   # expert parallelism (experts.py)
     co = _CACHE.get(key)
     if co is None:
         if len(_CACHE) >= 1024:
@@ -158,13 +160,15 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     tp, dp, b = plan.tp, plan.dp, plan.micro_batch_size
     tiers = plan_tiers(plan, profile.link_domain)
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
-    rt = plan_row_times(arr, profile, plan, precision, runtime)
+    moe = plan_experts(arr, profile, plan, precision, runtime)   # None: no Mixture of Experts
+    rt = plan_row_times(arr, profile, plan, precision, runtime, moe)
     zdp = zero_group(plan)   # ZeRO's shard group: dp, or HSDP's dp_shard (context_parallel)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
-    weights = STATE_BYTES[precision][0] * arr.params / tp * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
+    on_gpu = arr.params / tp if moe is None else moe.params   # parameters on one GPU
+    weights = STATE_BYTES[precision][0] * on_gpu * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
     zero = zero_row_collectives(plan, runtime)
     if zero and dp > 1:   # one all-gather per row and pass (comm docstring)
@@ -174,7 +178,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     red_b, red_s = np.zeros(arr.n), np.zeros(arr.n)
     if "reduce" in zero and dp > 1:
         red_b, red_s = collective_time("reduce_scatter_tensor", grad_bytes(precision, runtime)
-                                       * arr.params / tp, zdp, zero_link(profile, plan))
+                                       * on_gpu, zdp, zero_link(profile, plan))
     if zero and dp > 1 and runtime.zero_collectives_per_row != 1:   # per module (collectives_at_scale.py)
         lat = collective_latency("all_gather_into_tensor", zdp, zero_link(profile, plan))
         gather_s = gather_s + extra_collectives_s(lat, runtime.zero_collectives_per_row, arr.is_block, arr.params > 0)
@@ -187,9 +191,16 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     edge = (1.0 - s) * runtime.zero_edges_exposed
     first_f, first_b = np.zeros(arr.n + 1), np.zeros(arr.n + 1)
     first_f[:-1], first_b[:-1] = edge * zf_s, edge * red_s
-    params = arr.params / tp
+    params = on_gpu
     p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
+    state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision)
+    act = (activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
+                            plan.attention, precision, runtime.loss_saved_bytes)
+           - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0))
+    if moe is not None:   # the dispatch buffers (experts.py)
+        act = act + moe.buffer_bytes
+    act = act * (1.0 + fragmentation(runtime))   # what the caching allocator holds for them (allocator.py)
     dp_lat, dp_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "reduce")
     a_lat, a_per_param = dp_sync_line(plan, profile, tiers["dp"], precision, "after")
     bucket = 0.0
@@ -200,11 +211,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         times=rt, row_s=rt.row_total_s, fwd_window_s=zov * fwd_s,
         bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
-        weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=params * (p_b + g_b + o_b),
-        act_bytes=(activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
-                                   plan.attention, precision, runtime.loss_saved_bytes)
-        - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0))
-        * (1.0 + fragmentation(runtime)),   # what the caching allocator holds for them (allocator.py)
+        weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=state, act_bytes=act,
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero),
@@ -225,12 +232,19 @@ def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> fl
     return runtime.compute_slowdown
 
 
+def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: str, runtime: RuntimeProfile):
+    """The Mixture-of-Experts terms of ``plan`` (``costmodels.model.experts``), None for a dense model."""
+    return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
+                        zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node))
+
+
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
-                   runtime: RuntimeProfile) -> RowTimes:
+                   runtime: RuntimeProfile, moe=False) -> RowTimes:
     """Every row's times under ``plan`` as its runtime runs them: the runtime's kernel stack
     (``kernel_stacks``), its FP8 recipe (``precision``), then the TP collectives its overlap
     leaves exposed (``tp_overlap``). The one pipeline the coefficients and the search's quick
-    bound both read, so the bound stays under ``estimate``."""
+    bound both read, so the bound stays under ``estimate``. ``moe``: ``plan_experts``' terms when
+    the caller has them (False: computed here)."""
     tp, b = plan.tp, plan.micro_batch_size
     kernels = stack_profile(profile, runtime.kernel_stack)
     rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
@@ -238,6 +252,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
     rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)   # precision.py
     rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
+    moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
+    if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
+        rt = with_expert_times(rt, moe)
     return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 

@@ -44,7 +44,6 @@ from costmodels.contracts.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: 
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
-from costmodels.contracts.runnable import check_axes_implemented
 from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
@@ -53,6 +52,7 @@ from costmodels.model.comm import collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.context_parallel import zero_group
 from costmodels.model.estimate_result import Estimate
+from costmodels.model.experts import ep_comm, fix_stage_memory
 from costmodels.model.memory import (
     STATE_BYTES,
     check_precision,
@@ -124,6 +124,8 @@ def chunk_cost(table: LayerTable, profile: HardwareProfile, plan: Plan, start: i
             pp_s += float(co.cut_p2p_s[start])
             pp_b += float(co.cut_p2p_bytes[start])
     params = float(arr.params[start:end].sum()) / plan.tp
+    if plan.ep > 1 or plan.etp > 1:   # routed experts sharded over ep·etp (costmodels.model.experts)
+        params = float(co.params[start:end].sum())
     z_s = z_b = z_all = 0.0
     if co.zero_collectives:
         # the ZeRO gathers (and per-micro-batch reduce-scatters) of the stage, less what compute
@@ -163,7 +165,6 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     check_precision(precision)
     if isinstance(plan, dict):
         plan = Plan.from_dict(plan)
-    check_axes_implemented(plan)
     if plan.attention == "flash" and not table.fused_attention:   # the model runs materialised attention
         plan = replace(plan, attention="math")
     if plan.cp > 1:   # context parallelism: the per-rank share, cp folded into dp (context_parallel)
@@ -252,6 +253,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                  reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
                                  w_inputs=w_held), runtime, precision))   # allocator.py
+        mems[-1] = fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, precision)
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM
@@ -287,6 +289,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
             comm.append({"kind": "zero", "collective": _zero_collectives(plan), "group_size": plan.dp,
                          "tier": tiers["dp"], "bytes_per_gpu": comm_bytes["zero"], "time_s": zt,
                          "exposed_s": breakdown["zero_exposed"]})
+
+    comm.extend(ep_comm(table, profs[rs], plan, [stages[c] for c in rank_chunks[rs]], m))
 
     stages_detail = []
     for r in range(p):

@@ -127,6 +127,8 @@ FIGURES = {
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False)},
     "context_parallel": {"overlap": ("cp_overlap", 0.0, 1.0, False),
                          "all_gather_kv": ("cp_all_gather", 0, 1, True)},
+    "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
+            "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True)},
 }
 
 
@@ -151,6 +153,9 @@ class RuntimeProfile:
     grad_reduce_bytes: float | None = None
     elementwise_traffic: float | None = None
     host_block_s: float = 0.0                   # host time per block and pass (compute docstring)
+    moe_load_imbalance: float = 1.0             # busiest ep rank's routed tokens / the mean
+                                                # (costmodels.model.experts); 1.0: balanced
+    moe_dispatch_once_per_node: int = 0         # 1: a token crosses the NICs once per node (DeepEP)
     loss_saved_bytes: float | None = None
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient

@@ -41,7 +41,7 @@ from costmodels.contracts.plan import rank_of_stage
 from costmodels.contracts.runnable import ModelDims, check_runnable
 from costmodels.profiles.runtime import load_runtime
 
-_FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit")
+_FAMILIES_WITH_HEADS = ("gpt", "llama", "bert", "vit", "moe")
 
 
 @dataclass
@@ -77,6 +77,9 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
         check_tp_modules(rows, plan)
         if on_this_machine:
             check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
+        if plan.ep > 1:   # the runtime shards autopar's own MoE layers (runtime/step/experts.py)
+            from autopar.runtime.step.experts import check_expert_model
+            check_expert_model(model, plan)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"
@@ -119,7 +122,8 @@ def config_dims(cfg, n_rows: int) -> ModelDims:
     if not isinstance(cfg, ModelConfig) or cfg.family not in _FAMILIES_WITH_HEADS:
         return ModelDims(rows=n_rows)
     return ModelDims(rows=n_rows, heads=cfg.heads, kv_heads=cfg.n_kv_heads, ffn=cfg.ffn_dim,
-                     seq=cfg.tokens_per_sample, tied_ends=bool(getattr(cfg, "tied", False)))
+                     seq=cfg.tokens_per_sample, tied_ends=bool(getattr(cfg, "tied", False)),
+                     experts=cfg.experts if cfg.family == "moe" else 0)
 
 
 # model -> {(tp, sp, recompute, input shapes): None or the (type, args) of the error}; what a

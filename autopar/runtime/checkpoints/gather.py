@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from autopar.runtime.assemble.stages import LocalStages, tensors
 from autopar.runtime.faults import dist as adist
+from autopar.runtime.step.experts import gather_expert
 from costmodels.contracts.plan import Plan
 
 
@@ -29,6 +30,7 @@ def full_state_dict(local: LocalStages, keys: list[str], layout: adist.Layout,
             t = t.detach()
             if hasattr(t, "full_tensor"):
                 t = t.full_tensor()
+            t = gather_expert(stage, n, t)   # expert shards of an ep plan, whole
             if n in local.shards[s]:
                 t = _tp_full(t, local.shards[s][n], tp_group, plan.tp)
             for k in serial_keys:

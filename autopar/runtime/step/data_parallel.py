@@ -48,13 +48,20 @@ def wrap_dp(stage: StageModule, plan: Plan, layout: adist.Layout, device: torch.
         from torch.distributed.fsdp import FSDPModule, fully_shard
         mesh = fsdp_mesh(layout, plan, device.type)
         reshard = plan.zero == 3
+        # expert shards differ per ep rank: FSDP2 leaves them whole (step/experts.py reduces them)
+        from autopar.runtime.step.experts import expert_param_names
+        experts = {stage.get_parameter(n) for n in expert_param_names(stage)} or None
         for row, kind in zip(stage.rows, stage.kinds):
             if kind == "block" and not isinstance(row, FSDPModule):  # a meta build shards early
-                fully_shard(row, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(stage, mesh=mesh, reshard_after_forward=reshard)
+                fully_shard(row, mesh=mesh, reshard_after_forward=reshard, ignored_params=experts)
+        fully_shard(stage, mesh=mesh, reshard_after_forward=reshard, ignored_params=experts)
         return stage
     from torch.nn.parallel import DistributedDataParallel as DDP
     ids = [device.index] if device.type == "cuda" else None
+    from autopar.runtime.step.experts import expert_param_names
+    ignored = expert_param_names(stage)   # expert shards differ per ep rank (step/experts.py)
+    if ignored:
+        DDP._set_params_and_buffers_to_ignore_for_model(stage, ignored)
     with warnings.catch_warnings():  # buffers are identical on every rank: never sync them
         warnings.simplefilter("ignore", FutureWarning)
         ddp = DDP(stage, process_group=sync_group(layout), device_ids=ids,
@@ -118,12 +125,13 @@ class Zero1:
     optimizer over exactly owned parameters steps, each owner broadcasts its parameters to the
     other ranks of the shard group."""
 
-    def __init__(self, params: list[nn.Parameter], peers: list[int], layout: adist.Layout):
+    def __init__(self, params: list[nn.Parameter], peers: list[int], layout: adist.Layout, private=()):
         self.peers = list(peers)
         dp_rank, dp = self.peers.index(layout.rank), len(self.peers)
         self.dp_rank, self.dp, self.layout = dp_rank, dp, layout
+        private = list(private)   # this rank's own (expert shards): stepped here, never broadcast
         if len(params) < dp:  # too few tensors to give each dp rank one: keep state replicated
-            self.owner, self.owned = [], params
+            self.owner, self.owned = [], params + private
             return
         load = [0] * dp
         order = sorted(range(len(params)), key=lambda i: (-params[i].numel(), i))
@@ -133,7 +141,7 @@ class Zero1:
             owner[i] = r
             load[r] += params[i].numel()
         self.owner = list(zip(params, owner))
-        self.owned = [p for p, r in self.owner if r == dp_rank]
+        self.owned = [p for p, r in self.owner if r == dp_rank] + private
         owned_ids = {id(p) for p in self.owned}
         me = weakref.ref(self)  # the hook is global: it must not keep this alive
 

@@ -32,6 +32,11 @@ MODELS = {
     "llama": "llama:layers=3,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8",
     "gpt3h": "gpt:layers=3,hidden=24,heads=3,vocab=64,seq=8,dropout=0",
 }
+# models that cases may name but the plan-space sample (``plan_grid``) does not draw: a MoE
+# (one leading dense block, shared expert) for expert parallelism
+CASE_MODELS = {**MODELS,
+               "moe": "moe:layers=3,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8,experts=4,top_k=2,"
+                      "expert_ffn=16,shared_experts=1,dense_layers=1"}
 RTOL, PARAM_RTOL = 1e-5, 1e-4
 PARAM_FLOOR = 1e-3
 _RECOMPUTE = ("none", "selective", "full")
@@ -134,7 +139,7 @@ def rules_accept(case: SweepCase) -> bool:
     from costmodels.contracts.errors import PlanError
     from costmodels.contracts.plan import Plan
     from costmodels.contracts.runnable import check_runnable
-    cfg = load_model(MODELS[case.model]).config
+    cfg = load_model(CASE_MODELS[case.model]).config
     dims = config_dims(cfg, cfg.layers + 2)   # rows: embedding, blocks, head
     try:
         check_runnable(Plan.from_dict(case.plan_dict), dims, case.micro_batches)
@@ -240,7 +245,7 @@ def make_spec_case(model: str, plan, micro_batches: int, steps: int):
     """A ``verify.Case`` for a MODELS key: global batch dp·micro_batch_size·micro_batches."""
     from autopar.models import load_model
     from autopar.runtime.verify.serial import Case, no_dropout
-    spec = MODELS[model]
+    spec = CASE_MODELS[model]
     source = load_model(spec)
     gb = plan.dp * plan.micro_batch_size * micro_batches
     return Case(model, plan, lambda: no_dropout(source.build("cpu", seed=0)),

@@ -1,0 +1,174 @@
+"""Mixture of Experts: a Llama block whose MLP is a router, E routed SwiGLU experts and optional
+shared experts (Mixtral, Qwen3-MoE, DeepSeek-V3 without MLA), after ``dense_layers`` leading
+dense Llama blocks (DeepSeek-V3's ``first_k_dense_replace``).
+
+Rows: ``embedding``, ``blocks.i``, ``head``, as Llama. Per MoE block, beside attention:
+``h·E`` router weights, ``3·h·f·E`` routed-expert weights (``f`` = ``expert_ffn``) and
+``3·h·f·shared`` shared-expert weights.
+
+The routed experts are stacked weights (``Experts.w1`` of shape (E, f, h), ...), run as a loop
+over the experts on the tokens sorted by expert (what a grouped GEMM runs in one kernel). Each
+token goes to its ``top_k`` experts of highest softmax probability, weighted by those
+probabilities renormalised to sum to 1 (Mixtral's and Qwen3-MoE's ``norm_topk_prob``). With a
+``capacity_factor`` c > 0 an expert computes at most ``ceil(c·tokens·top_k / E)`` of its tokens
+(the first in token order; the rest are dropped, as Switch / GShard do); 0 is dropless.
+
+Traced on meta values (``autopar.trace``), routing is unknowable: the trace runs the balanced
+routing the cost model assumes (every expert gets ``tokens·top_k / E`` tokens), so the FLOPs it
+counts are those of the ``top_k`` of E experts each token actually runs.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.models.config import ModelConfig
+from autopar.models.gpt import LMHead
+from autopar.models.layers import init_weights
+from autopar.models.llama import GQAttention, RMSNorm, SwiGLU, TokenEmbedding
+from costmodels.contracts.errors import SpecError
+
+
+def check_moe_config(cfg: ModelConfig) -> None:
+    """The MoE settings against each other (one SpecError line each)."""
+    if cfg.top_k > cfg.experts:
+        raise SpecError(f"top_k={cfg.top_k} is above experts={cfg.experts}; each token goes to "
+                        "top_k distinct experts: choose top_k <= experts")
+    if cfg.dense_layers >= cfg.layers:
+        raise SpecError(f"dense_layers={cfg.dense_layers} leaves no MoE block of layers={cfg.layers}; "
+                        "choose dense_layers < layers (or use the llama family)")
+
+
+class Router(nn.Module):
+    """Linear gate, softmax over the experts, the top-k renormalised."""
+
+    def __init__(self, hidden: int, experts: int, top_k: int):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.top_k = top_k
+
+    def forward(self, x):
+        probs = F.softmax(self.gate(x).float(), dim=-1)
+        weights, index = probs.topk(self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), index
+
+
+class Experts(nn.Module):
+    """E SwiGLU experts as stacked weights; ``forward`` takes tokens sorted by expert and the
+    count of each (a grouped GEMM's inputs). ``first`` is the global index of expert 0 here
+    (expert parallelism keeps a contiguous slice of the experts on each rank)."""
+
+    def __init__(self, experts: int, hidden: int, ffn: int, first: int = 0):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(experts, ffn, hidden))
+        self.w3 = nn.Parameter(torch.empty(experts, ffn, hidden))
+        self.w2 = nn.Parameter(torch.empty(experts, hidden, ffn))
+        self.num_experts, self.first = experts, first
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w in (self.w1, self.w3, self.w2):
+            nn.init.normal_(w, mean=0.0, std=0.02)
+
+    def forward(self, x, counts: list[int]):
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            xe = x[start:start + n]
+            h = F.silu(xe @ self.w1[e].t()) * (xe @ self.w3[e].t())
+            outs.append(h @ self.w2[e].t())
+            start += n
+        return torch.cat(outs) if outs else x[:0]
+
+
+def route(index: torch.Tensor, experts: int, top_k: int, capacity: int | None):
+    """(order, counts): the token-expert assignments (flattened ``index``) sorted by expert,
+    stable in token order, and the count per expert, the assignments above ``capacity`` per
+    expert dropped."""
+    flat = index.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=experts)
+    if capacity is not None:
+        starts = torch.cumsum(counts, 0) - counts
+        pos = torch.arange(flat.numel(), device=flat.device) - starts[flat[order]]
+        order = order[pos < capacity]
+        counts = counts.clamp(max=capacity)
+    return order, counts.tolist()
+
+
+class MoEFFN(nn.Module):
+    """Router, routed experts, shared experts: ``y = Σ_k w_k·expert_k(x) + shared(x)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.router = Router(cfg.hidden, cfg.experts, cfg.top_k)
+        self.experts = Experts(cfg.experts, cfg.hidden, cfg.expert_ffn_dim)
+        self.shared = (SwiGLU(cfg.hidden, cfg.shared_experts * cfg.expert_ffn_dim)
+                       if cfg.shared_experts else None)
+        self.num_experts, self.top_k, self.capacity_factor = cfg.experts, cfg.top_k, cfg.capacity_factor
+
+    def capacity(self, tokens: int) -> int | None:
+        if not self.capacity_factor:
+            return None
+        return math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        flat = x.reshape(B * T, C)
+        weights, index = self.router(flat)
+        if x.is_meta:   # traced: balanced routing (module docstring)
+            n = B * T * self.top_k // self.num_experts
+            order = torch.arange(n * self.num_experts, device=x.device)
+            counts = [n] * self.num_experts
+        else:
+            order, counts = route(index, self.num_experts, self.top_k, self.capacity(B * T))
+        y = self.dispatch_compute_combine(flat, order, counts, weights.reshape(-1))
+        if self.shared is not None:
+            y = y + self.shared(flat)
+        return y.view(B, T, C)
+
+    def dispatch_compute_combine(self, flat, order, counts, weights):
+        """Gather the tokens in expert order, run the experts, add each output back to its
+        token weighted by its router weight (the one place expert parallelism replaces)."""
+        token = order // self.top_k
+        out = self.experts(flat[token], counts) * weights[order].unsqueeze(-1)
+        return torch.zeros_like(flat).index_add(0, token, out)
+
+
+class MoEBlock(nn.Module):
+    """One class for dense and MoE blocks (as transformers' DeepSeek-V3 decoder layer), so the
+    blocks are one list the trace and the runtime cut into rows."""
+
+    def __init__(self, cfg: ModelConfig, attention: str, dense: bool = False):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.attn = GQAttention(cfg, attention)
+        self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.hidden, cfg.ffn_dim) if dense else MoEFFN(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.attention_norm(x))
+        return x + self.mlp(self.ffn_norm(x))
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg: ModelConfig, attention: str = "math"):
+        super().__init__()
+        self.config = cfg
+        self.embedding = TokenEmbedding(cfg.vocab, cfg.hidden)
+        self.blocks = nn.ModuleList(
+            MoEBlock(cfg, attention, dense=i < cfg.dense_layers)
+            for i in range(cfg.layers))
+        self.head = LMHead(RMSNorm(cfg.hidden, cfg.norm_eps), cfg.hidden, cfg.vocab)
+        init_weights(self)   # linears and embeddings; the experts initialised themselves
+        if cfg.tied:
+            self.head.lm_head.weight = self.embedding.tok.weight
+
+    def forward(self, idx):
+        x = self.embedding(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)

@@ -1,0 +1,247 @@
+"""Expert parallelism in autopar's runtime: each MoE layer's routed experts sharded over the ep
+ranks of the dp group, tokens exchanged with ``all_to_all_single``.
+
+The ep group of a rank is the ``ep`` consecutive dp ranks it sits among (dp coordinate
+``d``: group ``d // ep``, position ``d % ep``; ``Plan.ep`` divides dp), which holds every
+expert once: position ``j`` keeps experts ``[j·E/ep, (j+1)·E/ep)`` (a contiguous slice of the
+stacked weights). The expert-dp group is the ``dp/ep`` ranks at the same position, which hold
+the same experts.
+
+Forward of a MoE layer (``ep_dispatch_compute_combine``, in place of
+``MoEFFN.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
+are sent to the experts' owners (the counts first, then the tokens: one ``all_to_all_single``
+each, gloo and NCCL alike), regrouped by local expert, run, sent back, weighted and summed
+into their tokens. ``torch.distributed.nn.functional.all_to_all_single`` carries the gradient
+back the same way. Dropless (every assignment computed): a capacity factor is not applied
+under ep, whose capacity would be per rank rather than the serial model's per batch.
+
+Gradients: DDP all-reduces the dense parameters over dp (mean) and is told to ignore the expert
+shards; after the backward ``reduce_expert_grads`` sums each expert shard's gradient over its
+expert-dp group and divides by dp: an expert owner's gradient already holds the tokens of its
+whole ep group, so the sum over the expert-dp groups covers every dp rank once — the serial
+model's mean gradient. ZeRO-1 partitions the dense parameters only; each rank steps its own
+expert shards (``Zero1(private=...)``); ZeRO-2/3 shard the dense parameters with FSDP2, which is
+told to leave the expert shards whole (``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep
+group (``gather_expert``).
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+EXPERT_WEIGHTS = ("w1", "w2", "w3")
+
+
+def ep_rank_sets(plan, layout) -> tuple[list[list[int]], list[list[int]]]:
+    """(ep groups, expert-dp groups) of the whole plan as global rank lists (every rank builds
+    the same lists: ``create_groups`` needs them on all)."""
+    ep = plan.ep
+    eps, edps = [], []
+    for pp in range(plan.pp):
+        for tp in range(plan.tp):
+            at = lambda d, pp=pp, tp=tp: layout.rank_at(pp=pp, tp=tp, dp=d)  # noqa: E731
+            eps += [[at(g * ep + j) for j in range(ep)] for g in range(plan.dp // ep)]
+            edps += [[at(g * ep + j) for g in range(plan.dp // ep)] for j in range(ep)]
+    return eps, [g for g in edps if len(g) > 1]
+
+
+def moe_layers(module: nn.Module):
+    """The autopar ``MoEFFN`` layers of ``module`` (the built-in ``moe`` family)."""
+    from autopar.models.moe import MoEFFN
+    return [m for m in module.modules() if isinstance(m, MoEFFN)]
+
+
+def shard_experts(stages: list[nn.Module], plan, layout) -> list[nn.Parameter]:
+    """Keep this rank's slice of every MoE layer's experts and route through the ep exchange
+    (autopar's ``MoEFFN``; transformers' stacked ``gate_up_proj`` / ``down_proj`` experts, called
+    as ``experts(hidden, top_k_index, top_k_weights)``); the expert shards (their gradients
+    reduced by ``reduce_expert_grads``)."""
+    ep = plan.ep
+    j = layout.dp_rank % ep
+    group = _group([layout.rank_at(dp=(layout.dp_rank // ep) * ep + k) for k in range(ep)])
+    shards = []
+    for stage in stages:
+        for m in moe_layers(stage):
+            local = m.num_experts // ep
+            shards += _slice(m.experts, EXPERT_WEIGHTS, j, local, ep, group)
+            m.experts.num_experts, m.experts.first = local, j * local
+            m.ep, m.ep_group, m.capacity_factor = ep, group, 0.0
+            m.dispatch_compute_combine = types.MethodType(ep_dispatch_compute_combine, m)
+        for parent, name, ex in hf_experts(stage):
+            local = ex.num_experts // ep
+            ep_ex = HFExpertShard(ex, j, local, ep, group)
+            setattr(parent, name, ep_ex)
+            shards += [ep_ex.gate_up_proj, ep_ex.down_proj]
+    return shards
+
+
+def _slice(module, names, j, local, ep, group) -> list[nn.Parameter]:
+    out = []
+    for name in names:
+        full = getattr(module, name)
+        p = nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(), requires_grad=full.requires_grad)
+        p.autopar_ep = ep   # gradient clipping counts each expert once (step/clipping.py)
+        setattr(module, name, p)
+        out.append(p)
+    module.ep, module.ep_group = ep, group
+    return out
+
+
+HF_WEIGHTS = ("gate_up_proj", "down_proj")
+
+
+def hf_experts(module: nn.Module):
+    """(parent, attribute, experts) of transformers' stacked-weight experts inside ``module``."""
+    out = []
+    for parent in module.modules():
+        ex = getattr(parent, "experts", None)
+        if (isinstance(ex, nn.Module) and not isinstance(ex, HFExpertShard)
+                and all(isinstance(getattr(ex, n, None), nn.Parameter) for n in HF_WEIGHTS)
+                and isinstance(getattr(ex, "num_experts", None), int) and callable(getattr(ex, "act_fn", None))):
+            out.append((parent, "experts", ex))
+    return out
+
+
+class HFExpertShard(nn.Module):
+    """A transformers experts module's slice ``[first, first + local)`` of experts, run over the ep
+    group: the same call (hidden, top_k_index, top_k_weights) and result as the whole module."""
+
+    def __init__(self, ex: nn.Module, j: int, local: int, ep: int, group):
+        super().__init__()
+        self.act_fn, self.num_experts, self.first = ex.act_fn, local, j * local
+        self.global_experts = ex.num_experts
+        for name in HF_WEIGHTS:
+            full = getattr(ex, name)
+            setattr(self, name, nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(),
+                                             requires_grad=full.requires_grad))
+            getattr(self, name).autopar_ep = ep
+        self.ep, self.ep_group = ep, group
+
+    def run(self, x, counts: list[int]):
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            xe = x[start:start + n]
+            gate, up = nn.functional.linear(xe, self.gate_up_proj[e]).chunk(2, dim=-1)
+            outs.append(nn.functional.linear(self.act_fn(gate) * up, self.down_proj[e]))
+            start += n
+        return torch.cat(outs) if outs else x[:0]
+
+    def forward(self, hidden, top_k_index, top_k_weights):
+        k = top_k_index.size(-1)
+        flat = top_k_index.reshape(-1)
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.global_experts).tolist()
+        token = order // k
+        out = exchange(hidden[token], counts, self.ep, self.ep_group, self.run)
+        out = out * top_k_weights.reshape(-1)[order].unsqueeze(-1).to(out.dtype)
+        return torch.zeros_like(hidden).index_add(0, token, out.to(hidden.dtype))
+
+
+def check_expert_model(model: nn.Module, plan) -> None:
+    """ep needs MoE layers this runtime can shard: those of autopar's ``moe`` family, each with
+    experts divisible by ep (one line otherwise, before any process starts)."""
+    from costmodels.contracts.errors import PlanError
+    layers = moe_layers(model) + [ex for _, _, ex in hf_experts(model)]
+    if not layers:
+        raise PlanError(f"plan field 'ep'={plan.ep}: autopar's runtime shards the experts of its own "
+                        "moe family and transformers' stacked experts (gate_up_proj / down_proj) and "
+                        "finds none in this model; "
+                        "use ep=1, or plan for runtime megatron and export")
+    for m in layers:
+        if m.num_experts % plan.ep:
+            raise PlanError(f"plan field 'ep'={plan.ep} does not divide the {m.num_experts} experts "
+                            "of a MoE layer; choose ep dividing the experts")
+
+
+def expert_param_names(stage: nn.Module) -> list[str]:
+    """Names (in ``stage``) of its expert shards, for DDP to ignore."""
+    return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules() if getattr(m, "ep_group", None)
+            is not None and not hasattr(m, "dispatch_compute_combine")
+            for pn, _ in m.named_parameters(recurse=False)]
+
+
+class AllToAll(torch.autograd.Function):
+    """``dist.all_to_all_single`` with its gradient: the same exchange with the splits swapped."""
+
+    @staticmethod
+    def forward(ctx, x, recv: list[int], send: list[int], group):
+        ctx.recv, ctx.send, ctx.group = recv, send, group
+        out = x.new_empty(sum(recv), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), recv, send, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad.new_empty(sum(ctx.send), *grad.shape[1:])
+        dist.all_to_all_single(out, grad.contiguous(), ctx.send, ctx.recv, group=ctx.group)
+        return out, None, None, None
+
+
+def exchange(x, counts: list[int], ep: int, group, run):
+    """Rows ``x`` (token-expert assignments sorted by global expert, ``counts`` per expert) sent
+    to their experts' owners, run there (``run(rows sorted by local expert, counts per local
+    expert)``) and returned in ``x``'s order."""
+    local = len(counts) // ep
+    cnt = torch.tensor(counts, dtype=torch.int64).view(ep, local)
+    got = torch.empty_like(cnt)
+    dist.all_to_all_single(got, cnt, group=group)          # got[s, e]: source s → local expert e
+    send, recv = cnt.sum(1).tolist(), got.sum(1).tolist()
+    y = AllToAll.apply(x, recv, send, group)
+    sizes = got.reshape(-1).tolist()                        # source-major
+    starts, s = [], 0
+    for n in sizes:
+        starts.append(s)
+        s += n
+    perm = torch.cat([torch.arange(starts[src * local + e], starts[src * local + e] + sizes[src * local + e])
+                      for e in range(local) for src in range(ep)])
+    z = run(y[perm], got.sum(0).tolist())                   # expert-major
+    back = torch.empty_like(z).index_copy(0, perm, z) if z.numel() else z
+    return AllToAll.apply(back, send, recv, group)
+
+
+def ep_dispatch_compute_combine(self, flat, order, counts, weights):
+    """``MoEFFN.dispatch_compute_combine`` over the ep group (module docstring)."""
+    token = order // self.top_k
+    out = exchange(flat[token], counts, self.ep, self.ep_group, self.experts)
+    out = out * weights[order].unsqueeze(-1)
+    return torch.zeros_like(flat).index_add(0, token, out)
+
+
+def reduce_expert_grads(shards: list[nn.Parameter], plan, layout) -> None:
+    """Sum the expert shards' gradients over their expert-dp group and divide by dp."""
+    grads = [p.grad for p in shards if p.grad is not None]
+    if not grads:
+        return
+    edp = plan.dp // plan.ep
+    if edp > 1:
+        j, ep = layout.dp_rank % plan.ep, plan.ep
+        group = _group([layout.rank_at(dp=g * ep + j) for g in range(edp)])
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=group)
+        for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            g.copy_(new)
+    for g in grads:
+        g.div_(plan.dp)
+
+
+def gather_expert(stage: nn.Module, name: str, t: torch.Tensor) -> torch.Tensor:
+    """The whole stacked expert tensor for ``name`` (a shard of ``stage``), else ``t``."""
+    owner = name.rpartition(".")[0]
+    try:
+        m = stage.get_submodule(owner)
+    except AttributeError:
+        return t
+    if getattr(m, "ep_group", None) is None or hasattr(m, "dispatch_compute_combine"):
+        return t
+    parts = [torch.empty_like(t) for _ in range(m.ep)]
+    dist.all_gather(parts, t.contiguous(), group=m.ep_group)
+    return torch.cat(parts, 0)
+
+
+def _group(ranks):
+    from autopar.runtime.faults import dist as adist
+    return adist.group(ranks)

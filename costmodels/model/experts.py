@@ -1,0 +1,236 @@
+"""Expert parallelism: what a plan's ``ep`` (and ``etp``) changes in a row of a Mixture of Experts.
+
+Read by ``coefficients.row_coefficients`` (so ``estimate`` and the search's integer program
+price ep identically) and by ``estimate``'s memory. Per MoE row ``i`` and micro-batch of ``b``
+sequences (``k = b/b0``), with ``V_i = dispatch_bytes_i·k/tp`` (the tokens of one GPU: Megatron
+runs MoE with sequence parallelism over tp, each rank dispatching its slice of the sequence)::
+
+    all-to-all  a2a(V) = α + max(V·(n_in − 1)/ep / β_nvlink,  V·(ep − n_in)/ep / β_nic)
+                n_in = ep ranks on one node (the ep group is carved from dp·cp innermost, next
+                to tp: a stride of tp·… ranks, ``ep_span``); the NVLink and NIC parts run at once
+    forward     + 2·ι·a2a(V)           dispatch and combine, on the critical path (exposed)
+    backward    + 2·ι·a2a(V)           their gradients;  full recompute: + 2·ι·a2a(V) again
+    experts     + X_i·k/(tp·peak)·(ι/eff(g·ep) − 1/eff(g))   forward; ×2 backward (×1 its W part)
+                X_i the routed experts' forward FLOPs, g = X_i·k/(3·E·tp) one expert GEMM at
+                ep = 1 (what ``compute.row_times`` charged them at), g·ep the GEMM each of the
+                E/ep local experts runs when ep ranks send it their tokens: grouped-GEMM
+                efficiency at the tokens per expert, read off the GPU's matmul curve
+    ι           the load-imbalance factor: the busiest rank's tokens over the mean, a runtime-
+                profile figure (``[moe] load_imbalance``; 1.0 when the router is forced to
+                balance), applied to the all-to-alls and to the experts
+
+Parameters on a GPU: ``dense/tp + experts/(ep·etp)``; the dp gradient sync moves them on the dp
+line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factors within
+(n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp, the
+experts over the expert-dp group ``dp·cp/ep``. The dispatch buffers (the received tokens of
+dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE row and
+micro-batch in flight, added to the row's saved activations.
+
+The all-to-alls are counted in the breakdown's ``compute`` (they are on the critical path of the
+row and no key of ``BREAKDOWN_KEYS`` names them) and listed in the estimate's ``comm`` as kind
+``ep``. A dense table (no ``experts`` in any row) is returned unchanged by every function here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from costmodels.model.compute import RowTimes
+from costmodels.model.memory import model_state_bytes
+from costmodels.model.table_arrays import TableArrays
+from costmodels.profiles.hardware import HardwareProfile
+from costmodels.profiles.topology import group_span
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertArrays:
+    """The MoE columns of a table, per row."""
+
+    expert_params: np.ndarray
+    experts: np.ndarray
+    dispatch_bytes: np.ndarray
+    expert_fwd_flops: np.ndarray
+    routed_tokens: np.ndarray
+
+    @property
+    def any(self) -> bool:
+        return bool(self.experts.any())
+
+
+_ARR: dict[int, tuple[TableArrays, ExpertArrays]] = {}
+
+
+def expert_arrays(arr: TableArrays) -> ExpertArrays:
+    """The MoE columns of ``arr``'s table, cached by the arrays' identity."""
+    hit = _ARR.get(id(arr))
+    if hit is not None and hit[0] is arr:
+        return hit[1]
+    rows = arr.table.rows
+    f = lambda name: np.array([float(getattr(r, name, 0) or 0) for r in rows], dtype=float)  # noqa: E731
+    got = ExpertArrays(f("expert_params"), f("experts"), f("dispatch_bytes"), f("expert_fwd_flops"),
+                       f("routed_tokens"))
+    if len(_ARR) > 64:
+        _ARR.clear()
+    _ARR[id(arr)] = (arr, got)
+    return got
+
+
+def ep_degrees(plan) -> tuple[int, int]:
+    """(ep, etp) of a Plan or a search configuration (1, 1 where it has none)."""
+    return int(getattr(plan, "ep", 1) or 1), int(getattr(plan, "etp", 1) or 1)
+
+
+def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:
+    """(ep ranks on one node, nodes the ep group spans): ep is carved from dp·cp innermost, so
+    its stride is the product of the dimensions inside cp / dp in ``mesh_order``."""
+    ep, _ = ep_degrees(plan)
+    order = plan.mesh_order() if hasattr(plan, "mesh_order") else ("tp", "cp", "dp", "pp")
+    sizes = {"tp": plan.tp, "cp": getattr(plan, "cp", 1), "dp": plan.dp, "pp": plan.pp}
+    inner = []
+    for d in order:
+        if d in ("cp", "dp"):
+            break
+        inner.append(d)
+    placement = ",".join(inner + ["ep"])
+    return group_span(placement, {**sizes, "ep": ep}, "ep", gpus_per_node)
+
+
+def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None):
+    """(bytes each GPU sends, seconds) of one all-to-all over the ep group, ``nbytes`` the whole
+    buffer of one GPU (module docstring). ``top_k`` (per row) given: the runtime sends a token
+    once per destination node over the NICs and fans it out over NVLink there (DeepEP's
+    dispatch, the runtime profile's ``[moe] dispatch_once_per_node``): the inter-node bytes are
+    those of the expected distinct remote nodes a token's k experts sit on, with the experts
+    spread evenly over the N nodes of the ep group, ``(N − 1)·(1 − (1 − 1/N)^k)`` copies
+    instead of ``k·(ep − n_in)/ep``."""
+    ep, _ = ep_degrees(plan)
+    nbytes = np.asarray(nbytes, dtype=float)
+    if ep <= 1:
+        return nbytes * 0.0, nbytes * 0.0
+    n_in, nodes = ep_span(plan, profile.gpus_per_node)
+    intra_a, intra_b = profile.tier("intra_node").alpha_beta("all_to_all")
+    inter_a, inter_b = profile.tier("inter_node").alpha_beta("all_to_all")
+    intra = nbytes * (n_in - 1) / ep
+    inter = nbytes * (ep - n_in) / ep
+    if top_k is not None and nodes > 1:
+        k = np.maximum(np.asarray(top_k, dtype=float), 1.0)
+        copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+        inter = np.minimum(inter, nbytes / k * copies)
+    alpha = inter_a if ep > n_in else intra_a
+    t = alpha + np.maximum(intra / intra_b, inter / inter_b)
+    return intra + inter, np.where(nbytes > 0, t, 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertTerms:
+    """Per-row additions of one configuration (seconds and bytes per micro-batch and GPU)."""
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    bwd_w_s: np.ndarray
+    recompute_s: np.ndarray
+    a2a_bytes: np.ndarray      # fwd + bwd (+ recompute) all-to-all bytes each GPU sends
+    a2a_s: np.ndarray          # their seconds
+    params: np.ndarray         # parameters on one GPU: dense/tp + experts/(ep·etp)
+    buffer_bytes: np.ndarray   # dispatch buffers, per micro-batch in flight
+
+
+def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
+                 imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0),
+                 dedup: bool = False) -> ExpertTerms | None:
+    """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
+    table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
+    which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
+    ep shard."""
+    ea = expert_arrays(arr)
+    if not ea.any:
+        return None
+    ep, etp = ep_degrees(plan)
+    tp, b = plan.tp, plan.micro_batch_size
+    k = b / arr.table.micro_batch
+    moe = ea.experts > 0
+    v = ea.dispatch_bytes * k / tp
+    top_k = ea.routed_tokens / (arr.table.micro_batch * arr.table.seq) if dedup else None
+    one_b, one_s = all_to_all_s(v * imbalance, plan, profile, top_k)
+    passes = 2.0
+    rec_pass = 2.0 if recompute == "full" else 0.0
+    peak = profile.peak_flops_per_s(arr.table.act_dtype_bytes)
+    x = ea.expert_fwd_flops * k / tp
+    g = np.where(moe, x / (3.0 * np.maximum(ea.experts, 1.0)), 1.0)
+    eff1 = profile.matmul_efficiency(np.maximum(g, 1.0))
+    eff_ep = profile.matmul_efficiency(np.maximum(g * ep, 1.0))
+    gemm = np.where(moe, x / peak * (imbalance / eff_ep - 1.0 / eff1), 0.0)
+    fwd = gemm + passes * one_s
+    bwd = 2.0 * gemm + passes * one_s
+    rec = np.where(moe, rec_pass / 2.0 * (gemm + passes * one_s), 0.0) if rec_pass else np.zeros(arr.n)
+    params = (arr.params - ea.expert_params) / tp + ea.expert_params / (ep * etp)
+    if any(zero_param_s):
+        fwd = fwd + zero_param_s[0] * (params - arr.params / tp)
+        bwd = bwd + zero_param_s[1] * (params - arr.params / tp)
+    return ExpertTerms(fwd_s=fwd, bwd_s=bwd, bwd_w_s=gemm, recompute_s=rec,
+                       a2a_bytes=(2 * passes + rec_pass) * one_b,
+                       a2a_s=(2 * passes + rec_pass) * one_s, params=params,
+                       buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0))
+
+
+def with_expert_times(rt: RowTimes, moe: ExpertTerms) -> RowTimes:
+    """``rt`` with the MoE additions in its compute arrays (module docstring: the all-to-alls are
+    on the row's critical path, so they are counted where the row's own time is)."""
+    return replace(rt, fwd_s=rt.fwd_s + moe.fwd_s, bwd_s=rt.bwd_s + moe.bwd_s,
+                   bwd_w_s=rt.bwd_w_s + moe.bwd_w_s, recompute_s=rt.recompute_s + moe.recompute_s)
+
+
+def expert_state_bytes(arr: TableArrays, plan, precision: str) -> np.ndarray | None:
+    """σ_i: weights + grads + optimizer state per row on one GPU, the dense part ZeRO-sharded
+    over dp and the experts over dp·cp/ep (None for a dense table)."""
+    ea = expert_arrays(arr)
+    if not ea.any:
+        return None
+    ep, etp = ep_degrees(plan)
+    dense = (arr.params - ea.expert_params) / plan.tp
+    experts = ea.expert_params / (ep * etp)
+    edp = max(1, plan.dp * getattr(plan, "cp", 1) // ep)
+    d = sum(model_state_bytes(1.0, plan.dp, plan.zero, precision))
+    e = sum(model_state_bytes(1.0, edp, plan.zero, precision))
+    return dense * d + experts * e
+
+
+def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) -> dict:
+    """``memory.stage_memory``'s breakdown with the routed experts' states as ep shards them
+    (it charged them as dense parameters, ``experts/tp`` sharded over dp)."""
+    ea = expert_arrays(arr)
+    if not ea.any:
+        return mem
+    ep, etp = ep_degrees(plan)
+    pe = float(sum(ea.expert_params[s:e].sum() for s, e in chunks))
+    if pe == 0.0:
+        return mem
+    edp = max(1, plan.dp * getattr(plan, "cp", 1) // ep)
+    was = model_state_bytes(pe / plan.tp, plan.dp, plan.zero, precision)
+    now = model_state_bytes(pe / (ep * etp), edp, plan.zero, precision)
+    out = dict(mem)
+    for key, a, b in zip(("params", "grads", "optimizer"), was, now):
+        out[key] = max(0.0, mem[key] - a + b)
+    out["total"] = sum(out[kk] for kk in ("params", "grads", "optimizer", "gathered", "activations", "reserve"))
+    return out
+
+
+def ep_comm(table, profile: HardwareProfile, plan, chunks, m: int) -> list[dict]:
+    """The estimate's ``comm`` entry of the expert all-to-alls of the slowest rank's ``chunks``
+    over a step of ``m`` micro-batches (none without ep or experts)."""
+    from costmodels.model.table_arrays import table_arrays
+    from costmodels.profiles.runtime import load_runtime
+    ep, _ = ep_degrees(plan)
+    arr = table_arrays(table)
+    if ep <= 1 or not expert_arrays(arr).any:
+        return []
+    rt = load_runtime(plan.runtime)
+    t = expert_terms(arr, profile, plan, plan.recompute, rt.moe_load_imbalance,
+                     dedup=bool(rt.moe_dispatch_once_per_node))
+    nbytes = m * float(sum(t.a2a_bytes[s:e].sum() for s, e in chunks))
+    secs = m * float(sum(t.a2a_s[s:e].sum() for s, e in chunks))
+    n_in, nodes = ep_span(plan, profile.gpus_per_node)
+    return [{"kind": "ep", "collective": "all_to_all", "group_size": ep,
+             "tier": "inter_node" if nodes > 1 else "intra_node", "bytes_per_gpu": nbytes,
+             "time_s": secs, "exposed_s": secs}]
