@@ -132,7 +132,9 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
             continue
         hw, spec = _profile(r["gpu"]), PRESET.get(r["model"])
         seq, gpus, batch = int(r["seq"]), int(r["gpus"]), int(r["global_batch"])
-        plan = _plan(r, NEMO_RUNTIME)
+        # these sweeps ran FP8 (the rows' precision): the cp plan and its no-CP baseline are both
+        # priced in FP8, so the ratio compares layouts, not number formats
+        plan = _plan(r, NEMO_RUNTIME).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
         # the B200 rows' published degrees multiply to gpus / 4 (the row's notes): taken as
         # published, on their own world; a speed-up is a per-GPU throughput ratio either way
         gpus = plan.world_size
@@ -142,7 +144,8 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
         try:
             tbl = table(spec, seq)
             cp_step = estimate(tbl, hw, plan, gpus, batch).step_time_s
-            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": NEMO_RUNTIME}, top=1, table=tbl,
+            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": NEMO_RUNTIME, "precision": plan.precision},
+                          top=1, table=tbl,
                           time_limit_s=time_limit_s)
             x["baseline"] = base.plans[0].plan.label()
             x["predicted"] = base.plans[0].prediction["step_time_s"] / cp_step

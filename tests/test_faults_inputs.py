@@ -78,7 +78,7 @@ def test_fewest_gpus_with_both_targets_is_refused_before_tracing(capsys, monkeyp
 
 @pytest.mark.parametrize("argv, needle", [
     (["--model", "gpt3-175b"], "is a plans file for gpt:layers=2"),
-    (["--gpus", "8"], "dp·tp·pp = 2·1·1 = 2 but --gpus is 8"),
+    (["--gpus", "8"], "dp·cp·tp·pp = 2·1·1·1 = 2 but --gpus is 8"),
     (["--global-batch", "3"], "global batch 3 is not divisible by dp·micro_batch_size = 2·1"),
 ])
 def test_estimate_checks_a_plans_file_before_tracing(tmp_path, capsys, monkeypatch, argv, needle):

@@ -40,7 +40,7 @@ def test_verify_errors_are_one_line():
     r = _run([sys.executable, "-m", "autopar.cli.main", "verify", "gpt2-small",
               "--plan", '{"dp": 3}', "--nproc", "2"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert "--nproc 2 != dp·tp·pp" in r.stderr
+    assert "--nproc 2 != dp·cp·tp·pp" in r.stderr
 
 
 def test_train_gpt_example_loss_falls():

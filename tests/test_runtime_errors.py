@@ -38,7 +38,7 @@ def test_world_size_mismatch_names_dp_tp_pp(no_torchrun, monkeypatch):
     model = load_model(SPEC).build("cpu")
     with pytest.raises(PlanError) as e:
         autopar.apply(model, Plan(dp=2, tp=2))
-    assert "world size 3" in str(e.value) and "dp·tp·pp = 4" in str(e.value)
+    assert "world size 3" in str(e.value) and "dp·cp·tp·pp = 4" in str(e.value)
     assert not torch.distributed.is_initialized()
 
 

@@ -73,6 +73,9 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
     if ddp_rule(load_runtime(RUNTIMES["torchtitan"]), plan):   # the fsdp profile owns the rule
         out.append(Problem("zero", 0, "torchtitan runs DDP only as the sole parallelism, not beside "
                            "tp or pp", {"zero": 2}))
+    if plan.pp > 1 and plan.schedule not in SCHEDULES:   # the zero-bubble schedules
+        out.append(Problem("schedule", plan.schedule, "this exporter writes torchtitan's GPipe, 1F1B and "
+                           "Interleaved1F1B schedules", {"schedule": "interleaved-1f1b" if plan.vpp > 1 else "1f1b"}))
     if plan.tp > 1 and not plan.sequence_parallel:
         out.append(Problem("sequence_parallel", False, "torchtitan's tensor parallel always shards "
                            "the sequence", {"sequence_parallel": True}))

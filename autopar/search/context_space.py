@@ -29,7 +29,7 @@ from typing import Any
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.runnable import ModelDims, check_context_parallel
 from costmodels.profiles.runtime import load_runtime
-from costmodels.profiles.runtime_rules import context_parallel_rule, hsdp_rule
+from costmodels.profiles.runtime_rules import context_parallel_rule, ddp_rule, hsdp_rule
 
 CP_MIN_SEQ = 16_384
 CP_MAX = 32
@@ -80,7 +80,7 @@ def with_context_parallel(inner, shape, gpus: int, global_batch: int, gpus_per_n
                        max_micro_batch, zero_bubble):
             if cp > 1:
                 c = replace(c, cp=cp)
-                if context_parallel_rule(rt, c):
+                if context_parallel_rule(rt, c) or ddp_rule(rt, c):
                     continue
                 try:
                     check_context_parallel(c, dims)

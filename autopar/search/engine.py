@@ -160,8 +160,10 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
                           max_micro_batch, zero_bubble)
     nearest = None
-    if frontier.stats.configurations == 0 and objective == "step_time":
-        # no plan uses every GPU: plan on the nearest count below (fewest idle), name both sides
+    pinned = set(fix) - {"runtime", "precision", "attention", "placement"}
+    if frontier.stats.configurations == 0 and objective == "step_time" and not pinned:
+        # no plan uses every GPU: plan on the nearest count below (fewest idle), name both sides;
+        # not when the user pinned a degree or schedule (their pin, not the count, rules plans out)
         from autopar.search.gpu_counts import nearest_gpu_counts
         nearest = nearest_gpu_counts(shape, gpus, global_batch, costs.profile.gpus_per_node, fix,
                                      allow_cross_node_tp, max_micro_batch, zero_bubble)
@@ -341,6 +343,13 @@ def enumerate_plans(costs, *, gpus: int, global_batch: int, fix: dict | None = N
     return merge_zero_ties(out)
 
 
+def _layout(plan) -> dict:
+    """A plan's fields but its ZeRO stage and split (what ``merge_zero_ties`` compares)."""
+    d = plan.to_dict()
+    d.pop("zero"), d.pop("stages")
+    return d
+
+
 def merge_zero_ties(entries: list) -> list:
     """``[(key, plan, prediction)]`` best first, with plans that differ only in their ZeRO stage
     at the same step time shown once, the one with less memory (as the search's top-k does,
@@ -349,7 +358,7 @@ def merge_zero_ties(entries: list) -> list:
     for k, plan, pred in entries:
         for i, (_, p2, pr2) in enumerate(out):
             t1, t2 = pred["step_time_s"], pr2["step_time_s"]
-            if (plan.zero != p2.zero and plan.with_(zero=0, stages=None) == p2.with_(zero=0, stages=None)
+            if (plan.zero != p2.zero and _layout(plan) == _layout(p2)
                     and abs(t1 - t2) <= 1e-9 * max(t1, t2)):
                 if pred["memory_bytes"]["total"] < pr2["memory_bytes"]["total"]:
                     out[i] = (k, plan, pred)

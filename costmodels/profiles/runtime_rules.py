@@ -29,7 +29,8 @@ def ddp_rule(rt: RuntimeProfile, plan) -> str | None:
     (``ddp_beside_model_parallel = false``: torchtitan). The one owner of that fact: the search,
     ``estimate`` and the torchtitan exporter all ask this rule."""
     model_parallel = getattr(plan, "tp", 1) > 1 or getattr(plan, "pp", 1) > 1
-    if (not rt.ddp_beside_model_parallel and getattr(plan, "zero", 0) == 0 and getattr(plan, "dp", 1) > 1
+    replicas = getattr(plan, "dp", 1) * getattr(plan, "cp", 1)   # gradients sync over dp·cp
+    if (not rt.ddp_beside_model_parallel and getattr(plan, "zero", 0) == 0 and replicas > 1
             and model_parallel):
         return (f"runtime '{rt.name}' runs DDP (ZeRO-0 with dp > 1) only as the sole parallelism, not "
                 "beside tp or pp; shard with ZeRO-2 or 3")
