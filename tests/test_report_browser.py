@@ -68,7 +68,7 @@ def assert_report_renders(browser, path, shot, n_plans):
     for kind, has_svg, w, h, paths in charts:
         assert has_svg and w > 200 and h > 80 and paths > 5, (kind, w, h, paths)
     sections = browser.execute_script("return Array.from(document.querySelectorAll('section')).map(s => s.id)")
-    assert sections == ["ranked", "why", "step-time", "memory", "timeline", "comm", "scaling", "diff"]
+    assert sections == ["ranked", "why", "step-time", "memory", "timeline", "comm", "scaling", "run", "diff"]
     rows = browser.execute_script("return document.querySelectorAll('#ranked tbody tr').length")
     assert rows == n_plans
     # the screenshot is not blank: many colours, and plenty of non-background pixels
