@@ -184,7 +184,8 @@ class Frontier:
                 if cand.prediction["memory_bytes"]["total"] < shown.prediction["memory_bytes"]["total"]:
                     self.results[i] = cand
                 return
-        self.results.append(cand)
+        if len(self.results) < self.top:   # a tie popped after the top-k is full merges or goes
+            self.results.append(cand)
 
     def describe(self) -> str:
         best = (f"best {self.results[0].prediction['step_time_s']:.4g} s" if self.results
