@@ -3,12 +3,14 @@ fit of each (GPU, stack)'s one FP8 constant, ``fp8_matmul_scale``.
 
 Each row becomes an ``Fp8Run`` (the FP8 run, and where the source gives it the BF16 run of the
 same layout and release beside it, ``pair_row_id``). Rows autopar cannot express are left out
-with their reason (``skipped``): JAX stacks (MaxText, Paxml: no runtime profile), context
-parallelism (``cp > 1``: not in this branch's cost model), NVFP4.
+with their reason (``skipped``): JAX stacks (MaxText, Paxml: no runtime profile), NVFP4. Rows with
+context parallelism (``cp > 1``) are scored with their cp (``costmodels.model.context_parallel``).
 
 How rows become plans (a rule of this harness, stated, not fitted):
 
-* stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine); torchtitan and the
+* stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine) with the switches the
+  row's recipe sets (``nemo_recipes.nemo_runtime``: distributed-optimizer overlaps, TP-comm
+  overlap as the yaml says or, unstated at tp > 1, inferred on); torchtitan and the
   torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
@@ -16,7 +18,7 @@ How rows become plans (a rule of this harness, stated, not fitted):
 * model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
   ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
   FLOPs); GPT-3 and MPT as ``gpt`` (tied, dropout 0);
-* plan: dp = gpus / (tp·pp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
+* plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
   parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
   mean of the none and full estimates (as ``open_runs`` does);
@@ -37,6 +39,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from costmodels.calibration.nemo_recipes import nemo_runtime
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
@@ -136,10 +139,11 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         hw, hbm = _hardware(r["gpu"])
         fw = r["framework"]
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
-        runtime = COMPOSER_RUNTIME if stack == "composer" else stack
-        gpus, tp, pp = int(r["gpus"]), int(r["tp"]), int(r["pp"])
+        gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
+        runtime = (COMPOSER_RUNTIME if stack == "composer"
+                   else nemo_runtime(r["notes"], tp)[0] if stack == "megatron" else stack)
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
-        dp = gpus // (tp * pp)
+        dp = gpus // (tp * pp * cp)
         mb = int(r["micro_batch"])
         gb = int(_f(r["global_batch"]) or dp * mb)
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
@@ -147,7 +151,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         zero = 3 if r["zero"].startswith("3") else 1
         sp = tp > 1 and r["sequence_parallel"].startswith("true")
         rc = r["recompute"]
-        base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
+        base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
                     schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime)
         if rc.startswith("full"):
             bplans = (base.with_(recompute="full"),)
@@ -175,8 +179,6 @@ def _why_not(r) -> str:
     fw = r["framework"]
     if "JAX" in fw:
         return "JAX stack (MaxText / Paxml): no autopar runtime profile"
-    if int(r["cp"]) > 1:
-        return "context parallelism (cp > 1) is not in this branch's cost model"
     if r["precision"] not in ("fp8", "mxfp8"):
         return f"precision {r['precision']} not planned"
     if _hardware(r["gpu"])[0] is None:
