@@ -15,9 +15,11 @@ is EMPTY and every row below is a check row; a row is never used to tune anythin
 parallelism), a GPU with a shipped profile (H100 SXM, B200; not GB200), its dp/tp/pp/cp given,
 and a published step time. The dgxc_nemo_h100.csv rows come with their model spec and runtime;
 cp_runs.csv rows already in dgxc_nemo_h100.csv (same model, GPUs, plan) are scored once.
-Per-row runtime from the ``framework`` column: NeMo / Megatron-core →
-``megatron:overlap_grad_reduce,overlap_param_gather`` (NeMo's defaults, as dgxc_nemo_h100.csv
-states), torchtitan / AutoModel → ``fsdp``.
+Per-row runtime (``costmodels.calibration.cp_runs``): NeMo / Megatron-core →
+``megatron:overlap_grad_reduce,overlap_param_gather`` plus the switches the row's yaml sets
+(``costmodels.calibration.nemo_recipes``: TP-comm overlap as stated, inferred on at tp > 1 where
+not stated; a dgxc_nemo_h100.csv row reads the notes of the same run in cp_runs.csv),
+torchtitan / AutoModel → ``fsdp``.
 
 **Speed-ups** (``speedup_rows``): NeMo's long-sequence tables (performance_long_sequence.md:
 Llama 2 7B on H100, Llama 3 8B on B200) give, per sequence length, the cp run and the best run
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import re
 import sys
 import time
@@ -39,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costmodels.calibration.cp_runs import cp_runtime  # noqa: E402
+from costmodels.calibration.nemo_recipes import recipe_notes, row_notes  # noqa: E402
 from costmodels.contracts.errors import AutoparError  # noqa: E402
 from costmodels.contracts.plan import Plan  # noqa: E402
 from costmodels.model.estimate import estimate  # noqa: E402
@@ -65,8 +70,19 @@ def _int(x, default=None):
     return int(m.group(1)) if m else default
 
 
-def _runtime(framework: str) -> str:
-    return "fsdp" if ("torchtitan" in framework or "AutoModel" in framework) else NEMO_RUNTIME
+def _short(label: str) -> str:
+    """A plan label without NeMo's default runtime (its extra switches kept, after a +)."""
+    return label.replace(" runtime:" + NEMO_RUNTIME + ",", " +").replace(" runtime:" + NEMO_RUNTIME, "")
+
+
+def _runtime(r: dict) -> str:
+    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
+
+
+@functools.cache
+def _notes() -> dict:
+    """The yaml notes of every copy of a NeMo run (``nemo_recipes.recipe_notes``)."""
+    return recipe_notes(DATA / "dgxc_nemo_h100.csv", DATA / "cp_runs.csv", DATA / "fp8_runs.csv")
 
 
 def _profile(gpu: str) -> str | None:
@@ -89,7 +105,7 @@ def step_rows() -> list[dict]:
     for r in csv.DictReader(open(DATA / "dgxc_nemo_h100.csv")):
         if _int(r["cp"], 1) < 2:
             continue
-        plan = _plan(r, r["runtime"])
+        plan = _plan(r, _runtime(r))
         out.append(dict(id=r["row_id"], source="dgxc_nemo_h100", spec=r["model_spec"], seq=int(r["seq"]),
                         hw=r["hardware"], gpus=int(r["gpus"]), batch=int(r["global_batch"]), plan=plan,
                         published=float(r["published_step_s"])))
@@ -99,7 +115,7 @@ def step_rows() -> list[dict]:
         if (_int(r["cp"], 1) < 2 or r["precision"] != "bf16" or hw is None or spec is None
                 or not r["step_time_s"] or not r["dp"] or _int(r["layers"]) not in (None, table(spec, 4096).layers)):
             continue
-        plan = _plan(r, _runtime(r["framework"]))
+        plan = _plan(r, _runtime(r))
         if (spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp) in seen:
             continue
         seen.add((spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp))
@@ -134,7 +150,8 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
         seq, gpus, batch = int(r["seq"]), int(r["gpus"]), int(r["global_batch"])
         # these sweeps ran FP8 (the rows' precision): the cp plan and its no-CP baseline are both
         # priced in FP8, so the ratio compares layouts, not number formats
-        plan = _plan(r, NEMO_RUNTIME).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
+        runtime = _runtime(r)
+        plan = _plan(r, runtime).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
         # the B200 rows' published degrees multiply to gpus / 4 (the row's notes): taken as
         # published, on their own world; a speed-up is a per-GPU throughput ratio either way
         gpus = plan.world_size
@@ -144,7 +161,7 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
         try:
             tbl = table(spec, seq)
             cp_step = estimate(tbl, hw, plan, gpus, batch).step_time_s
-            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": NEMO_RUNTIME, "precision": plan.precision},
+            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": runtime, "precision": plan.precision},
                           top=1, table=tbl,
                           time_limit_s=time_limit_s)
             x["baseline"] = base.plans[0].plan.label()
@@ -167,7 +184,7 @@ def main() -> int:
     for x in rows:
         pred = f"{x['predicted']:.2f}" if x["predicted"] is not None else "refused"
         err = f"{100 * x['error']:+.1f}%" if x["error"] is not None else x.get("why", "")[:60]
-        print(f"| {x['id']} | {x['source']} | {x['hw']} | {x['plan'].label().replace(' runtime:' + NEMO_RUNTIME, '')} "
+        print(f"| {x['id']} | {x['source']} | {x['hw']} | {_short(x['plan'].label())} "
               f"| {x['published']:.2f} | {pred} | {err} | "
               + (f"{100 * x['twin_error']:+.1f}% |" if x.get("twin_error") is not None else "– |"))
     scored = [x for x in rows if x["error"] is not None]
@@ -185,8 +202,8 @@ def main() -> int:
     for x in sp:
         pred = f"{x['predicted']:.2f}" if x["predicted"] is not None else "–"
         err = f"{100 * x['error']:+.1f}%" if x["error"] is not None else x.get("why", "")
-        print(f"| {x['id']} | {x['gpus']} | {x['plan'].label().replace(' runtime:' + NEMO_RUNTIME, '')} "
-              f"| {x.get('baseline', '–').replace(' runtime:' + NEMO_RUNTIME, '')} "
+        print(f"| {x['id']} | {x['gpus']} | {_short(x['plan'].label())} "
+              f"| {_short(x.get('baseline', '–'))} "
               f"| {x['published']:.2f} | {pred} | {err} |")
     ok = [x for x in sp if x["error"] is not None]
     within = sum(abs(x["error"]) <= 0.10 for x in ok)

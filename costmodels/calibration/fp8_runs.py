@@ -10,7 +10,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
 
 * stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine) with the switches the
   row's recipe sets (``nemo_recipes.nemo_runtime``: distributed-optimizer overlaps, TP-comm
-  overlap as the yaml says or, unstated at tp > 1, inferred on); torchtitan and the
+  overlap as the yaml says — in this row or in another copy of the same run in
+  ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
+  unstated at tp > 1, inferred on); torchtitan and the
   torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
@@ -39,7 +41,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from costmodels.calibration.nemo_recipes import nemo_runtime
+from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
@@ -128,6 +130,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
     """(the scorable FP8 runs, [(row_id, why not scorable)])."""
     rows = read_rows(path)
     by_id = {r["row_id"]: r for r in rows}
+    notes = recipe_notes(path, path.parent / "dgxc_nemo_h100.csv", path.parent / "cp_runs.csv")
     runs, skipped = [], []
     for r in rows:
         if r["precision"] == "bf16":
@@ -141,7 +144,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
         gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
         runtime = (COMPOSER_RUNTIME if stack == "composer"
-                   else nemo_runtime(r["notes"], tp)[0] if stack == "megatron" else stack)
+                   else nemo_runtime(row_notes(r, notes), tp)[0] if stack == "megatron" else stack)
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
         dp = gpus // (tp * pp * cp)
         mb = int(r["micro_batch"])

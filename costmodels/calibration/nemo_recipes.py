@@ -21,10 +21,19 @@ The switches (runtime-profiles/megatron.toml says what each prices):
   recipe states, never on a row's error; ``inferred`` says when it was used.
 * ``distributed_fused_adam`` and ``bf16_grad_reduce`` only where the row's notes say so
   (``distributed_fused_adam``, ``grad_sync_dtype bf16``).
+
+One run appears in several open CSVs (a dgxc-benchmarking README table row is in
+``dgxc_nemo_h100.csv``, ``cp_runs.csv`` and ``fp8_runs.csv``, BF16 and FP8 runs of one yaml side
+by side) and only some copies carry the yaml's switches. ``recipe_notes`` indexes the notes of
+every copy by (release, README file, GPUs) — ``readme_key`` — so each copy is priced with what
+its yaml set (e.g. the v24.11.1 Nemotron-4 340B yaml's ``ub_tp_comm_overlap false``, stated in
+``dgxc_nemo_h100.csv`` only, holds for its FP8 rows in ``fp8_runs.csv`` too).
 """
 from __future__ import annotations
 
+import csv
 import re
+from pathlib import Path
 
 NEMO_BASE = ("overlap_grad_reduce", "overlap_param_gather")
 _UB = re.compile(r"ub_tp_comm_overlap\s*[:=]?\s*(true|false)", re.IGNORECASE)
@@ -49,3 +58,40 @@ def nemo_runtime(notes: str, tp: int, base: tuple[str, ...] = NEMO_BASE) -> tupl
     if "grad_sync_dtype bf16" in (notes or ""):
         opts.append("bf16_grad_reduce")
     return "megatron" + (":" + ",".join(opts) if opts else ""), inferred
+
+
+_README = re.compile(r"(v\d+\.\d+\.\d+).*?(\w+/README\w*\.md)")
+
+
+def readme_key(source_ref: str, gpus) -> tuple[str, str, int] | None:
+    """(release, README file, GPUs) of a dgxc-benchmarking row, or None for other sources."""
+    m = _README.search(source_ref or "")
+    return (m.group(1), m.group(2), int(gpus)) if m else None
+
+
+def recipe_notes(*paths: Path) -> dict[tuple[str, str, int], str]:
+    """``readme_key`` → the notes of every copy of that run in the CSVs ``paths`` (those that
+    exist), joined: what any copy says of the yaml (module docstring)."""
+    out: dict[tuple[str, str, int], str] = {}
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                key = readme_key(r.get("source_ref", ""), r.get("gpus") or 0)
+                text = _said(r)
+                if key and text and text not in out.get(key, ""):
+                    out[key] = (out.get(key, "") + " " + text).strip()
+    return out
+
+
+def row_notes(row: dict, index: dict) -> str:
+    """The row's own notes and those of its other copies (``recipe_notes``)."""
+    key = readme_key(row.get("source_ref", ""), row.get("gpus") or 0)
+    return (_said(row) + " " + index.get(key, "")).strip()
+
+
+def _said(row: dict) -> str:
+    """What a row says of its recipe: its notes and its ``zero`` column (the open CSVs write
+    e.g. ``1 (distributed_fused_adam)`` there)."""
+    return " ".join(x for x in (row.get("notes") or "", row.get("zero") or "") if x)
