@@ -76,3 +76,49 @@ def test_fp8_replaces_the_stacks_own_bf16_matmul_time(runtime):
         a, b = (estimate(t, prof, p, 4, 8).step_time_s for prof in (h100, folded))
         assert a == pytest.approx(b, rel=1e-9)
     assert estimate(t, h100, plan.with_(precision="fp8"), 4, 8).step_time_s < estimate(t, h100, plan, 4, 8).step_time_s
+
+
+def test_te_fused_swiglu_keeps_one_mlp_width_tensor_fewer():
+    from types import SimpleNamespace
+
+    from synthetic_tables import gpt_table
+
+    from costmodels.model.table_arrays import table_arrays
+    from costmodels.model.te_activations import te_saved_less
+    te = SimpleNamespace(kernel_stack="transformer-engine")
+    fused = llama_table(2, 1024, 8, 2, 2816, 1000, 512, model="l")   # one h -> 2f GEMM, 3f counted
+    assert not te_saved_less(table_arrays(fused), Plan(tp=2), te, 2, 2).any()
+    eager = dataclasses.replace(fused, model="l-eager", rows=tuple(   # gate and up apart, as traced
+        dataclasses.replace(r, matmul_dims=tuple(d for m, n, k in r.matmul_dims for d in (
+            ((m, n // 2, k), (m, n // 2, k)) if n == 2 * 2816 else ((m, n, k),))))
+        for r in fused.rows))
+    arr = table_arrays(eager)
+    less = te_saved_less(arr, Plan(tp=2), te, 2, 2)
+    assert list(less[arr.is_block]) == [2 * 512 * 2816 * 2 / 2] * 2 and not less[~arr.is_block].any()
+    assert not te_saved_less(arr, Plan(tp=2, recompute="full"), te, 2, 2).any()
+    assert not te_saved_less(arr, Plan(tp=2), SimpleNamespace(kernel_stack="torch-sdpa"), 2, 2).any()
+    gpt = table_arrays(gpt_table(2, 1024, 8, 1000, 512))   # a two-matmul MLP: nothing to save
+    assert not te_saved_less(gpt, Plan(), te, 1, 1).any()
+
+
+def test_te_backward_hides_the_dgrad_collective_behind_wgrad():
+    """Without userbuffers, TE's linear backward runs the column-parallel dgrad reduce-scatter
+    (all-reduce without SP) behind the wgrad GEMM: half the SP backward TP time stays (the
+    row-parallel grad all-gather), none of the all-reduce; the forward is untouched."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from costmodels.model.compute import RowTimes
+    from costmodels.model.te_backward_overlap import te_async_backward
+    z = np.zeros(2)
+    rt = RowTimes(fwd_s=np.ones(2), bwd_s=np.full(2, 2.0), recompute_s=z, tp_fwd_s=np.full(2, 0.4),
+                  tp_bwd_s=np.full(2, 0.4), tp_recompute_s=z, tp_bytes_fwd=z, tp_bytes_bwd=z,
+                  tp_bytes_recompute=z, bwd_w_s=np.array([1.0, 0.1]))
+    te = SimpleNamespace(kernel_stack="transformer-engine", tp_comm_overlap=0)
+    sp = te_async_backward(rt, te, 4, True)
+    assert list(sp.tp_bwd_s) == pytest.approx([0.2, 0.3]) and list(sp.tp_fwd_s) == [0.4, 0.4]
+    assert list(te_async_backward(rt, te, 4, False).tp_bwd_s) == pytest.approx([0.0, 0.3])
+    ub = SimpleNamespace(kernel_stack="transformer-engine", tp_comm_overlap=1)
+    assert te_async_backward(rt, ub, 4, True) is rt            # userbuffers price all of them
+    assert te_async_backward(rt, SimpleNamespace(kernel_stack="megatron-lm-2021"), 4, True) is rt
