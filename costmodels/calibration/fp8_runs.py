@@ -26,7 +26,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
   mean of the none and full estimates (as ``open_runs`` does);
 * torchtitan with pp > 1: the published batch is the local batch; micro-batches of 1 (its
   ``pipeline_parallel_microbatch_size`` default), vpp 2 for its Interleaved1F1B rows;
-* published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``.
+* published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``;
+* ``CORRECTIONS``: a field the CSV transcribed differently from the source it cites, taken from
+  the source (the v25.04.02 Nemotron-4 340B rows: VP 12 in the release's config table).
 
 **Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
 paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
@@ -53,6 +55,14 @@ CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "m
 BORROW = {("b200-180g-sxm", "megatron"): ("gb200-nvl72", "megatron"),
           ("h200-141g-sxm", "fsdp"): ("h100-80g-sxm", "fsdp")}
 HALF = ("selective", "per-op")
+# fields the CSV transcribed wrongly, corrected from the source it cites (a rule on what the source
+# says, never on a row's error): row-id prefix -> {field: value}
+CORRECTIONS = {
+    "dgxc-v25.04.02-nemotron4-340b-": {
+        "vpp": 12,   # nemotron/README.md of that release, config table: 340b BF16/FP8, 256-2048 GPUs,
+                     # TP 8, PP 8, CP 1, VP 12, MBS 1, GBS 64-512 (the CSV has vpp 1)
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         runtime = (COMPOSER_RUNTIME if stack == "composer"
                    else nemo_runtime(row_notes(r, notes), tp)[0] if stack == "megatron" else stack)
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
+        vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
         dp = gpus // (tp * pp * cp)
         mb = int(r["micro_batch"])
         gb = int(_f(r["global_batch"]) or dp * mb)
