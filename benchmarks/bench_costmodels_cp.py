@@ -2,8 +2,8 @@
 ``cp_runs.csv`` and ``dgxc_nemo_h100.csv``, and the CP speed-up over each NeMo long-sequence
 sweep's no-CP baseline.
 
-    python benchmarks/bench_costmodels_cp.py            # print both tables and the summary
-    python benchmarks/bench_costmodels_cp.py --quick    # the step-time table only (no searches)
+    python benchmarks/bench_costmodels_cp.py            # both tables; rewrites docs/validation-cp.md's results
+    python benchmarks/bench_costmodels_cp.py --quick    # the step-time table only (no searches), prints only
 
 **Split.** Nothing is fitted here: the cp model (``costmodels.model.context_parallel``) adds
 no constant, and every constant it uses was fitted before on other rows (docs/validation.md:
@@ -11,26 +11,29 @@ the mpt-1b calibration rows and Korthikanti's Table 5). So the calibration set o
 is EMPTY and every row below is a check row; a row is never used to tune anything.
 
 **Rows scored** (``step_rows``): every row with cp ≥ 2 whose plan the model can state — BF16
-(this branch has no FP8 matmul model), a dense model (no MoE: Grok-1 and Mixtral need expert
-parallelism), a GPU with a shipped profile (H100 SXM, B200; not GB200), its dp/tp/pp/cp given,
-and a published step time. The dgxc_nemo_h100.csv rows come with their model spec and runtime;
-cp_runs.csv rows already in dgxc_nemo_h100.csv (same model, GPUs, plan) are scored once.
-Per-row runtime from the ``framework`` column: NeMo / Megatron-core →
-``megatron:overlap_grad_reduce,overlap_param_gather`` (NeMo's defaults, as dgxc_nemo_h100.csv
-states), torchtitan / AutoModel → ``fsdp``.
+(the FP8 cp rows are scored by bench_costmodels_fp8.py with the FP8 model), a dense model (no
+MoE: Grok-1 and Mixtral need expert parallelism), a GPU with a shipped profile (H100 SXM, B200;
+not GB200), its dp/tp/pp/cp given, and a published step time. The dgxc_nemo_h100.csv rows come
+with their model spec; cp_runs.csv rows already in dgxc_nemo_h100.csv (same model, GPUs, plan) are scored once.
+Per-row runtime (``costmodels.calibration.cp_runs``): NeMo / Megatron-core →
+``megatron:overlap_grad_reduce,overlap_param_gather`` plus the switches the row's yaml sets
+(``costmodels.calibration.nemo_recipes``: TP-comm overlap as stated, inferred on at tp > 1 where
+not stated; a dgxc_nemo_h100.csv row reads the notes of the same run in cp_runs.csv),
+torchtitan / AutoModel → ``fsdp``.
 
 **Speed-ups** (``speedup_rows``): NeMo's long-sequence tables (performance_long_sequence.md:
 Llama 2 7B on H100, Llama 3 8B on B200) give, per sequence length, the cp run and the best run
-without CP as TFLOP/s per GPU, i.e. a step-time ratio. Those runs are FP8; the ratio is
-predicted in BF16 (the model's only precision here): the cp plan as published, against the
-best cp = 1 plan ``autopar search`` finds for the same GPUs and batch under Megatron (the
-baseline's own plan is not published; the search's default space, tp inside a node). A
-prediction within 10 % of the published ratio passes.
+without CP as TFLOP/s per GPU, i.e. a step-time ratio. Those runs are FP8, and both sides of
+the ratio are priced in FP8: the cp plan as published, against the best cp = 1 plan ``autopar
+search`` finds for the same GPUs and batch under the same Megatron runtime (the baseline's own
+plan is not published; the search's default space, tp inside a node). A prediction within 10 %
+of the published ratio passes.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import re
 import sys
 import time
@@ -39,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costmodels.calibration.cp_runs import cp_runtime  # noqa: E402
+from costmodels.calibration.nemo_recipes import recipe_notes, row_notes  # noqa: E402
 from costmodels.contracts.errors import AutoparError  # noqa: E402
 from costmodels.contracts.plan import Plan  # noqa: E402
 from costmodels.model.estimate import estimate  # noqa: E402
@@ -65,8 +70,19 @@ def _int(x, default=None):
     return int(m.group(1)) if m else default
 
 
-def _runtime(framework: str) -> str:
-    return "fsdp" if ("torchtitan" in framework or "AutoModel" in framework) else NEMO_RUNTIME
+def _short(label: str) -> str:
+    """A plan label without NeMo's default runtime (its extra switches kept, after a +)."""
+    return label.replace(" runtime:" + NEMO_RUNTIME + ",", " +").replace(" runtime:" + NEMO_RUNTIME, "")
+
+
+def _runtime(r: dict) -> str:
+    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
+
+
+@functools.cache
+def _notes() -> dict:
+    """The yaml notes of every copy of a NeMo run (``nemo_recipes.recipe_notes``)."""
+    return recipe_notes(DATA / "dgxc_nemo_h100.csv", DATA / "cp_runs.csv", DATA / "fp8_runs.csv")
 
 
 def _profile(gpu: str) -> str | None:
@@ -89,7 +105,7 @@ def step_rows() -> list[dict]:
     for r in csv.DictReader(open(DATA / "dgxc_nemo_h100.csv")):
         if _int(r["cp"], 1) < 2:
             continue
-        plan = _plan(r, r["runtime"])
+        plan = _plan(r, _runtime(r))
         out.append(dict(id=r["row_id"], source="dgxc_nemo_h100", spec=r["model_spec"], seq=int(r["seq"]),
                         hw=r["hardware"], gpus=int(r["gpus"]), batch=int(r["global_batch"]), plan=plan,
                         published=float(r["published_step_s"])))
@@ -99,7 +115,7 @@ def step_rows() -> list[dict]:
         if (_int(r["cp"], 1) < 2 or r["precision"] != "bf16" or hw is None or spec is None
                 or not r["step_time_s"] or not r["dp"] or _int(r["layers"]) not in (None, table(spec, 4096).layers)):
             continue
-        plan = _plan(r, _runtime(r["framework"]))
+        plan = _plan(r, _runtime(r))
         if (spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp) in seen:
             continue
         seen.add((spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp))
@@ -134,7 +150,8 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
         seq, gpus, batch = int(r["seq"]), int(r["gpus"]), int(r["global_batch"])
         # these sweeps ran FP8 (the rows' precision): the cp plan and its no-CP baseline are both
         # priced in FP8, so the ratio compares layouts, not number formats
-        plan = _plan(r, NEMO_RUNTIME).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
+        runtime = _runtime(r)
+        plan = _plan(r, runtime).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
         # the B200 rows' published degrees multiply to gpus / 4 (the row's notes): taken as
         # published, on their own world; a speed-up is a per-GPU throughput ratio either way
         gpus = plan.world_size
@@ -144,7 +161,7 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
         try:
             tbl = table(spec, seq)
             cp_step = estimate(tbl, hw, plan, gpus, batch).step_time_s
-            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": NEMO_RUNTIME, "precision": plan.precision},
+            base = search(spec, hw, gpus, batch, fix={"cp": 1, "runtime": runtime, "precision": plan.precision},
                           top=1, table=tbl,
                           time_limit_s=time_limit_s)
             x["baseline"] = base.plans[0].plan.label()
@@ -157,41 +174,55 @@ def speedup_rows(time_limit_s: float = 20.0) -> list[dict]:
     return out
 
 
+DOC = ROOT / "docs" / "validation-cp.md"
+BEGIN, END = ("<!-- generated by benchmarks/bench_costmodels_cp.py: begin -->",
+              "<!-- generated by benchmarks/bench_costmodels_cp.py: end -->")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the step-time rows only (no baseline searches)")
+    ap.add_argument("--stdout", action="store_true", help="print only (do not rewrite docs/validation-cp.md)")
     args = ap.parse_args()
+    out: list[str] = []
     rows = step_rows()
-    print("| row | source | hardware | plan | published s | predicted s | error | error of the cp = 1 twin |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    out += ["Step time, every check row (the last column: the same plan with cp folded into dp, cp = 1,",
+            "where the batch allows it):", "",
+            "| row | source | hardware | plan | published s | predicted s | error | error of the cp = 1 twin |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for x in rows:
         pred = f"{x['predicted']:.2f}" if x["predicted"] is not None else "refused"
         err = f"{100 * x['error']:+.1f}%" if x["error"] is not None else x.get("why", "")[:60]
-        print(f"| {x['id']} | {x['source']} | {x['hw']} | {x['plan'].label().replace(' runtime:' + NEMO_RUNTIME, '')} "
-              f"| {x['published']:.2f} | {pred} | {err} | "
-              + (f"{100 * x['twin_error']:+.1f}% |" if x.get("twin_error") is not None else "– |"))
+        out.append(f"| {x['id']} | {x['source']} | {x['hw']} | {_short(x['plan'].label())} "
+                   f"| {x['published']:.2f} | {pred} | {err} | "
+                   + (f"{100 * x['twin_error']:+.1f}% |" if x.get("twin_error") is not None else "– |"))
     scored = [x for x in rows if x["error"] is not None]
     mape = sum(abs(x["error"]) for x in scored) / max(1, len(scored))
     twins = [x for x in scored if x.get("twin_error") is not None]
     twin_mape = sum(abs(x["twin_error"]) for x in twins) / max(1, len(twins))
-    print(f"\ncheck rows: {len(scored)} scored of {len(rows)}; MAPE {100 * mape:.1f}% "
-          f"(target <= 10%); calibration rows: none (nothing fitted); the same plans with cp folded "
-          f"into dp (cp = 1): MAPE {100 * twin_mape:.1f}% against the same published steps")
-    if args.quick:
-        return 0
-    sp = speedup_rows()
-    print("\n| sweep row | GPUs | cp plan | best no-CP plan (search) | published speed-up | predicted | error |")
-    print("| --- | ---: | --- | --- | ---: | ---: | ---: |")
-    for x in sp:
-        pred = f"{x['predicted']:.2f}" if x["predicted"] is not None else "–"
-        err = f"{100 * x['error']:+.1f}%" if x["error"] is not None else x.get("why", "")
-        print(f"| {x['id']} | {x['gpus']} | {x['plan'].label().replace(' runtime:' + NEMO_RUNTIME, '')} "
-              f"| {x.get('baseline', '–').replace(' runtime:' + NEMO_RUNTIME, '')} "
-              f"| {x['published']:.2f} | {pred} | {err} |")
-    ok = [x for x in sp if x["error"] is not None]
-    within = sum(abs(x["error"]) <= 0.10 for x in ok)
-    print(f"\nspeed-ups: {within} of {len(ok)} predicted within 10% ({len(sp) - len(ok)} not predicted); "
-          f"mean |error| {100 * sum(abs(x['error']) for x in ok) / max(1, len(ok)):.1f}%")
+    out += ["", f"check rows: {len(scored)} scored of {len(rows)}; MAPE {100 * mape:.1f}% "
+            f"(target <= 10%); calibration rows: none (nothing fitted); the same plans with cp folded "
+            f"into dp (cp = 1): MAPE {100 * twin_mape:.1f}% against the same published steps"]
+    if not args.quick:
+        sp = speedup_rows()
+        out += ["", "| sweep row | GPUs | cp plan | best no-CP plan (search) | published speed-up "
+                "| predicted | error |", "| --- | ---: | --- | --- | ---: | ---: | ---: |"]
+        for x in sp:
+            pred = f"{x['predicted']:.2f}" if x["predicted"] is not None else "–"
+            err = f"{100 * x['error']:+.1f}%" if x["error"] is not None else x.get("why", "")
+            out.append(f"| {x['id']} | {x['gpus']} | {_short(x['plan'].label())} "
+                       f"| {_short(x.get('baseline', '–'))} | {x['published']:.2f} | {pred} | {err} |")
+        ok = [x for x in sp if x["error"] is not None]
+        within = sum(abs(x["error"]) <= 0.10 for x in ok)
+        out += ["", f"speed-ups: {within} of {len(ok)} predicted within 10% ({len(sp) - len(ok)} not "
+                f"predicted); mean |error| {100 * sum(abs(x['error']) for x in ok) / max(1, len(ok)):.1f}%"]
+    print("\n".join(out))
+    if not (args.quick or args.stdout) and DOC.is_file():
+        text = DOC.read_text()
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            DOC.write_text(head + BEGIN + "\n\n" + "\n".join(out) + "\n\n" + END + rest.split(END, 1)[1])
+            print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 
 

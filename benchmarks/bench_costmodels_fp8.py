@@ -119,17 +119,26 @@ def report(results, skipped, scales, path):
     L += ["", "## Reading", "",
           "- The speed-up is what this model of FP8 decides (the FP8 step over the BF16 step of the same "
           "layout, both from the same BF16 constants): it is the issue's 8 % check. The FP8 step time "
-          "itself also carries the BF16 model's error for that stack: NeMo / Megatron-core H100 runs "
-          "are predicted too slow in BF16 already (issue 31: Transformer Engine's attention and TP "
-          "overlap are not yet per-stack constants), and that bias shows unchanged in the FP8 MAPE; "
-          "it is not tuned away here (a scale fitted on absolute FP8 steps would absorb it and break "
-          "the speed-up).",
+          "itself also carries the BF16 model's error for that stack.",
+          "- Mechanisms (nemo branch): an FP8 matmul replaces the BF16 time the row was charged on its "
+          "runtime's kernel stack (Transformer Engine's scaled curve under megatron; before, the "
+          "unscaled curve's time was subtracted, which a fitted scale above 1 had absorbed); NeMo rows "
+          "carry the switches their recipe set (costmodels/calibration/nemo_recipes.py: TP-comm "
+          "overlap as a yaml copy of the run states it, inferred on at tp > 1 where none does; "
+          "distributed_fused_adam and bf16 gradient reduce where stated); TE's own backward hides "
+          "the column-parallel dgrad collective behind the wgrad GEMM without userbuffers "
+          "(costmodels/model/te_backward_overlap.py); the rows with context parallelism are scored "
+          "with their cp. The megatron scales were refitted on their calibration rows only.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
-          "- Misses of the speed-up: GPT-3 175B at 512–2048 GPUs (published 1.34–1.45, falling with "
-          "scale, predicted 1.59: some exposed communication of those runs the BF16 model does not "
-          "see), torchtitan 405B on 128 GPUs with FSDP + TP (published 1.62–1.70, predicted 1.34: "
-          "its BF16 run is slower than modelled)."]
+          "- Still missed: the H100 fsdp (torchtitan / torchao) rows, too slow in BF16 already (their "
+          "stack's constants are not this branch's); the B200 megatron rows (+18 %: B200 and GB200 "
+          "have no Transformer Engine stack entry, they run on the H100 profile's Composer-fitted "
+          "attention of 0.35; the FP8 scale is borrowed from GB200); the v25.04.02 Nemotron-4 340B "
+          "rows (+36 %: the CSV gives vpp 1 for a 256-GPU run of 16 micro-batches per pipeline, "
+          "whose bubble alone would exceed what was published: the layout is probably not the one "
+          "that ran); NeMo 25.x rows run a few per cent faster than 24.x rows of the same layout "
+          "(Llama 3 8B cp2: 9.33 against 9.67 s), a software release the model has no term for."]
     return L
 
 

@@ -2,8 +2,10 @@
 (``dgxc_nemo_h100.csv``, tests/data/validation/, source per row): the open runs of the
 ``transformer-engine`` kernel stack on H100.
 
-Rows the CSV marks ``scored = no`` (context parallelism, cp = 2) are left out until the cost model
-prices context parallelism. Each scored row becomes an ``OpenRun`` (``open_runs``) with the plan as
+The rows the CSV marks ``scored = no`` for context parallelism (the Llama 3.1 rows, cp = 2) are
+scored with their cp since the cost model prices it, on the runtime their yaml sets (read from
+the same runs' notes in ``cp_runs.csv``; ``costmodels.calibration.nemo_recipes``). Each scored row
+becomes an ``OpenRun`` (``open_runs``) with the plan as
 NeMo ran it: dp·tp·pp, virtual stages, micro-batch, sequence parallel, ZeRO-1 for
 ``distributed_fused_adam`` (Megatron's distributed optimizer), selective recompute where the yaml
 says so, and the runtime ``megatron`` with the switches its yaml sets: ``overlap_grad_reduce,
@@ -22,11 +24,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes
 from costmodels.calibration.open_runs import OpenRun
 from costmodels.calibration.validation import VALIDATION_DIR, read_csv
 from costmodels.contracts.plan import Plan
 
 DGXC_FILE = "dgxc_nemo_h100.csv"
+NEMO_COPIES = (DGXC_FILE, "cp_runs.csv", "fp8_runs.csv")   # open CSVs listing the same NeMo runs
 DGXC_CALIBRATION = {"h100-80g-sxm": "Nemotron4-15B"}   # GPU -> the model whose sweep calibrates
 
 
@@ -46,9 +50,11 @@ def runtime_of(row: dict[str, str]) -> str:
 def dgxc_runs(directory: Path | None = None) -> list[OpenRun]:
     out = []
     base = directory or VALIDATION_DIR
+    copies = recipe_notes(*(base / f for f in NEMO_COPIES))
     for r in read_csv(DGXC_FILE, directory):
-        if r["scored"] != "yes":
-            continue   # context parallelism: not expressible yet (the CSV's not_scored_reason)
+        cp = int(r["cp"] or 1)
+        if r["scored"] != "yes" and cp < 2:
+            continue   # the CSV's not_scored_reason; its cp rows are priced now (below)
         gpus, seq, gb, mb = int(r["gpus"]), int(r["seq"]), int(r["global_batch"]), int(r["micro_batch"])
         spec = r["model_spec"]
         if spec.startswith("hf:"):
@@ -57,6 +63,9 @@ def dgxc_runs(directory: Path | None = None) -> list[OpenRun]:
                     micro_batch_size=mb, zero=int(r["zero"]), recompute=r["recompute_scoring"],
                     sequence_parallel=r["sequence_parallel"] == "true",
                     schedule=r["schedule"] if int(r["pp"]) > 1 else "1f1b", runtime=runtime_of(r))
+        if cp > 1:   # context parallelism (nemo branch): the run's yaml switches read from its
+            # copies in cp_runs.csv / fp8_runs.csv (nemo_recipes.recipe_notes), cp in the plan
+            plan = plan.with_(cp=cp, runtime=nemo_runtime(row_notes(r, copies), plan.tp)[0])
         step = float(r["published_step_s"])
         calib = DGXC_CALIBRATION.get(r["hardware"]) == r["model"]
         out.append(OpenRun(

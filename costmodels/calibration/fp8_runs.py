@@ -3,12 +3,16 @@ fit of each (GPU, stack)'s one FP8 constant, ``fp8_matmul_scale``.
 
 Each row becomes an ``Fp8Run`` (the FP8 run, and where the source gives it the BF16 run of the
 same layout and release beside it, ``pair_row_id``). Rows autopar cannot express are left out
-with their reason (``skipped``): JAX stacks (MaxText, Paxml: no runtime profile), context
-parallelism (``cp > 1``: not in this branch's cost model), NVFP4.
+with their reason (``skipped``): JAX stacks (MaxText, Paxml: no runtime profile), NVFP4. Rows with
+context parallelism (``cp > 1``) are scored with their cp (``costmodels.model.context_parallel``).
 
 How rows become plans (a rule of this harness, stated, not fitted):
 
-* stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine); torchtitan and the
+* stack: NeMo / Megatron-core → runtime ``megatron`` (Transformer Engine) with the switches the
+  row's recipe sets (``nemo_recipes.nemo_runtime``: distributed-optimizer overlaps, TP-comm
+  overlap as the yaml says — in this row or in another copy of the same run in
+  ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
+  unstated at tp > 1, inferred on); torchtitan and the
   torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
@@ -16,13 +20,15 @@ How rows become plans (a rule of this harness, stated, not fitted):
 * model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
   ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
   FLOPs); GPT-3 and MPT as ``gpt`` (tied, dropout 0);
-* plan: dp = gpus / (tp·pp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
+* plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
   parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
   mean of the none and full estimates (as ``open_runs`` does);
 * torchtitan with pp > 1: the published batch is the local batch; micro-batches of 1 (its
   ``pipeline_parallel_microbatch_size`` default), vpp 2 for its Interleaved1F1B rows;
-* published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``.
+* published step: ``step_time_s``, else ``global_batch · seq / (tokens_per_s_per_gpu · gpus)``;
+* ``CORRECTIONS``: a field the CSV transcribed differently from the source it cites, taken from
+  the source (the v25.04.02 Nemotron-4 340B rows: VP 12 in the release's config table).
 
 **Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
 paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
@@ -37,6 +43,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
@@ -48,6 +55,14 @@ CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "m
 BORROW = {("b200-180g-sxm", "megatron"): ("gb200-nvl72", "megatron"),
           ("h200-141g-sxm", "fsdp"): ("h100-80g-sxm", "fsdp")}
 HALF = ("selective", "per-op")
+# fields the CSV transcribed wrongly, corrected from the source it cites (a rule on what the source
+# says, never on a row's error): row-id prefix -> {field: value}
+CORRECTIONS = {
+    "dgxc-v25.04.02-nemotron4-340b-": {
+        "vpp": 12,   # nemotron/README.md of that release, config table: 340b BF16/FP8, 256-2048 GPUs,
+                     # TP 8, PP 8, CP 1, VP 12, MBS 1, GBS 64-512 (the CSV has vpp 1)
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
     """(the scorable FP8 runs, [(row_id, why not scorable)])."""
     rows = read_rows(path)
     by_id = {r["row_id"]: r for r in rows}
+    notes = recipe_notes(path, path.parent / "dgxc_nemo_h100.csv", path.parent / "cp_runs.csv")
     runs, skipped = [], []
     for r in rows:
         if r["precision"] == "bf16":
@@ -136,10 +152,12 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         hw, hbm = _hardware(r["gpu"])
         fw = r["framework"]
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
-        runtime = COMPOSER_RUNTIME if stack == "composer" else stack
-        gpus, tp, pp = int(r["gpus"]), int(r["tp"]), int(r["pp"])
+        gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
+        runtime = (COMPOSER_RUNTIME if stack == "composer"
+                   else nemo_runtime(row_notes(r, notes), tp)[0] if stack == "megatron" else stack)
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
-        dp = gpus // (tp * pp)
+        vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
+        dp = gpus // (tp * pp * cp)
         mb = int(r["micro_batch"])
         gb = int(_f(r["global_batch"]) or dp * mb)
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
@@ -147,7 +165,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         zero = 3 if r["zero"].startswith("3") else 1
         sp = tp > 1 and r["sequence_parallel"].startswith("true")
         rc = r["recompute"]
-        base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
+        base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
                     schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime)
         if rc.startswith("full"):
             bplans = (base.with_(recompute="full"),)
@@ -175,8 +193,6 @@ def _why_not(r) -> str:
     fw = r["framework"]
     if "JAX" in fw:
         return "JAX stack (MaxText / Paxml): no autopar runtime profile"
-    if int(r["cp"]) > 1:
-        return "context parallelism (cp > 1) is not in this branch's cost model"
     if r["precision"] not in ("fp8", "mxfp8"):
         return f"precision {r['precision']} not planned"
     if _hardware(r["gpu"])[0] is None:

@@ -72,6 +72,8 @@ from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_b
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
+from costmodels.model.te_activations import te_saved_less
+from costmodels.model.te_backward_overlap import te_async_backward
 from costmodels.model.tp_overlap import overlapped
 from costmodels.model.zero_traffic import zero_param_s
 from costmodels.profiles.hardware import HardwareProfile
@@ -197,7 +199,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision)
     act = (activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                             plan.attention, precision, runtime.loss_saved_bytes)
-           - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0))
+           - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)
+           - te_saved_less(arr, plan, runtime, tp, b))   # TE's fused SwiGLU keeps one tensor fewer (te_activations.py)
     if moe is not None:   # the dispatch buffers (experts.py)
         act = act + moe.buffer_bytes
     act = act * (1.0 + fragmentation(runtime))   # what the caching allocator holds for them (allocator.py)
@@ -250,11 +253,13 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
-    rt = fp8_row_times(rt, arr, profile, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)   # precision.py
+    # FP8 on the same kernel stack whose BF16 matmul times it replaces (precision.py)
+    rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)
     rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
+    rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 
