@@ -235,7 +235,8 @@ def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> fl
 def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: str, runtime: RuntimeProfile):
     """The Mixture-of-Experts terms of ``plan`` (``costmodels.model.experts``), None for a dense model."""
     return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
-                        zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node))
+                        zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node),
+                        stack_key(runtime))   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
 
 
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
