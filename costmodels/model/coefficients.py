@@ -73,7 +73,7 @@ from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.tp_overlap import overlapped
-from costmodels.model.zero_traffic import zero_param_s
+from costmodels.model.zero_traffic import grad_accumulate_s, zero_param_s
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
@@ -266,9 +266,12 @@ def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
     CPU profile (``compute.runs_on_cpu``)."""
     if runs_on_cpu(profile):
         return 0.0, 0.0
-    return zero_param_s(zero_row_collectives(plan, runtime), plan.dp, STATE_BYTES[precision][0],
-                        grad_bytes(precision, runtime), runtime.gather_copy_passes,
-                        runtime.reduce_copy_passes, profile.hbm_bandwidth_bytes_per_s)
+    fwd, bwd = zero_param_s(zero_row_collectives(plan, runtime), plan.dp, STATE_BYTES[precision][0],
+                            grad_bytes(precision, runtime), runtime.gather_copy_passes,
+                            runtime.reduce_copy_passes, profile.hbm_bandwidth_bytes_per_s)
+    # a runtime that keeps fp32 parameters under autocast, priced in the search's bf16-mixed
+    # recipe: its per-micro-batch gradient cast and accumulation (zero_traffic.grad_accumulate_s)
+    return fwd, bwd + grad_accumulate_s(runtime.grad_accumulate_bytes, precision, profile.elementwise_bw)
 
 
 def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:
