@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from costmodels.calibration.deepspeed_runs import deepspeed_runs  # noqa: E402
 from costmodels.calibration.dgxc_runs import dgxc_runs  # noqa: E402
-from costmodels.calibration.open_runs import open_runs, predict, spearman  # noqa: E402
+from costmodels.calibration.open_runs import open_runs, predict  # noqa: E402
+from costmodels.calibration.sweep_ranking import noise_sigma, rank_sweep  # noqa: E402
 from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
 from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band, stack_of  # noqa: E402
 
@@ -91,17 +92,37 @@ def open_sections(results, bs=()) -> list[str]:
         L.append(f"| {src} | {hw} | {st} | {len(cal)} | {f'{100 * mape(cal):.1f}%' if cal else '—'} | {chk_txt} | "
                  f"{sum(not x['fits'] for x in xs)} |")
     L.append("\n### Open runs: ranking within each sweep of one model (check rows, ≥ 5 runs)\n")
+    sigma = noise_sigma()
     L.append("Spearman's rank correlation between published and predicted tokens/s per GPU (what the "
              "search ranks plans of one model by) and between published and predicted MFU (which also "
-             "orders runs of different sequence lengths by how well they use the GPU).\n")
-    L.append("| sweep | runs | Spearman tokens/s/GPU | Spearman MFU | MAPE |")
-    L.append("| --- | ---: | ---: | ---: | ---: |")
+             "orders runs of different sequence lengths by how well they use the GPU). A column whose "
+             "published figures are **flat** — spread (max/min − 1) within the range n identical runs "
+             f"would show at the open data's run-to-run noise σ = {100 * sigma:.1f} % "
+             "(`costmodels/calibration/sweep_ranking.py`: one configuration published twice by one "
+             "framework generation) — has no order to rank; it reads `flat` and passes only if the "
+             "prediction is flat too (`flat, predicted flat`). The rule applies to every sweep and "
+             "column.\n")
+    L.append("| sweep | runs | Spearman tokens/s/GPU | Spearman MFU | published spread tokens/s (flat limit) "
+             "| predicted spread | MAPE |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+    def ranked(pub, pred) -> str:
+        if len(pub) < 5:
+            return "—"
+        r = rank_sweep(pub, pred, sigma)
+        if r["flat"]:
+            return "flat, predicted " + ("flat" if r["predicted_flat"] else "NOT flat")
+        return f"{r['spearman']:+.2f}"
+
     for name, xs in sweeps(results).items():
-        r_tok = spearman([x["run"].published_tokens_per_s_per_gpu for x in xs],
-                         [x["predicted_tokens_per_s_per_gpu"] for x in xs])
+        pub_tok = [x["run"].published_tokens_per_s_per_gpu for x in xs]
+        pred_tok = [x["predicted_tokens_per_s_per_gpu"] for x in xs]
         mfus = [(x["run"].published_mfu, x["predicted_mfu"]) for x in xs if x["run"].published_mfu]
-        r_mfu = spearman([a for a, _ in mfus], [b for _, b in mfus]) if len(mfus) >= 5 else float("nan")
-        L.append(f"| {name} | {len(xs)} | {r_tok:+.2f} | {r_mfu:+.2f} | {100 * mape(xs):.1f}% |")
+        r = rank_sweep(pub_tok, pred_tok, sigma)
+        L.append(f"| {name} | {len(xs)} | {ranked(pub_tok, pred_tok)} | "
+                 f"{ranked([a for a, _ in mfus], [b for _, b in mfus])} | "
+                 f"{100 * r['published_spread']:.1f}% ({100 * r['limit']:.1f}%) | {100 * r['predicted_spread']:.1f}% | "
+                 f"{100 * mape(xs):.1f}% |")
     L.append("\n### Open runs: memory\n")
     L.append("Every run in these files ran; the model must not predict that it does not fit. Peak memory "
              "is published for torchtitan's H100 runs only (GiB, largest rank; the cost model's total "

@@ -15,10 +15,11 @@ calibration run — gpt2-medium, the model with the smallest blocks, where the h
 (chosen by that rule, before looking at the others' residuals) — and prints the check runs'
 (gpt2-xl, llama 2B) MAPE at that point, out of sample.
 
-``--fit-stack`` fits the one constant of the (h100-80g-sxm, autopar-eager) kernel stack
+``--fit-stack`` fits the one fitted constant of the (h100-80g-sxm, autopar-eager) kernel stack
 (costmodels/profiles/kernel_stacks.toml): eager torch's unfused element-wise kernels, as bytes
 moved per saved-activation byte, on the same calibration run (grid 3.0 to 7.0, steps of 0.1; the
-host figure as shipped), and prints the check runs' MAPE there.
+host figure and the stack's measured attention efficiency, 0.80, as shipped), and prints the check
+runs' MAPE there. Shipped: 6.0 (calibration MAPE 2.3 %, check MAPE 6.6 %).
 """
 from __future__ import annotations
 

@@ -188,7 +188,8 @@ def test_tp_across_nodes_is_slower():
 def test_dp_allreduce_is_overlapped_and_zero3_adds_gathers():
     t = gpt_table(layers=24, hidden=2048, heads=16, vocab=50000, seq=2048)
     z0 = estimate(t, A100, Plan(dp=64), 64, 256)
-    assert z0.comm_bytes["dp"] == pytest.approx(2 * 63 / 64 * 2 * t.total_params)
+    # autopar's runtime reduces fp32 gradients (fp32 parameters under autocast: autopar.toml)
+    assert z0.comm_bytes["dp"] == pytest.approx(2 * 63 / 64 * 4 * t.total_params)
     dp = next(c for c in z0.comm if c["kind"] == "dp")
     assert dp["exposed_s"] <= dp["time_s"]
     z3 = estimate(t, A100, Plan(dp=64, zero=3), 64, 256)
@@ -206,7 +207,8 @@ def test_zero1_is_priced_as_the_runtime_runs_it():
     P = t.total_params
     mega = estimate(t, prof, Plan(dp=2, zero=1), 2, 8)
     rt = estimate(t, prof, Plan(dp=2, zero=1), 2, 8, precision="amp")
-    rs_ag = (collective_time("reduce_scatter", 2 * P, 2, tier)[1]
+    # the fp32 gradients autopar's runtime reduces (autopar.toml grad_reduce_bytes), bf16 weights
+    rs_ag = (collective_time("reduce_scatter", 4 * P, 2, tier)[1]
              + collective_time("all_gather", 2 * P, 2, tier)[1])
     assert mega.breakdown_s["dp_exposed"] == pytest.approx(rs_ag)
     ar = collective_time("all_reduce", 4 * P, 2, tier)

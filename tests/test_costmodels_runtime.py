@@ -111,7 +111,8 @@ def test_megatron_exposes_the_dp_sync_unless_it_overlaps_grad_reduce():
     [dp] = [c for c in mega.comm if c["kind"] == "dp"]
     assert mega.breakdown_s["dp_exposed"] >= dp["time_s"]   # nothing hidden (the max over ranks)
     assert auto.breakdown_s["dp_exposed"] < over.breakdown_s["dp_exposed"] < mega.breakdown_s["dp_exposed"]
-    assert mega.comm_bytes["dp"] > auto.comm_bytes["dp"]         # fp32 gradient reduction
+    # both reduce fp32 gradients: Megatron's fp32 main grads, autopar's fp32 parameters (autopar.toml)
+    assert mega.comm_bytes["dp"] == auto.comm_bytes["dp"] > 0
     assert mega.plan.runtime == "megatron" and mega.to_dict()["runtime"] == "megatron"
     assert "runtime:megatron" in mega.plan.label()
 

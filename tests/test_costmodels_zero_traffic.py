@@ -11,7 +11,7 @@ from costmodels.contracts.plan import Plan
 from costmodels.model.coefficients import grad_bytes, zero_hbm_param_s
 from costmodels.model.compute import row_times
 from costmodels.model.estimate import estimate
-from costmodels.model.zero_traffic import NCCL_HBM_PASSES
+from costmodels.model.zero_traffic import NCCL_HBM_PASSES, grad_accumulate_s
 from costmodels.profiles.hardware_files import load_profile
 from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
 
@@ -30,6 +30,8 @@ def test_seconds_per_parameter_follow_the_formula(runtime, zero, dp):
     fwd_gathers = zero == 3 or rt.zero2_gather_per_micro_batch
     want_f = gather if fwd_gathers else 0.0
     want_b = gather * (zero == 3) + reduce * bool(rt.zero_reduce_per_micro_batch)
+    # autopar's fp32 gradients: every micro-batch's cast and accumulation (zero_traffic.grad_accumulate_s)
+    want_b += grad_accumulate_s(rt.grad_accumulate_bytes, "bf16-mixed", H100.elementwise_bw)
     assert zero_hbm_param_s(plan, H100, rt) == pytest.approx((want_f, want_b), rel=1e-12)
     assert want_f > 0 and want_b > 0 or runtime == "autopar"
 

@@ -147,9 +147,10 @@ def test_gpt3_175b_search_at_256_512_1024_gives_every_section(tmp_path):
 def test_schedule_simulation_agrees_with_the_cost_model_bubble():
     """Cross-check of two independent models: simulating the whole step's schedule with the
     estimate's per-chunk times gives the estimate's own bubble for balanced stages (gpipe, 1f1b;
-    interleaved: at most 0.5 % of the step above, the closed form's per-chunk-column maxima count
-    the embedding and head chunks in full), and a warning when a rank's virtual chunks are
-    very uneven."""
+    interleaved: at most 1 % of the step above, the closed form's per-chunk-column maxima count
+    the embedding and head chunks in full — 0.5 % before issue 31 gave autopar's runtime its
+    per-micro-batch fp32 gradient accumulation, which weighs most on the embedding's and head's
+    vocabulary-sized parameters), and a warning when a rank's virtual chunks are very uneven."""
     from autopar.report.load import records_of
     from autopar.report.timeline import schedule_check
     table, profile = gpt3_175b(), load_profile("a100-80g-sxm")
@@ -162,7 +163,7 @@ def test_schedule_simulation_agrees_with_the_cost_model_bubble():
         c = schedule_check(r)
         assert c is not None and not c.flagged, kw
         if "vpp" in kw:
-            assert 0 <= c.estimated_bubble_s - c.simulated_bubble_s <= 5e-3 * c.step_time_s, kw
+            assert 0 <= c.estimated_bubble_s - c.simulated_bubble_s <= 1e-2 * c.step_time_s, kw
         else:
             assert c.simulated_bubble_s == pytest.approx(c.estimated_bubble_s, rel=1e-3, abs=1e-3 * c.step_time_s)
     # same per-rank totals, uneven chunks: rank 0 runs the embedding then 48 blocks, rank 1 one

@@ -20,11 +20,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from costmodels.calibration.deepspeed_runs import deepspeed_runs
 from costmodels.calibration.dgxc_runs import dgxc_runs
 from costmodels.calibration.open_runs import OpenRun, predict
 from costmodels.profiles import kernel_stacks
 
-STACK_CALIBRATION = {("h100-80g-sxm", "transformer-engine"): dgxc_runs}   # (GPU, stack) -> its open runs
+STACK_CALIBRATION = {("h100-80g-sxm", "transformer-engine"): dgxc_runs,   # (GPU, stack) -> its open runs
+                     # Megatron-DeepSpeed: BLOOM 176B the calibration row, MT-NLG 530B the checks
+                     ("a100-80g-sxm", "megatron-deepspeed"): deepspeed_runs}
 
 
 @contextmanager
@@ -54,7 +57,7 @@ def loss(runs: list[OpenRun], table_of) -> float:
                      for r in runs))
 
 
-GRID = tuple(np.round(np.arange(0.70, 1.301, 0.01), 2))   # matmul_scale candidates
+GRID = tuple(np.round(np.arange(0.50, 1.301, 0.01), 2))   # matmul_scale candidates
 
 
 def fit_stack(hardware: str, stack: str, table_of: Callable, grid=GRID) -> dict:

@@ -75,7 +75,7 @@ from costmodels.model.table_arrays import TableArrays, activation_bytes_none, ta
 from costmodels.model.te_activations import te_saved_less
 from costmodels.model.te_backward_overlap import te_async_backward
 from costmodels.model.tp_overlap import overlapped
-from costmodels.model.zero_traffic import zero_param_s
+from costmodels.model.zero_traffic import grad_accumulate_s, zero_param_s
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.kernel_stacks import stack_elementwise, stack_profile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
@@ -238,7 +238,8 @@ def collective_slowdown(profile: HardwareProfile, runtime: RuntimeProfile) -> fl
 def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: str, runtime: RuntimeProfile):
     """The Mixture-of-Experts terms of ``plan`` (``costmodels.model.experts``), None for a dense model."""
     return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
-                        zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node))
+                        zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node),
+                        stack_key(runtime))   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
 
 
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
@@ -270,9 +271,12 @@ def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
     CPU profile (``compute.runs_on_cpu``)."""
     if runs_on_cpu(profile):
         return 0.0, 0.0
-    return zero_param_s(zero_row_collectives(plan, runtime), plan.dp, STATE_BYTES[precision][0],
-                        grad_bytes(precision, runtime), runtime.gather_copy_passes,
-                        runtime.reduce_copy_passes, profile.hbm_bandwidth_bytes_per_s)
+    fwd, bwd = zero_param_s(zero_row_collectives(plan, runtime), plan.dp, STATE_BYTES[precision][0],
+                            grad_bytes(precision, runtime), runtime.gather_copy_passes,
+                            runtime.reduce_copy_passes, profile.hbm_bandwidth_bytes_per_s)
+    # a runtime that keeps fp32 parameters under autocast, priced in the search's bf16-mixed
+    # recipe: its per-micro-batch gradient cast and accumulation (zero_traffic.grad_accumulate_s)
+    return fwd, bwd + grad_accumulate_s(runtime.grad_accumulate_bytes, precision, profile.elementwise_bw)
 
 
 def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:

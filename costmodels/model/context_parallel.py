@@ -62,7 +62,9 @@ from costmodels.profiles.topology import group_span, two_level
 
 MERGE_BYTES_PER_ELEMENT = 12.0   # online-softmax merge: read partial (4), read + write accumulator (8)
 _ROW_SCALED = ("fwd_flops", "bwd_flops", "saved_activation_bytes", "act_tp_bytes",
-               "act_attention_core_bytes", "boundary_bytes", "tp_comm_bytes", "act_attention_mask_bytes")
+               "act_attention_core_bytes", "boundary_bytes", "tp_comm_bytes", "act_attention_mask_bytes",
+               # a MoE row's routed tokens, their dispatch and the experts' FLOPs are the rank's too
+               "expert_fwd_flops", "routed_tokens", "dispatch_bytes")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from costmodels.model.compute import RowTimes
+from costmodels.model.expert_precision import fp8_expert_s
 from costmodels.model.memory import model_state_bytes
 from costmodels.model.table_arrays import TableArrays
 from costmodels.profiles.hardware import HardwareProfile
@@ -138,11 +139,12 @@ class ExpertTerms:
 
 def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
                  imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0),
-                 dedup: bool = False) -> ExpertTerms | None:
+                 dedup: bool = False, runtime_name: str | None = None) -> ExpertTerms | None:
     """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
     table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
     which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
-    ep shard."""
+    ep shard. ``runtime_name``: the FP8 stack (``precision.stack_key``) that runs an FP8 plan's
+    experts in FP8 (``costmodels.model.expert_precision``; None: BF16 experts)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
@@ -161,8 +163,16 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     eff1 = profile.matmul_efficiency(np.maximum(g, 1.0))
     eff_ep = profile.matmul_efficiency(np.maximum(g * ep, 1.0))
     gemm = np.where(moe, x / peak * (imbalance / eff_ep - 1.0 / eff1), 0.0)
-    fwd = gemm + passes * one_s
-    bwd = 2.0 * gemm + passes * one_s
+    # an FP8 plan's experts in FP8 (expert_precision.py): the local experts' weights and inputs
+    e_w = np.where(moe, ea.expert_params / (ep * etp), 0.0)
+    h = float(arr.table.hidden or 0)
+    fe = np.where(moe, ea.expert_params / np.maximum(3.0 * h * np.maximum(ea.experts, 1.0), 1.0), 0.0)
+    e_in = np.where(moe, ea.routed_tokens * k / tp * (h + fe), 0.0)   # fc1 reads h, fc2 f_e per token
+    f8_f, f8_b, f8_w = fp8_expert_s(np.where(moe, x, 0.0), g * ep, e_w, e_in, imbalance, profile, plan,
+                                    runtime_name)
+    gemm = gemm + f8_w
+    fwd = gemm + passes * one_s + (f8_f - f8_w)
+    bwd = 2.0 * gemm + passes * one_s + (f8_b - 2.0 * f8_w)
     rec = np.where(moe, rec_pass / 2.0 * (gemm + passes * one_s), 0.0) if rec_pass else np.zeros(arr.n)
     params = (arr.params - ea.expert_params) / tp + ea.expert_params / (ep * etp)
     if any(zero_param_s):

@@ -49,3 +49,17 @@ def zero_param_s(collectives: frozenset[str], dp: int, weight_bytes: float, grad
     fwd = gather * ("fwd" in collectives)
     bwd = gather * ("bwd" in collectives) + reduce * ("reduce" in collectives)
     return fwd / hbm_bytes_per_s, bwd / hbm_bytes_per_s
+
+
+def grad_accumulate_s(bytes_per_param: float, precision: str, elementwise_bytes_per_s: float) -> float:
+    """Seconds per parameter on the GPU and micro-batch (backward) that a runtime keeping fp32
+    parameters under ``torch.autocast`` spends on its weight gradients when it is priced in the
+    bf16-mixed recipe (the search's): each bf16 weight gradient cast to fp32 and added into
+    ``.grad`` — the runtime profile's ``[kernels] grad_accumulate_bytes_per_param`` (autopar's:
+    read 2 + write 4, then read 4 + 4 + write 4, 18 bytes), at the element-wise bandwidth. In the
+    "amp" recipe ``optimizer.autocast_step_s`` prices the same bytes per step, so this is 0
+    there (and in "fp32", which has no cast); 0 for runtimes without the figure (Megatron
+    accumulates into fp32 main grads inside the weight-gradient GEMM)."""
+    if precision != "bf16-mixed" or bytes_per_param <= 0 or elementwise_bytes_per_s <= 0:
+        return 0.0
+    return bytes_per_param / elementwise_bytes_per_s

@@ -55,6 +55,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
     gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
+    grad_accumulate_bytes_per_param = { value = 18, source = "..." }   # HBM bytes per parameter and
+                                           # micro-batch to cast + accumulate gradients (zero_traffic)
     reduce_copy_passes = { value = 2, source = "..." }  # ... over each reduced gradient, per micro-
                                                     # batch on a GPU (costmodels.model.zero_traffic); default 0
 
@@ -121,7 +123,8 @@ FIGURES = {
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
-                "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False)},
+                "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False),
+                "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False)},
@@ -159,6 +162,7 @@ class RuntimeProfile:
     loss_saved_bytes: float | None = None
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
+    grad_accumulate_bytes: float = 0.0          # per parameter and micro-batch, bf16-mixed pricing (zero_traffic)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     schedules: tuple[str, ...] = ALL_SCHEDULES
     uneven_interleaving: bool = True
