@@ -17,6 +17,7 @@ from matplotlib.path import Path
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, stage_memories
+from autopar.report.chart_fit import fit_texts
 from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.pools import POOL_COLORS, short_name, stage_label
 from autopar.report.timeline import Timeline
@@ -39,6 +40,9 @@ _counter = itertools.count()
 _NUM = re.compile(r"(-?\d+\.\d)\d+")
 
 
+FULL_WIDTH = 12.0   # inches of a chart that spans the page (the HTML scales it to the page's width)
+
+
 def _figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     return fig
@@ -46,6 +50,7 @@ def _figure(width: float, height: float) -> Figure:
 
 def to_svg(fig: Figure) -> str:
     """The figure as an inline ``<svg>`` element with ids unique on the page."""
+    fit_texts(fig)    # no title, legend or label left outside the figure (autopar.report.chart_fit)
     buf = io.StringIO()
     with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
@@ -94,7 +99,7 @@ def step_time_chart(records: list[PlanRecord]) -> str:
 
 def step_time_figure(records: list[PlanRecord]) -> Figure:
     n = len(records)
-    fig = _figure(9, 1.4 + 0.32 * n)
+    fig = _figure(FULL_WIDTH, 1.4 + 0.32 * n)
     ax = fig.add_subplot()
     scale, unit = _time_unit(max(float(r["step_time_s"]) for r in records))
     labels = [f"#{r.id} {r.label()} · {r.gpus} GPUs" + ("" if r["fits"] else " (no fit)") for r in records]
@@ -118,7 +123,7 @@ def step_time_figure(records: list[PlanRecord]) -> Figure:
     # the legend as a row of the figure itself (constrained layout makes room for it), in as many
     # columns as its longest label lets fit the figure's width: no entry is cut at the edge
     longest = max((len(TERM_LABELS[k]) for k in used), default=10)
-    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(9 * 72 / (7 * 0.6 * longest + 40)))),
+    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(FULL_WIDTH * 72 / (7 * 0.6 * longest + 40)))),
                loc="outside upper center", frameon=False)
     _style(ax)
     return fig
@@ -191,7 +196,7 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
     one shade per chunk. Under a V schedule each rank's two chunks are stages r and 2·pp − 1 − r,
     which the row labels say."""
     pp = t.pp
-    fig = _figure(9.5, 1.3 + 0.26 * pp if pp > 1 else 1.8)
+    fig = _figure(FULL_WIDTH, 1.3 + 0.26 * pp if pp > 1 else 1.8)
     ax = fig.add_subplot()
     scale, unit = _time_unit(t.makespan)
     label_blocks = len(t.ops) <= 256
@@ -258,7 +263,7 @@ def comm_chart(records: list[PlanRecord]) -> str:
                      if c.get("kind") not in COMM_COLORS and float(c.get("bytes_per_gpu") or 0) > 0})
     tiers = sorted({str(c.get("tier")) for rs in rows.values() for c in rs})
     colour = {t: TIER_COLORS[i % len(TIER_COLORS)] for i, t in enumerate(tiers)}
-    fig = _figure(10, 1.5 + 0.3 * n)
+    fig = _figure(FULL_WIDTH, 1.5 + 0.3 * n)
     axes = fig.subplots(1, max(1, len(kinds)), sharey=True, squeeze=False)[0]
     ys = list(range(n))[::-1]
     for ax, kind in zip(axes, kinds or ["none"]):
@@ -292,7 +297,7 @@ def _num(v: float) -> str:
 
 # ---- scaling ------------------------------------------------------------------------------------
 def scaling_chart(series: list[ScalingSeries]) -> str:
-    fig = _figure(10, 3.3)
+    fig = _figure(FULL_WIDTH, 3.6)
     axes = fig.subplots(1, 3)
     for s in series:
         ns = [p.gpus for p in s.points]

@@ -6,6 +6,7 @@ import io
 import os
 from typing import Any
 
+from autopar.report import overheads
 from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
@@ -110,6 +111,7 @@ def to_markdown(report) -> str:
     L.append(_md_table(["#", "plan", "step time"] + [TERM_LABELS[k] for k in keys],
                        [[str(r.id), f"{r.label()} · {r.gpus} GPUs", seconds(float(r["step_time_s"]))]
                         + [seconds(breakdown(r)[k]) for k in keys] for r in report.records]))
+    L += [""] + overheads.markdown_lines(report, _md_table)
     L += ["", "## Memory per pipeline stage", ""]
     for r in report.detail_records:
         mems = stage_memories(r)
@@ -188,19 +190,21 @@ body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;co
 header{background:#1f3b57;color:#fff;padding:18px 32px}
 header h1{margin:0;font-size:22px} header p{margin:4px 0 0;opacity:.85;font-size:13px}
 nav{padding:8px 32px;background:#e8eef4;font-size:13px} nav a{margin-right:14px;color:#1f3b57}
-main{padding:8px 32px 40px;max-width:1400px}
+main{padding:8px 32px 40px;max-width:1800px}
 section{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:12px 20px;margin:16px 0}
 h2{font-size:17px;margin:6px 0 10px;color:#1f3b57} h3{font-size:14px;margin:14px 0 6px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}
 th,td{border-bottom:1px solid #e5e5e5;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f0f3f6;position:sticky;top:0} td.l,th.l{text-align:left}
 tr.best td{background:#eaf5ea;font-weight:600} tr.nofit td{color:#b00000}
-figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
-.grid figure.chart{flex:1 1 560px;max-width:680px}
+figure.chart{margin:8px 0;overflow-x:auto}
+figure.chart svg{display:block;width:100%;height:auto;min-width:480px}
+.grid figure.chart{flex:1 1 520px;min-width:0}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
 table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f5f7f9;padding:6px 10px;font-size:12px}
 """
 
 
@@ -269,7 +273,8 @@ def to_html(report) -> str:
     S.append(("step-time", "Step time by term",
               _figure("step-time", charts.step_time_chart(report.records),
                       "Compute, recompute, pipeline bubble and the exposed (not overlapped) DP / TP / PP "
-                      "communication and ZeRO gathers; the bar ends at the predicted step time.")))
+                      "communication and ZeRO gathers; the bar ends at the predicted step time.")
+              + overheads.html_section(report, _figure)))
     mem = []
     for r in report.detail_records:
         mems = stage_memories(r)

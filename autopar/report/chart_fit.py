@@ -1,0 +1,117 @@
+"""Keep every label of a report chart inside its figure (the SVG's box), whatever its length.
+
+A chart's texts come from the data (a plan's label, a model's name), so no fixed figure size or
+legend layout holds for every input: the step-time legend was cut at the right edge ("exposed PP
+send/re…") and a memory chart's title at "memory per". ``fit_texts(fig)`` draws the figure, finds
+texts that leave it, and makes them fit, in the order that loses least:
+
+- a legend with entries outside the figure loses a column (its entries wrap onto more rows);
+- a title (axes titles, the figure's suptitle) or axis label wider than the figure is wrapped
+  onto more lines at the width it has;
+- a text still outside after that is shrunk (tick labels of a crowded axis, say).
+
+Constrained layout (every report figure uses it) then makes room for the taller legends and
+titles when the figure is saved. ``outside_texts(fig)`` lists what still leaves the figure; the
+tests assert it is empty.
+"""
+from __future__ import annotations
+
+import textwrap
+
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+MARGIN_PX = 0.5     # a text may touch the edge (anti-aliasing) but not cross it
+
+
+def _renderer(fig: Figure):
+    fig.draw_without_rendering()
+    return fig._get_renderer()
+
+
+def _visible_texts(fig: Figure) -> list[Text]:
+    """The texts drawn: tick labels only of the ticks the axis draws (matplotlib keeps labels
+    of ticks outside the view limits, placed nowhere in particular, which are not drawn)."""
+    ticks = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            ticks.update(id(lab) for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                         for lab in (tick.label1, tick.label2))
+            ticks.difference_update(id(lab) for tick in axis._update_ticks()
+                                    for lab in (tick.label1, tick.label2))
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and id(t) not in ticks]
+
+
+def _outside(extent, box) -> bool:
+    return (extent.x0 < box.x0 - MARGIN_PX or extent.x1 > box.x1 + MARGIN_PX
+            or extent.y0 < box.y0 - MARGIN_PX or extent.y1 > box.y1 + MARGIN_PX)
+
+
+def outside_texts(fig: Figure) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """(text, its box in pixels) for every visible text that is not wholly inside the figure."""
+    renderer = _renderer(fig)
+    box = fig.bbox
+    out = []
+    for t in _visible_texts(fig):
+        e = t.get_window_extent(renderer)
+        if _outside(e, box):
+            out.append((t.get_text(), (e.x0, e.y0, e.x1, e.y1)))
+    return out
+
+
+def _legends(fig: Figure):
+    return list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+
+
+def _wrap(t: Text, extent, box) -> bool:
+    """Wrap ``t`` to the width it has between its anchor and the figure's edge; False if it
+    cannot get narrower (one word)."""
+    text = t.get_text()
+    longest = max(len(line) for line in text.split("\n"))
+    ha = t.get_horizontalalignment()
+    if ha == "left":
+        room = box.x1 - max(extent.x0, box.x0)
+    elif ha == "right":
+        room = min(extent.x1, box.x1) - box.x0
+    else:
+        room = box.width
+    chars = max(8, int(longest * 0.95 * room / max(extent.width, 1.0)))
+    if chars >= longest:
+        chars = longest - 1
+    lines = []
+    for line in text.split("\n"):
+        lines += textwrap.wrap(line, chars, break_long_words=False, break_on_hyphens=False) or [""]
+    wrapped = "\n".join(lines)
+    if wrapped == text:
+        return False
+    t.set_text(wrapped)
+    return True
+
+
+def fit_texts(fig: Figure, rounds: int = 6) -> Figure:
+    """Narrow legends, wrap titles and shrink what is left until every text is inside ``fig``."""
+    for _ in range(rounds):
+        renderer = _renderer(fig)
+        box = fig.bbox
+        changed = False
+        in_legends = set()
+        for legend in _legends(fig):
+            texts = legend.get_texts()
+            in_legends.update(map(id, texts))
+            if legend._ncols > 1 and any(_outside(t.get_window_extent(renderer), box) for t in texts):
+                legend.set_ncols(legend._ncols - 1)
+                changed = True
+        for t in _visible_texts(fig):
+            if id(t) in in_legends:
+                continue
+            e = t.get_window_extent(renderer)
+            if not _outside(e, box):
+                continue
+            if e.width > box.width * 0.5 and _wrap(t, e, box):
+                changed = True
+            elif t.get_fontsize() > 4:
+                t.set_fontsize(t.get_fontsize() * 0.85)
+                changed = True
+        if not changed:
+            break
+    return fig
