@@ -24,8 +24,16 @@ from matplotlib.text import Text
 MARGIN_PX = 0.5     # a text may touch the edge (anti-aliasing) but not cross it
 
 
-def _renderer(fig: Figure):
-    fig.draw_without_rendering()
+def _renderer(fig: Figure, draw: bool = True):
+    """A renderer with every text placed: a whole draw, or (``draw=False``, twice as fast) only
+    the layout engine's pass, which places axes, titles and the figure's legends; an axes legend's
+    entries are placed only by a draw, so ``fit_texts`` measures legends by their whole box."""
+    if draw:
+        fig.draw_without_rendering()
+    else:
+        engine = fig.get_layout_engine()
+        if engine is not None:
+            engine.execute(fig)
     return fig._get_renderer()
 
 
@@ -88,18 +96,33 @@ def _wrap(t: Text, extent, box) -> bool:
     return True
 
 
-def fit_texts(fig: Figure, rounds: int = 6) -> Figure:
-    """Narrow legends, wrap titles and shrink what is left until every text is inside ``fig``."""
-    for _ in range(rounds):
-        renderer = _renderer(fig)
+def _set_columns(legend, ncols: int) -> None:
+    """Re-pack ``legend`` in ``ncols`` columns. ``Legend.set_ncols`` only records the number: the
+    entries were packed when the legend was made, so they are packed again here from the legend's
+    own handles and labels (matplotlib's ``_init_legend_box``, as its constructor does)."""
+    handles = list(legend.legend_handles)
+    labels = [t.get_text() for t in legend.get_texts()]
+    legend.set_ncols(ncols)
+    legend._init_legend_box(handles, labels)   # markerfirst: the default, as every report legend
+    legend._set_loc(legend._loc_real)          # the new box placed where the old one was
+    legend.stale = True
+
+
+def fit_texts(fig: Figure, rounds: int = 6, drawn: bool = False) -> bool:
+    """Narrow legends, wrap titles and shrink what is left until every text is inside ``fig``;
+    True if anything changed. ``drawn``: the figure was just drawn (saved) at its own dpi, so the
+    first look needs no layout pass: a figure that fits already costs nothing more."""
+    changed_any = False
+    for i in range(rounds):
+        renderer = fig._get_renderer() if drawn and i == 0 else _renderer(fig, draw=False)
         box = fig.bbox
         changed = False
         in_legends = set()
         for legend in _legends(fig):
-            texts = legend.get_texts()
-            in_legends.update(map(id, texts))
-            if legend._ncols > 1 and any(_outside(t.get_window_extent(renderer), box) for t in texts):
-                legend.set_ncols(legend._ncols - 1)
+            in_legends.update(map(id, legend.get_texts()))
+            e = legend.get_window_extent(renderer)    # too wide: fewer columns (too tall: no cure)
+            if legend._ncols > 1 and (e.x0 < box.x0 - MARGIN_PX or e.x1 > box.x1 + MARGIN_PX):
+                _set_columns(legend, legend._ncols - 1)
                 changed = True
         for t in _visible_texts(fig):
             if id(t) in in_legends:
@@ -114,4 +137,5 @@ def fit_texts(fig: Figure, rounds: int = 6) -> Figure:
                 changed = True
         if not changed:
             break
-    return fig
+        changed_any = True
+    return changed_any

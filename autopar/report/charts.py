@@ -40,21 +40,22 @@ _counter = itertools.count()
 _NUM = re.compile(r"(-?\d+\.\d)\d+")
 
 
+SVG_DPI = 72       # the SVG backend's own: saving keeps every placement the drawing made
 FULL_WIDTH = 12.0   # inches of a chart that spans the page (the HTML scales it to the page's width)
 
 
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height), layout="constrained", dpi=SVG_DPI)
     return fig
 
 
 def to_svg(fig: Figure) -> str:
     """The figure as an inline ``<svg>`` element with ids unique on the page."""
-    fit_texts(fig)    # no title, legend or label left outside the figure (autopar.report.chart_fit)
-    buf = io.StringIO()
-    with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    svg = buf.getvalue()
+    svg = _save_svg(fig)
+    # no title, legend or label left outside the figure (autopar.report.chart_fit): looked at in
+    # the drawing just saved, and saved again only when something had to move
+    if fit_texts(fig, drawn=fig.dpi == SVG_DPI):
+        svg = _save_svg(fig)
     svg = svg[svg.index("<svg"):]
     # path data to 0.1 pt (a tenth of a point is invisible; full precision doubles the size)
     svg = re.sub(r'\bd="([^"]*)"', lambda m: 'd="' + _NUM.sub(lambda n: n.group(1), m.group(1)) + '"', svg)
@@ -64,6 +65,13 @@ def to_svg(fig: Figure) -> str:
     svg = re.sub(r'(href="#|url\(#)([^")]+)', lambda m: m.group(1) + (prefix + m.group(2) if m.group(2) in ids
                                                                     else m.group(2)), svg)
     return svg
+
+
+def _save_svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    return buf.getvalue()
 
 
 class rcParams_context:
