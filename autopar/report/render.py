@@ -204,6 +204,7 @@ figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
 table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
+code{overflow-wrap:anywhere}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f5f7f9;padding:6px 10px;font-size:12px}
 """
 
