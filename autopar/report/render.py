@@ -334,7 +334,7 @@ def to_html(report) -> str:
                   f"<p class='note'>Plan fields that differ, then every prediction (difference = "
                   f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
                   + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
-                            "difference"], rows, left=(0,), wrap=True)))
+                            "difference"], [keep_ranges_whole(r) for r in rows], left=(0,), wrap=True)))
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
     body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -342,6 +342,14 @@ def to_html(report) -> str:
             f"<title>autopar report: {_e(report.title)}</title><style>{CSS}</style></head><body>"
             f"<header><h1>autopar report: {_e(report.title)}</h1><p>{_e(report.subtitle)}</p></header>"
             f"<nav>{nav}</nav><main>{body}</main></body></html>\n")
+
+
+def keep_ranges_whole(row):
+    """A diff row for HTML: a stage split's ranges ("12–15") never break across lines, only
+    between ranges (word joiners around the dash, which is otherwise a break opportunity)."""
+    if row[0] != "stages":
+        return row
+    return (row[0], *(str(c).replace("–", "\u2060–\u2060") for c in row[1:]))
 
 
 # ---- run it: the best plan of each search, exported to each trainer (autopar.report.run_it) ----
