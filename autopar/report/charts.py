@@ -166,7 +166,7 @@ def memory_chart(r: PlanRecord) -> str:
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB per GPU")
     fig.suptitle(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, x=0.02, ha="left")
-    ax.legend(fontsize=6.5, ncols=5, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
+    ax.legend(fontsize=6.5, ncols=6, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
               borderaxespad=0.2)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
@@ -318,7 +318,7 @@ def scaling_chart(series: list[ScalingSeries]) -> str:
         axes[1].plot(ns, ns, color="#999999", linestyle=":", linewidth=1)
     axes[0].set_title("predicted throughput", fontsize=9)
     axes[0].set_ylabel("tokens/s")
-    axes[1].set_title("speed-up T(1) / T(N)  (dotted: ideal)", fontsize=9)
+    axes[1].set_title("speed-up N₀·T(N₀) / T(N), N₀ the smallest count  (dotted: ideal)", fontsize=9)
     axes[2].set_title("scaling efficiency = speed-up / N", fontsize=9)
     axes[2].set_ylabel("%")
     axes[2].set_ylim(0, 105)

@@ -316,8 +316,10 @@ def to_html(report) -> str:
     sc = []
     if report.scaling:
         sc.append(_figure("scaling", charts.scaling_chart(report.scaling),
-                          "Best plan at each GPU count. Speed-up = one-GPU time / N-GPU time; "
-                          "efficiency = speed-up / N."))
+                          "Best plan at each GPU count. Speed-up = N₀ · T(N₀) / T(N) against the "
+                          "smallest GPU count searched, N₀ (a real plan that fits; a one-GPU plan "
+                          "in the inputs is used when there is one, as each series says below); "
+                          "efficiency = speed-up / N, 100 % at N₀."))
         for s in report.scaling:
             sc.append(f"<h3>{_e(s.label)}</h3><p class='note'>{_e(s.one_gpu_note)}</p>")
             sc.append(_table(["GPUs", "best plan", "step time", "tokens/s", "speed-up", "efficiency"],
