@@ -44,3 +44,15 @@ def test_memory_and_step_time_charts_keep_their_texts_inside():
     for fig in figs:
         assert outside_texts(fig) == []
     assert "memory per pipeline stage" in figs[0].get_suptitle().replace("\n", " ")
+
+
+def test_the_validate_chart_keeps_its_texts_inside():
+    from autopar.report.validate_chart import validation_chart
+    result = os.path.join(ROOT, "benchmarks", "bench_validate_cpu2core.json")
+    figs = []
+    keep = charts.to_svg
+    with mock.patch.object(charts, "to_svg", lambda fig: figs.append(fig) or keep(fig)), \
+            mock.patch("autopar.report.validate_chart.to_svg", lambda fig: figs.append(fig) or keep(fig)):
+        svg = validation_chart(result)
+    assert svg.startswith("<svg") and figs
+    assert outside_texts(figs[-1]) == []

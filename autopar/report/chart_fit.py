@@ -28,12 +28,11 @@ def _renderer(fig: Figure, draw: bool = True):
     """A renderer with every text placed: a whole draw, or (``draw=False``, twice as fast) only
     the layout engine's pass, which places axes, titles and the figure's legends; an axes legend's
     entries are placed only by a draw, so ``fit_texts`` measures legends by their whole box."""
-    if draw:
+    engine = fig.get_layout_engine()
+    if draw or engine is None:     # no layout engine: only a draw places the texts
         fig.draw_without_rendering()
     else:
-        engine = fig.get_layout_engine()
-        if engine is not None:
-            engine.execute(fig)
+        engine.execute(fig)
     return fig._get_renderer()
 
 
