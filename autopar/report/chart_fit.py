@@ -7,8 +7,11 @@ texts that leave it, and makes them fit, in the order that loses least:
 
 - a legend with entries outside the figure loses a column (its entries wrap onto more rows);
 - a title (axes titles, the figure's suptitle) or axis label wider than the figure is wrapped
-  onto more lines at the width it has;
-- a text still outside after that is shrunk (tick labels of a crowded axis, say).
+  onto more lines at the width it has (never narrower than its longest word);
+- a text still out at the left or right after that is shrunk (tick labels of a crowded axis).
+
+A text out only at the top or bottom was placed there by hand (a title at y > 1): narrowing
+cannot cure it, so it is left for ``outside_texts`` (and the tests) to report.
 
 Constrained layout (every report figure uses it) then makes room for the taller legends and
 titles when the figure is saved. ``outside_texts(fig)`` lists what still leaves the figure; the
@@ -85,6 +88,9 @@ def _wrap(t: Text, extent, box) -> bool:
     chars = max(8, int(longest * 0.95 * room / max(extent.width, 1.0)))
     if chars >= longest:
         chars = longest - 1
+    # never narrower than its longest word (a plan label, a pool list): that would only split the
+    # rest into more lines; such a text is shrunk instead
+    chars = max(chars, max(len(word) for word in text.split()))
     lines = []
     for line in text.split("\n"):
         lines += textwrap.wrap(line, chars, break_long_words=False, break_on_hyphens=False) or [""]
@@ -127,8 +133,8 @@ def fit_texts(fig: Figure, rounds: int = 6, drawn: bool = False) -> bool:
             if id(t) in in_legends:
                 continue
             e = t.get_window_extent(renderer)
-            if not _outside(e, box):
-                continue
+            if not (e.x0 < box.x0 - MARGIN_PX or e.x1 > box.x1 + MARGIN_PX):
+                continue    # inside, or out only at the top or bottom: a placement narrower won't cure
             if e.width > box.width * 0.5 and _wrap(t, e, box):
                 changed = True
             elif t.get_fontsize() > 4:

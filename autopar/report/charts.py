@@ -192,7 +192,7 @@ def pool_memory_chart(r) -> str:
     handles = [Patch(color=POOL_COLORS[q % len(POOL_COLORS)], label=short_name(ref))
                for q, (ref, _) in enumerate(r.plan.pools) if q in pools]
     ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
-    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left", y=1.06)
+    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left")
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
 
