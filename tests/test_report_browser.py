@@ -83,7 +83,56 @@ def assert_report_renders(browser, path, shot, n_plans):
     assert img.getextrema() != ((255, 255),) * 3
 
 
-def test_report_in_headless_chromium(browser, tmp_path):
-    out = tmp_path / "report.html"
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
     out.write_text(make_report(G, fmt="html"))
-    assert_report_renders(browser, str(out), str(tmp_path / "shot.png"), n_plans=10)
+    return out
+
+
+def test_report_in_headless_chromium(browser, report_file, tmp_path):
+    browser.set_window_size(1400, 1000)
+    assert_report_renders(browser, str(report_file), str(tmp_path / "shot.png"), n_plans=10)
+
+
+# every text matplotlib draws is a group named text_N (fonts drawn as paths; the report prefixes
+# each chart's ids): its box on the page, and the box of its own <svg>
+TEXT_BOXES = """
+const out = [];
+document.querySelectorAll('figure.chart').forEach(f => {
+  const svg = f.querySelector('svg'), s = svg.getBoundingClientRect();
+  svg.querySelectorAll('text, g[id]').forEach(t => {
+    if (t.tagName === 'g' && !/-text_[0-9]+$/.test(t.id)) return;
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) return;
+    out.push([f.dataset.chart + (f.dataset.plan ? ' #' + f.dataset.plan : '') + ' ' + t.id,
+              r.left - s.left, s.right - r.right, r.top - s.top, s.bottom - r.bottom]);
+  });
+});
+return out;"""
+
+
+@pytest.mark.parametrize("width", [1400, 420], ids=["desktop", "narrow"])
+def test_no_chart_text_is_clipped_and_charts_span_the_page(browser, report_file, width):
+    browser.set_window_size(width, 1000)
+    open_report(browser, str(report_file))
+    boxes = browser.execute_script(TEXT_BOXES)
+    assert len(boxes) > 500             # every chart's titles, legends, ticks and labels were found
+    clipped = [b for b in boxes if min(b[1:]) < -0.5]     # a text crossing its chart's edge
+    assert clipped == [], clipped[:5]
+    # the page never scrolls sideways (a launch line in 'Run it' once made it 8,748 px wide)
+    page = browser.execute_script("""let w = ['', 0];
+        document.querySelectorAll('body *').forEach(e => { const r = e.getBoundingClientRect().right;
+            if (r > w[1] && !e.closest('.scroll, figure')) w = [e.tagName + '.' + e.className, r]; });
+        return [document.documentElement.scrollWidth, document.documentElement.clientWidth, w];""")
+    assert page[0] <= page[1], page
+    # each chart fills its figure; charts outside the two-up memory grid fill the section
+    sizes = browser.execute_script("""
+        return Array.from(document.querySelectorAll('figure.chart')).map(f => {
+            const s = f.querySelector('svg').getBoundingClientRect(), sec = f.closest('section');
+            const pad = parseFloat(getComputedStyle(sec).paddingLeft) + parseFloat(getComputedStyle(sec).paddingRight);
+            return [f.dataset.chart, s.width, f.clientWidth, sec.clientWidth - pad, !!f.closest('.grid')]; });""")
+    for kind, svg_w, fig_w, section_w, in_grid in sizes:
+        assert svg_w >= min(fig_w, 480) - 1, (kind, svg_w, fig_w)   # 480 px: the least a chart is drawn at
+        if width >= 1000 and not in_grid:
+            assert svg_w >= 0.98 * section_w, (kind, svg_w, section_w)

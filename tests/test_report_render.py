@@ -14,7 +14,7 @@ from autopar.report.load import read_inputs
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "report")
 G = [os.path.join(FIX, f"g{n}.json") for n in (256, 512, 1024)]
 SECTIONS = ("ranked", "why", "step-time", "memory", "timeline", "comm", "scaling", "diff")
-CHARTS = ("step-time", "memory", "timeline", "comm", "scaling")
+CHARTS = ("step-time", "overheads", "memory", "timeline", "comm", "scaling")
 
 
 def no_t1(*key):

@@ -33,6 +33,8 @@ def register(sub) -> None:
                    help="trace submodules of this class whole, FLOPs measured (repeatable); MoE experts: priced as run,"
                         " k of E per token, and planned as dense layers (no expert parallelism)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true",
+                   help="every plan in one table, however wide (else as many tables as fit the terminal)")
     p.add_argument("-o", "--output", default=None, metavar="FILE.json",
                    help="also write the --json output to this file (for autopar report / explain)")
     add_progress_arg(p)
@@ -75,7 +77,7 @@ def run(args) -> int:
     if args.json:
         print_json(out)
         return 0
-    render(results)
+    render(results, wide=args.wide)
     if args.output:
         print(f"wrote {args.output}")
     return 0
@@ -104,15 +106,14 @@ def run_imported(args) -> int:
     return 0
 
 
-def render(results) -> None:
-    from rich.table import Table
-
-    from autopar.cli.common import human, print_table
+def render(results, wide: bool = False) -> None:
+    from autopar.cli.common import human
+    from autopar.cli.plan_columns import PlanColumns
     from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, term_label
     from costmodels.contracts.plans_file import PlanResult
     from costmodels.profiles.error_bands import format_band
     first = results[0]
-    t = Table(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
+    t = PlanColumns(title=f"{first['model']} on {first['gpus']} × {first['hardware']}, global batch "
                     f"{first['global_batch']}, seq {first['seq']}")
     t.add_column("")
     for i, d in enumerate(results):
@@ -143,4 +144,4 @@ def render(results) -> None:
     if any(d.get("cluster") for d in results):   # pooled plans: GPUs used and left idle per pool
         row("pools: used / idle GPUs", lambda d: ", ".join(
             f"{u['name']} {u['used']}/{u['idle']}" for u in (d.get("cluster") or {}).get("pools", [])) or "–")
-    print_table(t)
+    t.print(wide=wide)   # folded to the terminal: plans in as many tables as fit (autopar.cli.plan_columns)

@@ -191,7 +191,13 @@ def stage_ranges_text(stages) -> str:
     if not stages:
         return "balanced"
     try:
-        return "rows " + " | ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in stages)
+        ranges = " | ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in stages)
+        if len(stages) <= 4:
+            return "rows " + ranges
+        # many stages (a deep or interleaved pipeline): their count and sizes first, then the ranges
+        sizes = [b - a for a, b in stages]
+        each = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}–{max(sizes)}"
+        return f"{len(stages)} stages of {each} rows: {ranges}"
     except (TypeError, ValueError):
         return _fmt(stages)
 

@@ -17,6 +17,7 @@ from matplotlib.path import Path
 from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 
 from autopar.report.analysis import ScalingSeries, breakdown, comm_rows, hbm, stage_memories
+from autopar.report.chart_fit import fit_texts
 from autopar.report.load import MEMORY_KEYS, PlanRecord
 from autopar.report.pools import POOL_COLORS, short_name, stage_label
 from autopar.report.timeline import Timeline
@@ -39,17 +40,22 @@ _counter = itertools.count()
 _NUM = re.compile(r"(-?\d+\.\d)\d+")
 
 
+SVG_DPI = 72       # the SVG backend's own: saving keeps every placement the drawing made
+FULL_WIDTH = 12.0   # inches of a chart that spans the page (the HTML scales it to the page's width)
+
+
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height), layout="constrained", dpi=SVG_DPI)
     return fig
 
 
 def to_svg(fig: Figure) -> str:
     """The figure as an inline ``<svg>`` element with ids unique on the page."""
-    buf = io.StringIO()
-    with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
-    svg = buf.getvalue()
+    svg = _save_svg(fig)
+    # no title, legend or label left outside the figure (autopar.report.chart_fit): looked at in
+    # the drawing just saved, and saved again only when something had to move
+    if fit_texts(fig, drawn=fig.dpi == SVG_DPI):
+        svg = _save_svg(fig)
     svg = svg[svg.index("<svg"):]
     # path data to 0.1 pt (a tenth of a point is invisible; full precision doubles the size)
     svg = re.sub(r'\bd="([^"]*)"', lambda m: 'd="' + _NUM.sub(lambda n: n.group(1), m.group(1)) + '"', svg)
@@ -59,6 +65,13 @@ def to_svg(fig: Figure) -> str:
     svg = re.sub(r'(href="#|url\(#)([^")]+)', lambda m: m.group(1) + (prefix + m.group(2) if m.group(2) in ids
                                                                     else m.group(2)), svg)
     return svg
+
+
+def _save_svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    with rcParams_context({"svg.fonttype": "path", "svg.hashsalt": "autopar-report"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    return buf.getvalue()
 
 
 class rcParams_context:
@@ -94,7 +107,7 @@ def step_time_chart(records: list[PlanRecord]) -> str:
 
 def step_time_figure(records: list[PlanRecord]) -> Figure:
     n = len(records)
-    fig = _figure(9, 1.4 + 0.32 * n)
+    fig = _figure(FULL_WIDTH, 1.4 + 0.32 * n)
     ax = fig.add_subplot()
     scale, unit = _time_unit(max(float(r["step_time_s"]) for r in records))
     labels = [f"#{r.id} {r.label()} · {r.gpus} GPUs" + ("" if r["fits"] else " (no fit)") for r in records]
@@ -118,7 +131,7 @@ def step_time_figure(records: list[PlanRecord]) -> Figure:
     # the legend as a row of the figure itself (constrained layout makes room for it), in as many
     # columns as its longest label lets fit the figure's width: no entry is cut at the edge
     longest = max((len(TERM_LABELS[k]) for k in used), default=10)
-    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(9 * 72 / (7 * 0.6 * longest + 40)))),
+    fig.legend(fontsize=7, ncols=max(1, min(len(used), int(FULL_WIDTH * 72 / (7 * 0.6 * longest + 40)))),
                loc="outside upper center", frameon=False)
     _style(ax)
     return fig
@@ -153,7 +166,7 @@ def memory_chart(r: PlanRecord) -> str:
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB per GPU")
     fig.suptitle(f"#{r.id} {r.label()}: memory per pipeline stage", fontsize=10, x=0.02, ha="left")
-    ax.legend(fontsize=6.5, ncols=5, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
+    ax.legend(fontsize=6.5, ncols=6, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False,
               borderaxespad=0.2)
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
@@ -179,7 +192,7 @@ def pool_memory_chart(r) -> str:
     handles = [Patch(color=POOL_COLORS[q % len(POOL_COLORS)], label=short_name(ref))
                for q, (ref, _) in enumerate(r.plan.pools) if q in pools]
     ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4, frameon=False)
-    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left", y=1.06)
+    fig.suptitle(f"#{r.id} {r.label()}: memory per stage by pool", fontsize=9, x=0.02, ha="left")
     ax.spines[["top", "right"]].set_visible(False)
     return to_svg(fig)
 
@@ -191,7 +204,7 @@ def timeline_chart(r: PlanRecord, t: Timeline) -> str:
     one shade per chunk. Under a V schedule each rank's two chunks are stages r and 2·pp − 1 − r,
     which the row labels say."""
     pp = t.pp
-    fig = _figure(9.5, 1.3 + 0.26 * pp if pp > 1 else 1.8)
+    fig = _figure(FULL_WIDTH, 1.3 + 0.26 * pp if pp > 1 else 1.8)
     ax = fig.add_subplot()
     scale, unit = _time_unit(t.makespan)
     label_blocks = len(t.ops) <= 256
@@ -258,7 +271,7 @@ def comm_chart(records: list[PlanRecord]) -> str:
                      if c.get("kind") not in COMM_COLORS and float(c.get("bytes_per_gpu") or 0) > 0})
     tiers = sorted({str(c.get("tier")) for rs in rows.values() for c in rs})
     colour = {t: TIER_COLORS[i % len(TIER_COLORS)] for i, t in enumerate(tiers)}
-    fig = _figure(10, 1.5 + 0.3 * n)
+    fig = _figure(FULL_WIDTH, 1.5 + 0.3 * n)
     axes = fig.subplots(1, max(1, len(kinds)), sharey=True, squeeze=False)[0]
     ys = list(range(n))[::-1]
     for ax, kind in zip(axes, kinds or ["none"]):
@@ -292,7 +305,7 @@ def _num(v: float) -> str:
 
 # ---- scaling ------------------------------------------------------------------------------------
 def scaling_chart(series: list[ScalingSeries]) -> str:
-    fig = _figure(10, 3.3)
+    fig = _figure(FULL_WIDTH, 3.6)
     axes = fig.subplots(1, 3)
     for s in series:
         ns = [p.gpus for p in s.points]
@@ -305,7 +318,7 @@ def scaling_chart(series: list[ScalingSeries]) -> str:
         axes[1].plot(ns, ns, color="#999999", linestyle=":", linewidth=1)
     axes[0].set_title("predicted throughput", fontsize=9)
     axes[0].set_ylabel("tokens/s")
-    axes[1].set_title("speed-up T(1) / T(N)  (dotted: ideal)", fontsize=9)
+    axes[1].set_title("speed-up N₀·T(N₀) / T(N), N₀ the smallest count  (dotted: ideal)", fontsize=9)
     axes[2].set_title("scaling efficiency = speed-up / N", fontsize=9)
     axes[2].set_ylabel("%")
     axes[2].set_ylim(0, 105)

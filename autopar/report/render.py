@@ -6,6 +6,7 @@ import io
 import os
 from typing import Any
 
+from autopar.report import overheads
 from autopar.report.analysis import breakdown, comm_rows, gib, pct, seconds, stage_memories
 from autopar.report.load import COMM_KINDS, MEMORY_KEYS, PlanRecord
 from costmodels.contracts.breakdown import BREAKDOWN_KEYS, COMM_KIND_LABELS, TERM_LABELS
@@ -110,6 +111,7 @@ def to_markdown(report) -> str:
     L.append(_md_table(["#", "plan", "step time"] + [TERM_LABELS[k] for k in keys],
                        [[str(r.id), f"{r.label()} · {r.gpus} GPUs", seconds(float(r["step_time_s"]))]
                         + [seconds(breakdown(r)[k]) for k in keys] for r in report.records]))
+    L += [""] + overheads.markdown_lines(report, _md_table)
     L += ["", "## Memory per pipeline stage", ""]
     for r in report.detail_records:
         mems = stage_memories(r)
@@ -188,19 +190,22 @@ body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;co
 header{background:#1f3b57;color:#fff;padding:18px 32px}
 header h1{margin:0;font-size:22px} header p{margin:4px 0 0;opacity:.85;font-size:13px}
 nav{padding:8px 32px;background:#e8eef4;font-size:13px} nav a{margin-right:14px;color:#1f3b57}
-main{padding:8px 32px 40px;max-width:1400px}
+main{padding:8px 32px 40px;max-width:1800px}
 section{background:#fff;border:1px solid #e2e2e2;border-radius:6px;padding:12px 20px;margin:16px 0}
 h2{font-size:17px;margin:6px 0 10px;color:#1f3b57} h3{font-size:14px;margin:14px 0 6px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0}
 th,td{border-bottom:1px solid #e5e5e5;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#f0f3f6;position:sticky;top:0} td.l,th.l{text-align:left}
 tr.best td{background:#eaf5ea;font-weight:600} tr.nofit td{color:#b00000}
-figure.chart{margin:8px 0} figure.chart svg{max-width:100%;height:auto}
-.grid figure.chart{flex:1 1 560px;max-width:680px}
+figure.chart{margin:8px 0;overflow-x:auto}
+figure.chart svg{display:block;width:100%;height:auto;min-width:480px}
+.grid figure.chart{flex:1 1 520px;min-width:0}
 figcaption{font-size:12px;color:#555} .note{font-size:12px;color:#555}
 .why li{margin:3px 0;font-size:13px} li.warn{color:#8a4b00} .grid{display:flex;flex-wrap:wrap;gap:8px 24px}
 .scroll{overflow-x:auto}
 table.wrap td{white-space:normal;overflow-wrap:anywhere;max-width:32em}
+code{overflow-wrap:anywhere}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f5f7f9;padding:6px 10px;font-size:12px}
 """
 
 
@@ -269,7 +274,8 @@ def to_html(report) -> str:
     S.append(("step-time", "Step time by term",
               _figure("step-time", charts.step_time_chart(report.records),
                       "Compute, recompute, pipeline bubble and the exposed (not overlapped) DP / TP / PP "
-                      "communication and ZeRO gathers; the bar ends at the predicted step time.")))
+                      "communication and ZeRO gathers; the bar ends at the predicted step time.")
+              + overheads.html_section(report, _figure)))
     mem = []
     for r in report.detail_records:
         mems = stage_memories(r)
@@ -310,8 +316,10 @@ def to_html(report) -> str:
     sc = []
     if report.scaling:
         sc.append(_figure("scaling", charts.scaling_chart(report.scaling),
-                          "Best plan at each GPU count. Speed-up = one-GPU time / N-GPU time; "
-                          "efficiency = speed-up / N."))
+                          "Best plan at each GPU count. Speed-up = N₀ · T(N₀) / T(N) against the "
+                          "smallest GPU count searched, N₀ (a real plan that fits; a one-GPU plan "
+                          "in the inputs is used when there is one, as each series says below); "
+                          "efficiency = speed-up / N, 100 % at N₀."))
         for s in report.scaling:
             sc.append(f"<h3>{_e(s.label)}</h3><p class='note'>{_e(s.one_gpu_note)}</p>")
             sc.append(_table(["GPUs", "best plan", "step time", "tokens/s", "speed-up", "efficiency"],
@@ -328,7 +336,7 @@ def to_html(report) -> str:
                   f"<p class='note'>Plan fields that differ, then every prediction (difference = "
                   f"#{b.id} − #{a.id}). Choose others with --diff I,J.</p>"
                   + _table(["", f"#{a.id} {a.label()} · {a.gpus} GPUs", f"#{b.id} {b.label()} · {b.gpus} GPUs",
-                            "difference"], rows, left=(0,), wrap=True)))
+                            "difference"], [keep_ranges_whole(r) for r in rows], left=(0,), wrap=True)))
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t, _ in S)
     body = "".join(f"<section id='{k}'><h2>{_e(t)}</h2>{c}</section>" for k, t, c in S)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -336,6 +344,14 @@ def to_html(report) -> str:
             f"<title>autopar report: {_e(report.title)}</title><style>{CSS}</style></head><body>"
             f"<header><h1>autopar report: {_e(report.title)}</h1><p>{_e(report.subtitle)}</p></header>"
             f"<nav>{nav}</nav><main>{body}</main></body></html>\n")
+
+
+def keep_ranges_whole(row):
+    """A diff row for HTML: a stage split's ranges ("12–15") never break across lines, only
+    between ranges (word joiners around the dash, which is otherwise a break opportunity)."""
+    if row[0] != "stages":
+        return row
+    return (row[0], *(str(c).replace("–", "\u2060–\u2060") for c in row[1:]))
 
 
 # ---- run it: the best plan of each search, exported to each trainer (autopar.report.run_it) ----

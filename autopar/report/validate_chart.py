@@ -41,7 +41,7 @@ def validation_chart(result) -> str:
     from matplotlib.figure import Figure
     pf = PlansFile.read(result, label="<validate result>")
     plans = [dict(r.values, rank=r.rank) for r in pf.results if r.values.get("measured_step_s")]
-    fig = Figure(figsize=(9.0, 4.0))
+    fig = Figure(figsize=(9.0, 4.0), layout="constrained", dpi=72)   # as every report chart (charts._figure)
     if not plans:
         fig.text(0.5, 0.5, "no plan was measured", ha="center")
         return to_svg(fig)
@@ -57,5 +57,4 @@ def validation_chart(result) -> str:
     fig.suptitle(f"{pf.model or ''} on {pf.hardware or ''}, {pf.gpus or ''} ranks, "
                  f"global batch {pf.global_batch or ''}: predicted vs measured (labels: rank)",
                  fontsize=8)
-    fig.tight_layout()
     return to_svg(fig)
