@@ -9,8 +9,8 @@ the row's graph is everything that mixes or numbers tokens:
   and selective recompute checkpoints) — becomes one ``ContextParallelAttention`` leaf module
   (the local queries against every key, all-gathered over the cp group, causal by global
   position). A core with a mask is taken as causal (a ``masked_fill`` with a buffer must be
-  lower-triangular, an additive mask is a decoder's causal mask); padding masks are not
-  supported under cp.
+  lower-triangular, an additive mask is a decoder's causal mask); a padding mask among the
+  model's inputs is refused before each step (``autopar.runtime.step.cp_masks``).
 * **position ids** — ``torch.arange(T)`` (GPT's learned positions, transformers'
   ``cache_position`` / ``position_ids``, so its rotary tables) becomes the local tokens' global
   positions (``cp_positions``);
@@ -112,7 +112,10 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
         if n.op == "call_function" and n.target is F.scaled_dot_product_attention:
             q, k, v = (list(n.args) + [n.kwargs.get(x) for x in ("query", "key", "value")])[:3]
             causal = bool(n.kwargs.get("is_causal", n.args[5] if len(n.args) > 5 else False))
-            causal = causal or n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None) is not None
+            mask = n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None)
+            if isinstance(mask, fx.Node):   # a mask read from a buffer must be causal; one from the
+                _check_causal_buffer(gm, mask, sdpa=True)   # inputs is checked per step (cp_masks)
+            causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found)
             found += 1
@@ -180,10 +183,12 @@ def _scores(gm, between, m1) -> tuple[list, bool]:
     return scale, causal
 
 
-def _check_causal_buffer(gm, node) -> None:
+def _check_causal_buffer(gm, node, sdpa: bool = False) -> None:
     """A ``masked_fill`` whose mask comes from a buffer: the buffer must be lower-triangular
-    (a causal mask); a real one that is not is refused."""
-    seen, todo = set(), [node.args[1]] if len(node.args) > 1 else []
+    (a causal mask); a real one that is not is refused. ``sdpa``: ``node`` is SDPA's
+    ``attn_mask`` itself (True / 0 where a query sees a key, so an additive one is 0 on and
+    below the diagonal)."""
+    seen, todo = set(), [node] if sdpa else [node.args[1]] if len(node.args) > 1 else []
     while todo:
         x = todo.pop()
         if not isinstance(x, fx.Node) or x in seen:
@@ -193,7 +198,8 @@ def _check_causal_buffer(gm, node) -> None:
             t = gm.get_buffer(x.target) if x.target in dict(gm.named_buffers()) else None
             if t is not None and not t.is_meta and t.dim() >= 2:
                 m = t.reshape(-1, *t.shape[-2:])[0]
-                if not torch.equal(m != 0, torch.tril(torch.ones_like(m)) != 0):
+                seen_where = (m == 0) if sdpa and m.is_floating_point() else (m != 0)
+                if not torch.equal(seen_where, torch.tril(torch.ones_like(m)) != 0):
                     raise PlanError(f"context parallel: the attention mask buffer '{x.target}' is not "
                                     "causal (lower-triangular); only causal attention runs under cp; "
                                     "use cp=1")
