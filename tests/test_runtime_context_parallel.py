@@ -178,3 +178,24 @@ def test_each_step_refuses_a_padding_or_non_causal_mask_and_keeps_a_causal_one()
     bidirectional = torch.ones(8, 8, dtype=torch.bool)
     with pytest.raises(PlanError, match=r"input 1 \('attn_mask'\) of the model is an attention mask .* not causal"):
         context_slice((ids, bidirectional), ids, 2, 0, ("idx", "attn_mask"))
+
+
+@pytest.mark.parametrize("attention", ["math", "flash"])
+def test_an_sdpa_attention_is_marked_for_torchs_ring_on_cuda_and_cpu_keeps_our_op(attention):
+    """A model calling F.scaled_dot_product_attention ("flash") gets the cp op that runs torch's
+    context-parallel attention on CUDA over NCCL (autopar.rewrite.cp_torch_ring; not run here,
+    no GPU); a written-out softmax core ("math") keeps the all-gather op. On CPU neither takes
+    torch's path, and the torch this project pins has the API that path calls."""
+    from autopar.models import load_model
+    from autopar.rewrite import FakeGroup, rewrite_row
+    from autopar.rewrite.cp_attention import ContextParallelAttention
+    from autopar.rewrite.cp_torch_ring import _torch_cp, torch_ring_usable
+    block = load_model("gpt:layers=1,hidden=16,heads=2,vocab=32,seq=8").build(
+        "cpu", seed=0, attention=attention).blocks[0]
+    row = rewrite_row(block, kind="block", tp_rank=0, tp_size=1, tp_group=None, sequence_parallel=False,
+                      recompute="none", context_parallel=dict(cp=2, rank=0, group=FakeGroup(0, 2), name="blocks.0"))
+    [op] = [m for m in row.modules() if isinstance(m, ContextParallelAttention)]
+    assert op.sdpa is (attention == "flash") and op.causal
+    assert not torch_ring_usable(torch.zeros(1, 2, 4, 8), op.group)
+    api = _torch_cp()
+    assert api is not None and api._cp_options.rotate_method.name == "ALL_GATHER"

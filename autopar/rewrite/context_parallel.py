@@ -117,7 +117,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
                 _check_causal_buffer(gm, mask, sdpa=True)   # inputs is checked per step (cp_masks)
             causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
-            _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found)
+            _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -206,13 +206,13 @@ def _check_causal_buffer(gm, node, sdpa: bool = False) -> None:
         todo.extend(x.all_input_nodes)
 
 
-def _replace(gm, node, qkv, causal, scale, cp, rank, group, i) -> None:
+def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = False) -> None:
     """``node`` (the attention's output) computed by a new ContextParallelAttention on
     ``qkv``; ``scale``: None (1/√d), a number, or factors from ``_scores``."""
     name = f"cp_attention_{i}"
     while hasattr(gm, name):
         name += "_"
-    gm.add_submodule(name, ContextParallelAttention(group, cp, rank, causal, None))
+    gm.add_submodule(name, ContextParallelAttention(group, cp, rank, causal, None, sdpa=sdpa))
     with gm.graph.inserting_before(node):
         if isinstance(scale, list):   # factors: a number, or a node computing it (√d of a size)
             value = 1.0

@@ -18,10 +18,11 @@ to rounding. The ring variant (p2p of K/V blocks overlapped with each block's at
 the cost model may price for Megatron; this runtime runs the all-gather form, whose memory is
 ``S`` keys per rank instead of ``2·S/cp`` — fine at the lengths ``autopar verify`` runs.
 
-On CUDA this same op runs over NCCL. torch's ``context_parallel`` (which shards buffers and
-swaps SDPA for its ring kernels) is not used: it cannot run on CPU (no sharding strategy for
-``aten._scaled_dot_product_flash_attention_for_cpu`` in torch 2.13) so it cannot be verified
-here; the one code path that verify proves is the one that runs everywhere.
+On CUDA over NCCL, an attention the model wrote as ``F.scaled_dot_product_attention`` runs
+torch's context-parallel attention instead (``autopar.rewrite.cp_torch_ring``: its ring kernels
+over DTensors, as torchtitan wires it); it cannot run on CPU (no sharding strategy for
+``aten._scaled_dot_product_flash_attention_for_cpu`` in torch 2.13), so that path has not been
+verified here, and an attention written out (``softmax(q kᵀ) v``) keeps this op on CUDA too.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+from autopar.rewrite.cp_torch_ring import torch_ring_attention, torch_ring_usable
 
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
 
@@ -97,10 +100,11 @@ class ContextParallelAttention(nn.Module):
     parallel collectives. q, k, v: (B, H, T_local, D) with the same H (GQA heads repeated
     before, as the models do)."""
 
-    def __init__(self, group, cp: int, rank: int, causal: bool, scale: float | None):
+    def __init__(self, group, cp: int, rank: int, causal: bool, scale: float | None, sdpa: bool = False):
         super().__init__()
         self.group, self.cp, self.rank = group, cp, rank
         self.causal, self.scale = causal, scale
+        self.sdpa = sdpa   # the model called F.scaled_dot_product_attention: CUDA runs torch's (cp_torch_ring)
 
     def extra_repr(self) -> str:
         return f"cp={self.cp}, rank={self.rank}, causal={self.causal}, scale={self.scale}"
@@ -111,6 +115,10 @@ class ContextParallelAttention(nn.Module):
             k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
         real = isinstance(self.group, dist.ProcessGroup) and q.device.type != "meta"
+        if real and self.sdpa and torch_ring_usable(q, self.group):
+            scale = scale if scale is not None else self.scale
+            return torch_ring_attention(q, k, v, self.group, self.causal,
+                                        float(scale) if scale is not None else None)
         if real:
             k = GatherSeq.apply(k, self.group, k.dim() - 2)
             v = GatherSeq.apply(v, self.group, v.dim() - 2)
