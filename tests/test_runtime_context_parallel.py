@@ -199,3 +199,35 @@ def test_an_sdpa_attention_is_marked_for_torchs_ring_on_cuda_and_cpu_keeps_our_o
     assert not torch_ring_usable(torch.zeros(1, 2, 4, 8), op.group)
     api = _torch_cp()
     assert api is not None and api._cp_options.rotate_method.name == "ALL_GATHER"
+
+
+def test_a_mask_the_model_computes_reaches_the_cp_op_which_refuses_padding_in_it():
+    """A padding mask the model builds inside (tests/fixtures/zoo.py's PaddedGPT: token 0 is
+    padding, ``keep`` crosses the cut into each block) is handed to the cp op, which counts the
+    tokens it hides from themselves (a causal mask never does) and refuses the step on every cp
+    rank alike (run end to end in a 2-rank world by hand: see the report)."""
+    import zoo
+
+    from autopar.rewrite import FakeGroup, rewrite_row
+    from autopar.rewrite.cp_attention import ContextParallelAttention, hidden_diagonal
+    from autopar.runtime.assemble.prelaunch import check_before_launch
+    from autopar.runtime.assemble.stages import row_inputs
+    from autopar.runtime.step.context import local_example
+    ids = torch.tensor([[5, 0, 7, 9, 0, 3, 2, 1]])
+    plan = Plan(cp=2)
+    ready = check_before_launch(zoo.build("padded_gpt"), plan, example_inputs=(ids,))
+    x = row_inputs(ready.rows, local_example((ids,), plan), ready.stages, range(len(ready.stages)))[1]
+    assert ready.rows.kinds[1] == "block"
+    gm = rewrite_row(ready.rows.modules[1], kind="block", tp_rank=0, tp_size=1, tp_group=None,
+                     sequence_parallel=False, recompute="none", example_input=x,
+                     context_parallel=dict(cp=2, rank=0, group=FakeGroup(0, 2), name="h.0"))
+    [op] = [m for m in gm.modules() if isinstance(m, ContextParallelAttention)]
+    assert op.mask_kind == "attend" and op.where == "h.0"
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    keep = torch.tensor([[True, False, True, True]])
+    assert hidden_diagonal(causal, "attend", 4) == 0
+    assert hidden_diagonal(causal & keep[:, None, None, :], "attend", 4) == 1
+    assert hidden_diagonal(~causal, "fill", 4) == 0 and hidden_diagonal(~keep[:, None, None, :], "fill", 4) == 1
+    additive = torch.zeros(1, 1, 4, 4).masked_fill(~causal, float("-inf"))
+    assert hidden_diagonal(additive, "additive", 4) == 0
+    assert hidden_diagonal(additive.masked_fill(~keep[:, None, None, :], -1e9), "additive", 4) == 1
