@@ -64,7 +64,9 @@ def test_a_signal_stops_a_running_search_with_one_line_and_no_file(tmp_path):
         for sig, run in runs.items():
             assert run.get("running"), "".join(run["seen"])
             assert run["p"].returncode == run["code"], run["err"]
-            assert run["took"] < 15
+            # promptly: an ignored signal leaves the search running for minutes; 30 s leaves room
+            # for two interpreters exiting at once on a loaded 2-core host (15.4 s was seen)
+            assert run["took"] < 30
             assert run["err"].strip().splitlines() == [f"autopar: interrupted ({signal.Signals(sig).name})"]
             assert run["out"] == "" and os.listdir(run["folder"]) == []
     finally:
