@@ -118,7 +118,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True,
-                     mask=(mask, "attend") if isinstance(mask, fx.Node) else None, name=name)
+                     mask=(mask, "attend") if _from_input(mask) else None, name=name)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -139,11 +139,28 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             else:
                 with g.inserting_before(m2):
                     k = g.call_method("transpose", (kt, -2, -1))
-            _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found, mask=mask, name=name)
+            _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found,
+                     mask=mask if mask and _from_input(mask[0]) else None, name=name)
             found += 1
     g.eliminate_dead_code(is_impure_node=lambda x: x.is_impure()
                           or (x.op == "call_module" and hasattr(gm.get_submodule(x.target), "group")))
     return found
+
+
+def _from_input(node) -> bool:
+    """Whether a mask node depends on one of the row's inputs (a mask the model computes from
+    the data, e.g. from the ids, checked by the cp op each step); one built from buffers and
+    constants alone (a causal mask the trace folded) is static: checked here, or left out."""
+    seen, todo = set(), [node]
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, fx.Node) or x in seen:
+            continue
+        seen.add(x)
+        if x.op == "placeholder":
+            return True
+        todo.extend(x.all_input_nodes)
+    return False
 
 
 def _no_dropout(p) -> None:
