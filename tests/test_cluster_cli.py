@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from autopar.cli.main import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = "gpt:layers=2,hidden=64,heads=4,vocab=128,seq=16"
 POOLS = "a100-80g-sxm:8,h100-80g-sxm:8"
 
@@ -82,20 +78,17 @@ def test_bad_cluster_file_is_one_line(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_verify_runs_a_pooled_plan_unchanged(tmp_path):
-    """One gloo run: the pools only place the ranks; the stages (uneven, from the plan) are what
-    the runtime cuts, and the losses equal the serial model's."""
+def test_verify_runs_a_pooled_plan_unchanged(tmp_path, capsys):
+    """One gloo run (``autopar verify``'s main in this process; it spawns the 2 ranks): the pools
+    only place the ranks; the stages (uneven, from the plan) are what the runtime cuts, and the
+    losses equal the serial model's."""
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"version": 1, "model": "x", "global_batch": 4, "plans": [
         {"pp": 2, "micro_batch_size": 1, "stages": [[0, 3], [3, 4]], "rank": 1,
          "pools": [["a100-80g-sxm", 8], ["h100-80g-sxm", 8]], "stage_pools": [1, 0]}]}))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
-    r = subprocess.run([sys.executable, "-m", "autopar.cli.main", "verify",
-                        "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8,tied=true", "--plan", str(plans),
-                        "--steps", "3", "--json"], cwd=ROOT, env={**env, "PYTHONWARNINGS": "ignore"},
-                       capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    code, stdout, stderr = run(capsys, "verify", "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8,tied=true",
+                               "--plan", str(plans), "--steps", "3", "--json")
+    assert code == 0, stderr[-2000:]
+    out = json.loads(stdout)
     assert out["ok"] and out["max_rel_diff"] <= 1e-5 and len(out["parallel"]) == 3
     assert out["plan"]["stage_pools"] == [1, 0] and out["plan"]["stages"] == [[0, 3], [3, 4]]

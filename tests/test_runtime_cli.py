@@ -23,24 +23,28 @@ def _run(args, timeout=240):
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_verify_pipeline_plan_from_a_plans_file(tmp_path):
+def test_verify_pipeline_plan_from_a_plans_file(tmp_path, capsys):
+    """``autopar verify`` (its ``main``, in this process: the ranks it spawns are the processes
+    under test; the ``python -m autopar.cli.main`` entry is the torchrun tests' below)."""
+    from autopar.cli.main import main
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"version": 1, "model": "x", "global_batch": 4, "plans": [
         {"pp": 2, "schedule": "gpipe", "micro_batch_size": 1, "rank": 1}]}))
-    r = _run([sys.executable, "-m", "autopar.cli.main", "verify",
-              "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8,tied=true", "--plan", str(plans),
-              "--steps", "3", "--json"])
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    code = main(["verify", "gpt:layers=2,hidden=32,heads=4,vocab=64,seq=8,tied=true", "--plan",
+                 str(plans), "--steps", "3", "--json"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr[-2000:]
+    out = json.loads(stdout)
     assert out["ok"] and out["global_batch"] == 4 and len(out["parallel"]) == 3
     assert out["max_rel_diff"] <= 1e-5
 
 
-def test_verify_errors_are_one_line():
-    r = _run([sys.executable, "-m", "autopar.cli.main", "verify", "gpt2-small",
-              "--plan", '{"dp": 3}', "--nproc", "2"])
-    assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert "--nproc 2 != dp·cp·tp·pp" in r.stderr
+def test_verify_errors_are_one_line(capsys):
+    from autopar.cli.main import main
+    code = main(["verify", "gpt2-small", "--plan", '{"dp": 3}', "--nproc", "2"])
+    _, stderr = capsys.readouterr()
+    assert code == 2 and stderr.count("\n") == 1
+    assert "--nproc 2 != dp·cp·tp·pp" in stderr
 
 
 def test_train_gpt_example_loss_falls():

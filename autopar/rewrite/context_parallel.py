@@ -9,8 +9,8 @@ the row's graph is everything that mixes or numbers tokens:
   and selective recompute checkpoints) — becomes one ``ContextParallelAttention`` leaf module
   (the local queries against every key, all-gathered over the cp group, causal by global
   position). A core with a mask is taken as causal (a ``masked_fill`` with a buffer must be
-  lower-triangular, an additive mask is a decoder's causal mask); padding masks are not
-  supported under cp.
+  lower-triangular, an additive mask is a decoder's causal mask); a padding mask among the
+  model's inputs is refused before each step (``autopar.runtime.step.cp_masks``).
 * **position ids** — ``torch.arange(T)`` (GPT's learned positions, transformers'
   ``cache_position`` / ``position_ids``, so its rotary tables) becomes the local tokens' global
   positions (``cp_positions``);
@@ -41,7 +41,7 @@ def apply_context_parallel(gm: fx.GraphModule, *, kind: str, cp: int, rank: int,
     ``cp``; ``name``: the row's module name for the refusal line."""
     g = gm.graph
     _positions(gm, cp, rank)
-    found = _attention(gm, cp, rank, group)
+    found = _attention(gm, cp, rank, group, name)
     if kind == "block" and not found:
         raise PlanError(f"context parallel (cp={cp}): no attention found in block '{name}' "
                         "(neither F.scaled_dot_product_attention nor a softmax between two "
@@ -102,7 +102,7 @@ def _prefix_stop(index):
     return None, ()
 
 
-def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
+def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") -> int:
     g = gm.graph
     order = {n: i for i, n in enumerate(g.nodes)}
     found = 0
@@ -112,9 +112,13 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
         if n.op == "call_function" and n.target is F.scaled_dot_product_attention:
             q, k, v = (list(n.args) + [n.kwargs.get(x) for x in ("query", "key", "value")])[:3]
             causal = bool(n.kwargs.get("is_causal", n.args[5] if len(n.args) > 5 else False))
-            causal = causal or n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None) is not None
+            mask = n.kwargs.get("attn_mask", n.args[3] if len(n.args) > 3 else None)
+            if isinstance(mask, fx.Node):   # a mask read from a buffer must be causal; one from the
+                _check_causal_buffer(gm, mask, sdpa=True)   # inputs is checked per step (cp_masks)
+            causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
-            _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found)
+            _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True,
+                     mask=(mask, "attend") if _from_input(mask) else None, name=name)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -122,7 +126,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
             if m1 is None or m2 is None:
                 continue
             between, _ = walk([m1], lambda x, n=n: [u for u in x.users if order.get(u, 1 << 30) < order[n]])
-            scale, causal = _scores(gm, between, m1)
+            scale, causal, mask = _scores(gm, between, m1)
             after, _ = walk([n], lambda x, m2=m2: [u for u in x.users if order.get(u, 1 << 30) < order[m2]])
             for x in after:
                 if x.op == "call_module" and isinstance(gm.get_submodule(x.target), torch.nn.Dropout):
@@ -135,11 +139,28 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group) -> int:
             else:
                 with g.inserting_before(m2):
                     k = g.call_method("transpose", (kt, -2, -1))
-            _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found)
+            _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found,
+                     mask=mask if mask and _from_input(mask[0]) else None, name=name)
             found += 1
     g.eliminate_dead_code(is_impure_node=lambda x: x.is_impure()
                           or (x.op == "call_module" and hasattr(gm.get_submodule(x.target), "group")))
     return found
+
+
+def _from_input(node) -> bool:
+    """Whether a mask node depends on one of the row's inputs (a mask the model computes from
+    the data, e.g. from the ids, checked by the cp op each step); one built from buffers and
+    constants alone (a causal mask the trace folded) is static: checked here, or left out."""
+    seen, todo = set(), [node]
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, fx.Node) or x in seen:
+            continue
+        seen.add(x)
+        if x.op == "placeholder":
+            return True
+        todo.extend(x.all_input_nodes)
+    return False
 
 
 def _no_dropout(p) -> None:
@@ -159,10 +180,11 @@ def _is_transpose(n: fx.Node) -> bool:
     return False
 
 
-def _scores(gm, between, m1) -> tuple[list, bool]:
-    """(scale factors, causal) of the nodes between the scores matmul and the softmax: each
-    factor ``(operator.mul | operator.truediv, a number or a scalar node)``."""
-    scale, causal = [], False
+def _scores(gm, between, m1) -> tuple[list, bool, tuple | None]:
+    """(scale factors, causal, mask) of the nodes between the scores matmul and the softmax: each
+    factor ``(operator.mul | operator.truediv, a number or a scalar node)``; mask: (the mask
+    node, "fill" (True = hidden) or "additive") for the runtime's padding check, or None."""
+    scale, causal, mask = [], False, None
     for x in between:
         if x is m1:
             continue
@@ -175,15 +197,20 @@ def _scores(gm, between, m1) -> tuple[list, bool]:
         elif t in ("masked_fill", torch.masked_fill):
             _check_causal_buffer(gm, x)
             causal = True
+            if len(x.args) > 1 and isinstance(x.args[1], fx.Node):
+                mask = (x.args[1], "fill")
         elif t in (operator.add, torch.add, "add") and any(isinstance(a, fx.Node) for a in other):
             causal = True
-    return scale, causal
+            mask = (next(a for a in other if isinstance(a, fx.Node)), "additive")
+    return scale, causal, mask
 
 
-def _check_causal_buffer(gm, node) -> None:
+def _check_causal_buffer(gm, node, sdpa: bool = False) -> None:
     """A ``masked_fill`` whose mask comes from a buffer: the buffer must be lower-triangular
-    (a causal mask); a real one that is not is refused."""
-    seen, todo = set(), [node.args[1]] if len(node.args) > 1 else []
+    (a causal mask); a real one that is not is refused. ``sdpa``: ``node`` is SDPA's
+    ``attn_mask`` itself (True / 0 where a query sees a key, so an additive one is 0 on and
+    below the diagonal)."""
+    seen, todo = set(), [node] if sdpa else [node.args[1]] if len(node.args) > 1 else []
     while todo:
         x = todo.pop()
         if not isinstance(x, fx.Node) or x in seen:
@@ -193,20 +220,26 @@ def _check_causal_buffer(gm, node) -> None:
             t = gm.get_buffer(x.target) if x.target in dict(gm.named_buffers()) else None
             if t is not None and not t.is_meta and t.dim() >= 2:
                 m = t.reshape(-1, *t.shape[-2:])[0]
-                if not torch.equal(m != 0, torch.tril(torch.ones_like(m)) != 0):
+                seen_where = (m == 0) if sdpa and m.is_floating_point() else (m != 0)
+                if not torch.equal(seen_where, torch.tril(torch.ones_like(m)) != 0):
                     raise PlanError(f"context parallel: the attention mask buffer '{x.target}' is not "
                                     "causal (lower-triangular); only causal attention runs under cp; "
                                     "use cp=1")
         todo.extend(x.all_input_nodes)
 
 
-def _replace(gm, node, qkv, causal, scale, cp, rank, group, i) -> None:
+def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = False, mask=None,
+             name: str = "") -> None:
     """``node`` (the attention's output) computed by a new ContextParallelAttention on
-    ``qkv``; ``scale``: None (1/√d), a number, or factors from ``_scores``."""
-    name = f"cp_attention_{i}"
-    while hasattr(gm, name):
-        name += "_"
-    gm.add_submodule(name, ContextParallelAttention(group, cp, rank, causal, None))
+    ``qkv``; ``scale``: None (1/√d), a number, or factors from ``_scores``; ``mask``: (node,
+    kind) of the mask the model applied, handed to the op so each step checks it hides no
+    token from itself (a padding mask, ``cp_attention.hidden_diagonal``)."""
+    module = f"cp_attention_{i}"
+    while hasattr(gm, module):
+        module += "_"
+    op = ContextParallelAttention(group, cp, rank, causal, None, sdpa=sdpa)
+    op.mask_kind, op.where = (mask[1] if mask else None), name
+    gm.add_submodule(module, op)
     with gm.graph.inserting_before(node):
         if isinstance(scale, list):   # factors: a number, or a node computing it (√d of a size)
             value = 1.0
@@ -214,6 +247,6 @@ def _replace(gm, node, qkv, causal, scale, cp, rank, group, i) -> None:
                 value = gm.graph.call_function(op, (value, f)) if isinstance(value, fx.Node) or \
                     isinstance(f, fx.Node) else op(value, f)
             scale = value
-        new = gm.graph.call_module(name, (*qkv, scale))
+        new = gm.graph.call_module(module, (*qkv, scale) + ((mask[0],) if mask else ()))
     node.replace_all_uses_with(new)
     gm.graph.erase_node(node)

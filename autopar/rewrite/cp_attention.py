@@ -18,10 +18,11 @@ to rounding. The ring variant (p2p of K/V blocks overlapped with each block's at
 the cost model may price for Megatron; this runtime runs the all-gather form, whose memory is
 ``S`` keys per rank instead of ``2·S/cp`` — fine at the lengths ``autopar verify`` runs.
 
-On CUDA this same op runs over NCCL. torch's ``context_parallel`` (which shards buffers and
-swaps SDPA for its ring kernels) is not used: it cannot run on CPU (no sharding strategy for
-``aten._scaled_dot_product_flash_attention_for_cpu`` in torch 2.13) so it cannot be verified
-here; the one code path that verify proves is the one that runs everywhere.
+On CUDA over NCCL, an attention the model wrote as ``F.scaled_dot_product_attention`` runs
+torch's context-parallel attention instead (``autopar.rewrite.cp_torch_ring``: its ring kernels
+over DTensors, as torchtitan wires it); it cannot run on CPU (no sharding strategy for
+``aten._scaled_dot_product_flash_attention_for_cpu`` in torch 2.13), so that path has not been
+verified here, and an attention written out (``softmax(q kᵀ) v``) keeps this op on CUDA too.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+from autopar.rewrite.cp_torch_ring import torch_ring_attention, torch_ring_usable
 
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
 
@@ -91,26 +94,66 @@ class GatherSeq(torch.autograd.Function):
         return grad.chunk(n, ctx.dim)[ctx.rank].contiguous(), None, None
 
 
+def hidden_diagonal(mask: torch.Tensor, kind: str, t: int) -> int:
+    """How many (sample, head, token) entries of the model's own attention mask hide a local
+    token from itself. Under cp the op applies causality by global position and not the
+    model's mask; a causal mask (whatever positions the model built it from) always lets a token
+    see itself, so a hidden diagonal entry is a padding (or other non-causal) mask the op would
+    silently drop. ``kind``: "attend" (SDPA: True / 0 = seen), "fill" (``masked_fill``: True =
+    hidden) or "additive" (``scores + mask``: ≤ -1e4 = hidden)."""
+    if mask.dim() < 2 or mask.size(-1) != t or mask.size(-2) not in (1, t):
+        return 0
+    d = torch.broadcast_to(mask, (*mask.shape[:-2], t, t)).diagonal(dim1=-2, dim2=-1)
+    if kind == "fill":
+        hidden = d.bool()
+    elif d.dtype == torch.bool:
+        hidden = ~d
+    else:
+        hidden = d <= -1e4
+    return int(hidden.sum())
+
+
+def _refuse_padding(mask, kind, t, group, cp, where) -> None:
+    """Refuse, on every rank of the cp group alike, a step whose mask hides a token from itself."""
+    n = torch.tensor([hidden_diagonal(mask, kind, t)], dtype=torch.int64, device=mask.device)
+    dist.all_reduce(n, group=group)
+    if int(n.item()):
+        from costmodels.contracts.errors import PlanError
+        raise PlanError(f"context parallel (cp={cp}): the attention of '{where}' reads a mask that hides "
+                        f"{int(n.item())} token(s) from themselves — a padding mask, which the cp attention "
+                        "(causal by global position) cannot apply; pack the samples without padding or "
+                        "use cp=1")
+
+
 class ContextParallelAttention(nn.Module):
     """softmax(q kᵀ · scale [causal]) v for the local queries against every key of the
     sequence (module docstring). Parameter-free: a leaf of the rewritten graph, like the tensor
     parallel collectives. q, k, v: (B, H, T_local, D) with the same H (GQA heads repeated
     before, as the models do)."""
 
-    def __init__(self, group, cp: int, rank: int, causal: bool, scale: float | None):
+    def __init__(self, group, cp: int, rank: int, causal: bool, scale: float | None, sdpa: bool = False):
         super().__init__()
         self.group, self.cp, self.rank = group, cp, rank
         self.causal, self.scale = causal, scale
+        self.sdpa = sdpa   # the model called F.scaled_dot_product_attention: CUDA runs torch's (cp_torch_ring)
+        self.mask_kind, self.where = None, ""   # the model's own mask, checked each step (hidden_diagonal)
 
     def extra_repr(self) -> str:
         return f"cp={self.cp}, rank={self.rank}, causal={self.causal}, scale={self.scale}"
 
-    def forward(self, q, k, v, scale=None):
+    def forward(self, q, k, v, scale=None, mask=None):
         T = q.size(-2)
+        if mask is not None and self.mask_kind and isinstance(self.group, dist.ProcessGroup) \
+                and q.device.type != "meta":
+            _refuse_padding(mask, self.mask_kind, T, self.group, self.cp, self.where)
         if k.size(-3) != q.size(-3):   # grouped-query attention handed over unrepeated (SDPA's enable_gqa)
             k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
         real = isinstance(self.group, dist.ProcessGroup) and q.device.type != "meta"
+        if real and self.sdpa and torch_ring_usable(q, self.group):
+            scale = scale if scale is not None else self.scale
+            return torch_ring_attention(q, k, v, self.group, self.causal,
+                                        float(scale) if scale is not None else None)
         if real:
             k = GatherSeq.apply(k, self.group, k.dim() - 2)
             v = GatherSeq.apply(v, self.group, v.dim() - 2)

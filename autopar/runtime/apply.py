@@ -87,6 +87,7 @@ from autopar.runtime.step.clipping import clip_grad_norm_
 from autopar.runtime.step.context import (
     check_position_constants,
     context_slice,
+    input_names,
     local_example,
     rows_for_cp_rank,
 )
@@ -186,6 +187,7 @@ class Runner:
         self.rank = lay.rank
         self.dp_rank, self.dp_size = lay.dp_rank, plan.dp
         self.cp_rank, self.cp_size = lay.cp_rank, plan.cp
+        self._cp_names = (input_names(model), type(model).__name__)   # to name a refused mask (cp_masks)
         self.tp_rank, self.tp_size = lay.tp_rank, plan.tp
         self.pp_rank, self.pp_size = lay.pp_rank, plan.pp
 
@@ -313,7 +315,7 @@ class Runner:
         if targets is not None:
             targets = targets.to(self.device)
         if plan.cp > 1:   # this cp rank's tokens, load-balanced (autopar.runtime.step.context)
-            inputs, targets = context_slice(inputs, targets, plan.cp, self.cp_rank)
+            inputs, targets = context_slice(inputs, targets, plan.cp, self.cp_rank, *self._cp_names)
         batch = inputs[0].size(0)
         if batch % plan.micro_batch_size:
             raise PlanError(f"this dp rank's batch of {batch} samples is not divisible by plan "

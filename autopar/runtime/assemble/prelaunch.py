@@ -71,7 +71,7 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
         check_batch_statistics(model, plan, num_micro_batches, allow_batch_statistics)
         if getattr(plan, "cp", 1) > 1:   # rows run on S / cp tokens (autopar.runtime.step.context)
             from autopar.runtime.step.context import local_example
-            example_inputs = local_example(example_inputs, plan)
+            example_inputs = local_example(example_inputs, plan, model)
         rows = model_rows(model, example_inputs, leaf_modules)
         check_runnable(plan, model_dims(model, len(rows)), num_micro_batches)
         check_tp_modules(rows, plan)

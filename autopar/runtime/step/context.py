@@ -18,16 +18,20 @@ import torch
 import torch.fx
 
 from autopar.rewrite.cp_attention import cp_positions, sequence_slice
+from autopar.runtime.step.cp_masks import check_cp_masks, input_names
 from costmodels.contracts.errors import PlanError
 
 
-def context_slice(inputs: tuple, targets, cp: int, cp_rank: int):
-    """(inputs, targets) cut to this cp rank's tokens along dim 1."""
+def context_slice(inputs: tuple, targets, cp: int, cp_rank: int, names=None, model: str = "the model"):
+    """(inputs, targets) cut to this cp rank's tokens along dim 1; a padding or non-causal mask
+    among the inputs is refused (``cp_masks``; ``names``: the forward's parameter names and
+    ``model`` the model's class name, to name them)."""
     seq = inputs[0].size(1) if inputs[0].dim() >= 2 else None
     if seq is None or seq % (2 * cp):
         raise PlanError(f"plan field 'cp'={cp} cuts each sequence into 2·cp = {2 * cp} chunks but the "
                         f"inputs have {seq} tokens per sample; use a sequence length divisible by "
                         f"{2 * cp} or a smaller cp")
+    check_cp_masks(inputs, seq, cp, names, model)
 
     def cut(t):
         if t is not None and t.dim() >= 2 and t.size(1) == seq:
@@ -37,7 +41,7 @@ def context_slice(inputs: tuple, targets, cp: int, cp_rank: int):
     return tuple(cut(t) for t in inputs), cut(targets)
 
 
-def local_example(example_inputs, plan):
+def local_example(example_inputs, plan, model=None):
     """One micro-batch's example inputs as a cp rank sees them (``S / cp`` tokens): what a model
     cut into rows by tracing (transformers models: sizes become literals) is traced on, so its
     rows run on the local tokens. Unchanged for cp = 1 or without example inputs."""
@@ -47,7 +51,9 @@ def local_example(example_inputs, plan):
     if inputs[0].device.type == "meta":   # shapes only: any cp rank's slice has the same shape
         seq = inputs[0].size(1)
         return tuple(t[:, : seq // plan.cp] if t.dim() >= 2 and t.size(1) == seq else t for t in inputs)
-    return context_slice(inputs, None, plan.cp, 0)[0]
+    if model is None:
+        return context_slice(inputs, None, plan.cp, 0)[0]
+    return context_slice(inputs, None, plan.cp, 0, input_names(model), type(model).__name__)[0]
 
 
 # transformers' mask builders index tensors with their aranges (the mask they build is not read

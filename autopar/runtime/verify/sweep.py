@@ -178,11 +178,15 @@ class SweepResult:
     results: dict = field(default_factory=dict)   # name -> {"status": ..., ...}
     seconds: float = 0.0
     worlds: int = 0                               # worlds started (one more per broken world)
+    then: object = None                           # rank 0's result of run(then=...), if it ran
 
 
-def run(cases: list[SweepCase], world: int = 8, steps: int = 3, make_case=None) -> SweepResult:
+def run(cases: list[SweepCase], world: int = 8, steps: int = 3, make_case=None, then=None,
+        then_args: tuple = ()) -> SweepResult:
     """Refuse before launch what the runtime refuses, run the rest in one world of ``world``
     processes; every case gets a status: pass, mismatch, refused (with its line) or error.
+    ``then(*then_args)`` (picklable), if given, runs on every rank of the last world after the
+    cases — another scenario sharing the world's start-up — and rank 0's result is ``.then``.
 
     A case that fails on some rank leaves the world's groups in an unknown state, so its rank
     records the error and ends the world; the remaining cases run in a fresh world."""
@@ -203,8 +207,9 @@ def run(cases: list[SweepCase], world: int = 8, steps: int = 3, make_case=None) 
     while todo:
         with tempfile.TemporaryDirectory() as log_dir:
             out.worlds += 1
-            *_, failure = spawn(world_loop, world, todo, make_case or make_spec_case, steps,
-                                log_dir, partial=True)
+            *ranks, failure = spawn(world_loop, world, todo, make_case or make_spec_case, steps,
+                                    log_dir, then, then_args, partial=True)
+            out.then = ranks[0] if failure is None else out.then
             done = {}
             path = os.path.join(log_dir, "results.jsonl")
             if os.path.exists(path):
@@ -253,11 +258,12 @@ def make_spec_case(model: str, plan, micro_batches: int, steps: int):
                 spec=spec)
 
 
-def world_loop(entries, make_case, steps: int, log_dir: str):
+def world_loop(entries, make_case, steps: int, log_dir: str, then=None, then_args: tuple = ()):
     """Runs in every process of the world: each entry ``(name, model, plan dict, micro-batches)``
     on ranks 0 … dp·cp·tp·pp−1 (groups created by all ranks, members or not), compared with the
     serial model on rank 0, whose results go to ``log_dir/results.jsonl`` case by case. A rank
-    whose case fails writes ``log_dir/error-<rank>`` and ends the process (so the world)."""
+    whose case fails writes ``log_dir/error-<rank>`` and ends the process (so the world).
+    Returns ``then(*then_args)`` after the last case (None without ``then``)."""
     import datetime
     import json
 
@@ -301,3 +307,4 @@ def world_loop(entries, make_case, steps: int, log_dir: str):
             if os.environ.get("AUTOPAR_TEST_PROGRESS"):
                 print(f"[{time.monotonic() - t0:6.1f}s] {name}: {res}", flush=True)
         dist.barrier()
+    return then(*then_args) if then is not None else None
