@@ -19,12 +19,13 @@ import torch.nn.functional as F
 
 from autopar.rewrite.collectives import CopyToTP
 from autopar.rewrite.fx_util import getattr_path, is_nonpersistent, is_size_node, is_tensor, tensor_like, where
+from autopar.rewrite.head_shards import HeadShards
 from autopar.rewrite.shard_layers import ShardedDropout, ShardSpec, as_param, sharded_dropout
 from autopar.rewrite.sizes import SizeFixer
 from costmodels.contracts.errors import TraceError
 
 
-class GenericNodes(SizeFixer):
+class GenericNodes(SizeFixer, HeadShards):
     def _generic(self, n):
         if n.op == "get_attr":
             self._get_attr(n)
@@ -56,6 +57,9 @@ class GenericNodes(SizeFixer):
             self.needs_grad[node] = False
             self._check(n)
             return
+        if self._reduce_over_shard(n, args, kwargs, sharded):   # OLMo-2's q/k norm: head_shards
+            return
+        args, kwargs = self._align_replicated(n, args, kwargs, ins, sharded)   # ALiBi, norm weights
         if tensor_like(self.full[n]) and sharded:
             # a replicated tensor that needs a gradient meets a sharded one: all-reduce its grad
             args = [self._grad_all_reduced(a) for a in args]
@@ -63,6 +67,7 @@ class GenericNodes(SizeFixer):
         if tensor_like(self.full[n]):
             args, kwargs = self._fix_sizes(n, args, kwargs)
         node = self._add(n.op, n.target, args, kwargs, src=n, name=n.name)
+        self._carry_segments(n, node, sharded)
         self.env[n] = node
         self.needs_grad[node] = (is_tensor(self.local[node]) and not sharded
                                  and (any(self.needs_grad.get(self.env[a]) for a in ins)

@@ -86,6 +86,8 @@ class SizeFixer(LocalGraph):
         elif op == "call_function" and tgt is operator.getitem and isinstance(n.args[1], (tuple, slice, fx.Node, int)):
             if _has_node(n.args[1]):
                 args[1] = self._fix_index(n, args[1])
+            if sd is not None:   # a slice of the split dim (Phi-3's fused qkv): head_shards
+                args[1] = self._slice_shard(n, a0, sd, args[1])
         else:
             # any other op taking symbolic ints (arange, new_zeros, ...): they must keep serial values
             args = [self._keep_serial(a, o, n, bools=False) for a, o in zip(args, n.args)]
