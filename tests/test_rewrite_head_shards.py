@@ -6,6 +6,7 @@ positions. One process, ``FakeGroup``: what each rank's row holds; that the plan
 training is ``tests/test_runtime_zoo.py``'s shared world and ``bench_runtime_zoo.py --more``."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -40,7 +41,8 @@ def test_slices_of_a_split_dim_follow_the_parts():
     assert mine.tolist() == [*range(16, 32), *range(40, 48), *range(56, 64)]
 
 
-def _rows(name):
+@functools.lru_cache(maxsize=None)
+def _rows(name):   # cut once per family (read-only here: the rewrite copies what it cuts)
     model = zoo.build(name)
     inputs = zoo.zoo_batch(name, 1, 0)[0]
     rows = model_rows(model, inputs)
