@@ -42,15 +42,15 @@ def test_slices_of_a_split_dim_follow_the_parts():
 
 
 @functools.lru_cache(maxsize=None)
-def _rows(name):   # cut once per family (read-only here: the rewrite copies what it cuts)
+def _rows(name, batch=1):   # cut once per family (read-only here: the rewrite copies what it cuts)
     model = zoo.build(name)
-    inputs = zoo.zoo_batch(name, 1, 0)[0]
+    inputs = zoo.zoo_batch(name, batch, 0)[0]
     rows = model_rows(model, inputs)
     return rows, row_inputs(rows, inputs, [(0, len(rows.modules))], range(1))
 
 
-def _block(name, rank=0, sp=False):
-    rows, ins = _rows(name)
+def _block(name, rank=0, sp=False, batch=1):
+    rows, ins = _rows(name, batch)
     row = rows.modules[1]
     gm = rewrite_row(row, kind="block", tp_rank=rank, tp_size=2, tp_group=FakeGroup(rank, 2),
                      sequence_parallel=sp, recompute="none", example_input=ins.get(1))
@@ -113,3 +113,12 @@ def test_deberta_relative_attention_shards_with_the_heads_under_sp():
     assert code.count("rank_part(") == 2 and "sp_gather" in code and "copy_to_tp" in code
     out = gm(hidden, rel)
     assert tuple(out[0].shape) == (1, 4, 32) and tuple(out[1].shape) == (8, 32)
+
+
+def test_heads_merged_with_the_batch_are_cut_per_batch_row():
+    """BLOOM at micro-batch 2 computes scores as (batch·heads, q, k): the rank's part of that dim
+    is its heads of each batch row, and so is the part of the ALiBi bias it gets."""
+    x = torch.arange(8).view(8, 1)   # batch 2 × heads 4
+    assert rank_part(x, 0, (8,), 1, 2, outer=2).flatten().tolist() == [2, 3, 6, 7]
+    row, gm = _block("bloom", rank=1, batch=2)
+    assert "rank_part(_tensor_constant1, 0, (8,), 1, 2, 2)" in gm.code.replace("\n", " "), gm.code

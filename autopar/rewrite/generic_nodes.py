@@ -44,11 +44,13 @@ class GenericNodes(SizeFixer, HeadShards):
                 self._check(n)
                 return
             if isinstance(mod, nn.Dropout) and sharded:
+                self._refuse_strided(n, sharded, "dropout")
                 self._module(n.target, ShardedDropout(mod.p, self.shard_of(sharded[0]), self.tp, self.rank,
                                                       inplace=mod.inplace))
             else:
                 self._module(n.target, copy.deepcopy(mod))
         elif n.op == "call_function" and n.target is F.dropout and sharded:
+            self._refuse_strided(n, sharded, "dropout")
             p_ = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
             tr = kwargs.get("training", args[2] if len(args) > 2 else True)
             args = [args[0], p_, tr, self.shard_of(sharded[0]), self.tp, self.rank]
@@ -68,6 +70,7 @@ class GenericNodes(SizeFixer, HeadShards):
             args, kwargs = self._fix_sizes(n, args, kwargs)
         node = self._add(n.op, n.target, args, kwargs, src=n, name=n.name)
         self._carry_segments(n, node, sharded)
+        self._carry_outer(n, node, sharded)
         self.env[n] = node
         self.needs_grad[node] = (is_tensor(self.local[node]) and not sharded
                                  and (any(self.needs_grad.get(self.env[a]) for a in ins)

@@ -29,6 +29,7 @@ model that ran changes.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -45,9 +46,14 @@ _CONTRACTIONS = {torch.bmm, torch.matmul, operator.matmul, torch.mm, F.linear, t
 _REDUCTIONS = {"mean", "sum"}
 
 
-def rank_part(x: torch.Tensor, dim: int, segments: tuple, rank: int, tp: int) -> torch.Tensor:
+def rank_part(x: torch.Tensor, dim: int, segments: tuple, rank: int, tp: int, outer: int = 1) -> torch.Tensor:
     """This rank's part of ``x`` along ``dim``: each segment (q, k, v of a fused output; one
-    segment for a plain shard) cut in tp blocks, own blocks concatenated."""
+    segment for a plain shard) cut in tp blocks, own blocks concatenated. ``outer`` > 1: ``dim``
+    holds (outer, n) merged (batch·heads), and the n of each outer index are cut."""
+    if outer > 1:
+        shape = tuple(x.shape)
+        y = x.reshape(*shape[:dim], outer, shape[dim] // outer, *shape[dim + 1:])
+        return y.chunk(tp, dim=dim + 1)[rank].reshape(*shape[:dim], -1, *shape[dim + 1:])
     parts = x.split(list(segments), dim=dim) if len(segments) > 1 else (x,)
     return torch.cat([p.chunk(tp, dim=dim)[rank] for p in parts], dim=dim)
 
@@ -111,7 +117,7 @@ class HeadShards:
         if sd not in dims:
             return idx
         it = items[dims.index(sd)]
-        if isinstance(it, slice):
+        if isinstance(it, slice) and not self.strided.get(self.env[a0]):
             segs = self.segmented.get(self.env[a0], (int(full.shape[sd]),))
             new = local_slice(it, int(full.shape[sd]), segs, self.tp,
                               lambda b: self.full[b] if isinstance(b, fx.Node) else b)
@@ -162,13 +168,14 @@ class HeadShards:
             return args, kwargs
         size = int(self.full[sharded[0]].shape[-r])
         segs = next((self.segmented[self.env[s]] for s in sharded if self.env[s] in self.segmented), (size,))
+        outer = max(self.strided.get(self.env[s], 1) for s in sharded)
         cut = {}
         for a in ins:
             if a in sharded or a in cut or self.full[a].dim() < r or int(self.full[a].shape[-r]) != size:
                 continue
             if size == 1 or tuple(self.full[a].shape) != tuple(self.local[self.env[a]].shape):
                 continue
-            cut[a] = self._rank_part(a, self.full[a].dim() - r, segs)
+            cut[a] = self._rank_part(a, self.full[a].dim() - r, segs, outer)
         if not cut:
             return args, kwargs
         swap = {self.env[a]: new for a, new in cut.items()}
@@ -176,10 +183,13 @@ class HeadShards:
         kwargs = dict(fx.node.map_arg(kwargs, lambda x: swap.get(x, x)))
         return args, kwargs
 
-    def _rank_part(self, a, dim, segs):
+    def _rank_part(self, a, dim, segs, outer=1):
         """This rank's part of replicated serial node ``a`` along ``dim`` (a new local node)."""
         new = self.env[a]
-        if a.op == "get_attr" and len(a.users) == 1 and a.target in self.root:
+        if outer > 1 and len(segs) > 1:
+            raise TraceError(f"tensor-parallel rewrite of {type(self.module).__name__}: '{a.format_node()}' "
+                             f"meets a fused output whose heads are merged with the batch{where(a)}; use tp=1")
+        if a.op == "get_attr" and len(a.users) == 1 and a.target in self.root and outer == 1:
             t = self.root[a.target]
             part = rank_part(t.detach(), dim, segs, self.rank, self.tp).clone()
             self.root[a.target] = as_param(part, t) if isinstance(t, torch.nn.Parameter) else part
@@ -188,7 +198,7 @@ class HeadShards:
             self.needs_grad[new] = False   # the shard's gradient is whole on its rank
             return new
         src = self._grad_all_reduced(new)
-        node = self._add("call_function", rank_part, (src, dim, tuple(segs), self.rank, self.tp),
+        node = self._add("call_function", rank_part, (src, dim, tuple(segs), self.rank, self.tp, outer),
                          name=f"{a.name}_rank_part")
         self.needs_grad[node] = False
         return node
@@ -201,3 +211,52 @@ class HeadShards:
                     and self.shard_of(s) == self._shard(self.full[n], self.local[node], n):
                 self.segmented[node] = segs
                 return
+
+    # ---- heads merged with the batch: (batch·heads, ...) ------------------------------------------
+    def _view_split(self, n, in_shape, sd, out_shape):
+        """(output dim holding input dim ``sd`` — the split one — after view ``n``, its outer
+        factor). BLOOM and DeBERTa merge the batch into the heads (``reshape(B * H, S, D)``): the
+        local dim is then (B, H/tp) merged, recorded as outer B (``strided``) so that a tensor of
+        the full (B·H) size is cut per batch row and the later ``view(B, H, ...)`` splits H."""
+        outer = self.strided.get(self.env[n.args[0]], 1)
+        prefix = math.prod(in_shape[:sd])
+        if outer > 1:   # (outer·heads, ...) unmerged again: the heads dim follows the outer one
+            for j in range(len(out_shape)):
+                if math.prod(out_shape[:j]) == prefix * outer and out_shape[j] != 1:
+                    return j, 1
+        for j in range(len(out_shape)):
+            if math.prod(out_shape[:j]) == prefix and out_shape[j] != 1:
+                return j, outer
+        for j in reversed(range(len(out_shape))):   # outer dims merged into the split one
+            before = math.prod(out_shape[:j])
+            if prefix % before == 0 and out_shape[j] % ((prefix // before) * in_shape[sd]) == 0:
+                return j, outer * (prefix // before)
+        raise TraceError(f"tensor-parallel rewrite: '{n.format_node()}' merges the split dim {sd} of "
+                         f"{tuple(in_shape)} into {tuple(out_shape)} in a way autopar cannot follow; keep "
+                         f"the head dim separate{where(n)}")
+
+    def _carry_outer(self, n, node, sharded):
+        """Record whether ``node``'s split dim is (outer, heads) merged (see ``_view_split``)."""
+        d = self._shard(self.full[n], self.local[node], n) if sharded else None
+        if d is None:
+            return
+        x = n.args[0] if n.args else None
+        name = n.target if n.op == "call_method" else getattr(n.target, "__name__", "")
+        if name in ("view", "reshape") and x in sharded and x not in self.layout.segments:
+            _, outer = self._view_split(n, self.full[x].shape, self.shard_of(x), tuple(self.full[n].shape))
+        else:
+            outer = max(self.strided.get(self.env[s], 1) for s in sharded)
+            if name == "repeat" and x in sharded:   # (heads, ...).repeat(B, 1, 1): tiled per batch row
+                reps = n.args[1] if len(n.args) == 2 and isinstance(n.args[1], (tuple, list)) else n.args[1:]
+                reps = [self.full[r] if isinstance(r, fx.Node) else r for r in reps]
+                k = len(reps) - self.full[n].dim() + d
+                outer *= int(reps[k]) if 0 <= k < len(reps) else 1
+        if outer > 1:
+            self.strided[node] = outer
+
+    def _refuse_strided(self, n, nodes, what):
+        """What only a plain split runs (dropout's serial mask, a row-parallel linear's input)."""
+        if any(self.strided.get(self.env[x]) for x in nodes if isinstance(x, fx.Node) and x in self.env):
+            raise TraceError(f"tensor-parallel rewrite of {type(self.module).__name__}: {what} runs on a "
+                             f"dim that merges the batch with the heads{where(n)}; use micro_batch_size=1 "
+                             "or tp=1")

@@ -115,6 +115,7 @@ class ParallelNodes(LocalGraph):
         if self.shard_of(n.args[0]) != self.full[n.args[0]].dim() - 1:
             raise TraceError(f"tensor-parallel rewrite: the input of row-parallel {n.target} is not "
                              f"split on its last dim{where(n)}")
+        self._refuse_strided(n, [n.args[0]], "a row-parallel linear")
         lin, specs = row_parallel(mod, n.target, self.rank, self.tp)
         self._module(n.target, lin, specs)
         node = self._add("call_module", n.target, (x,), src=n, name=n.name)

@@ -56,7 +56,7 @@ class SizeFixer(LocalGraph):
                     raise PlanError(f"plan field 'tp'={self.tp} does not divide heads={out_full[j]}{where(n)}")
                 expected[j] //= self.tp
             elif sd is not None:
-                j = self._view_dim(full_in.shape, sd, out_full, n)
+                j, _ = self._view_split(n, full_in.shape, sd, out_full)   # head_shards: batch·heads
                 if out_full[j] % self.tp:
                     raise PlanError(f"plan field 'tp'={self.tp} does not divide the size {out_full[j]} "
                                     f"that {n.name} splits{where(n)}")
