@@ -41,7 +41,7 @@ def test_slices_of_a_split_dim_follow_the_parts():
     assert mine.tolist() == [*range(16, 32), *range(40, 48), *range(56, 64)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _rows(name, batch=1):   # cut once per family (read-only here: the rewrite copies what it cuts)
     model = zoo.build(name)
     inputs = zoo.zoo_batch(name, batch, 0)[0]
