@@ -10,7 +10,6 @@ values.
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
@@ -19,7 +18,7 @@ import torch.fx as fx
 from autopar.rewrite.fx_util import is_tensor, where
 from autopar.rewrite.local_graph import LocalGraph
 from autopar.rewrite.pairs import fused_view_parts
-from costmodels.contracts.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError
 
 
 def _sizes_arg(args):
@@ -115,16 +114,6 @@ class SizeFixer(LocalGraph):
             else:
                 out.append(self._keep_serial(new_it, old_it, n))
         return tuple(out) if isinstance(idx, tuple) else out[0]
-
-    def _view_dim(self, in_shape, sd, out_shape, n):
-        """The output dim of a view that holds the input's sharded dim ``sd``."""
-        prefix = math.prod(in_shape[:sd])
-        for j in range(len(out_shape)):
-            if math.prod(out_shape[:j]) == prefix and out_shape[j] != 1:
-                return j
-        raise TraceError(f"tensor-parallel rewrite: '{n.format_node()}' merges the split dim {sd} of "
-                         f"{tuple(in_shape)} with an outer dim ({tuple(out_shape)}); keep the head "
-                         f"dim separate{where(n)}")
 
     def _fix_list(self, sizes, expected, n):
         out = []
