@@ -130,23 +130,29 @@ def test_batch_norm_under_dp_and_convnext_under_pp_equal_serial():
 
 
 def test_plan_commands_share_the_runtimes_answer_on_tp(tmp_path, capsys):
-    """Phi-3's fused qkv with grouped-query heads is refused by the runtime's rewrite: search
-    --fix tp=2 and estimate of a tp plan fail with that one line, an unpinned search proposes
-    tp=1 only and inspect says why; Qwen3 (separate q/k/v) keeps its tp plans."""
+    """Blocks on ``nn.MultiheadAttention`` (a user's file) are refused by the runtime's rewrite:
+    search --fix tp=2 and estimate of a tp plan fail with that one line, an unpinned search
+    proposes tp=1 only and inspect says why; Phi-3 (fused qkv with grouped-query heads, cut per
+    part by the rewrite) gets its tp plans, as Qwen3 (separate q/k/v) does."""
     from autopar.cli.main import main
-    phi3, qwen3 = _hf_config(tmp_path, "phi3"), _hf_config(tmp_path, "qwen3")
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+    user = tmp_path / "mha_model.py"
+    user.write_text(f"import sys\nsys.path.insert(0, {fixtures!r})\nimport torch\nfrom zoo_more import MHAEncoder\n\n"
+                    "def build(batch_size=1):\n    return MHAEncoder(), (torch.randint(0, 64, (batch_size, 8)),)\n")
+    mha, phi3, qwen3 = f"{user}:build", _hf_config(tmp_path, "phi3"), _hf_config(tmp_path, "qwen3")
     common = ["--hardware", "a100-80g-sxm", "--gpus", "4", "--global-batch", "8"]
-    assert main(["search", phi3, *common, "--fix", "tp=2"]) == 2
+    assert main(["search", mha, *common, "--fix", "tp=2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Phi3DecoderLayerRow" in err and "tp=2" in err, err
-    assert main(["estimate", phi3, *common, "--plan", '{"tp": 2, "dp": 2}', "--json"]) == 2
-    assert "Phi3DecoderLayerRow" in capsys.readouterr().err
-    assert main(["search", phi3, *common, "--json"]) == 0
+    assert err.count("\n") == 1 and "nn.MultiheadAttention" in err and "'tp'=2" in err, err
+    assert main(["estimate", mha, *common, "--plan", '{"tp": 2, "dp": 2}', "--json"]) == 2
+    assert "nn.MultiheadAttention" in capsys.readouterr().err
+    assert main(["search", mha, *common, "--json"]) == 0
     assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {1}
-    assert main(["search", qwen3, *common, "--fix", "tp=2", "--json"]) == 0
-    assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {2}
-    assert main(["inspect", phi3]) == 0
+    assert main(["inspect", mha]) == 0
     assert "tensor parallel: refused" in capsys.readouterr().out
+    for spec in (phi3, qwen3):
+        assert main(["search", spec, *common, "--fix", "tp=2", "--json"]) == 0
+        assert {p["tp"] for p in json.loads(capsys.readouterr().out)["plans"]} == {2}
 
 
 @pytest.mark.parametrize("name", ["nanogpt", "llama"])

@@ -47,6 +47,13 @@ CASES = [
     # a padding mask computed from the ids crosses every pipeline cut beside the hidden state
     ("padded_gpt", dict(pp=2, vpp=2, schedule="interleaved-1f1b"), 4), ("padded_gpt", dict(dp=2, pp=2, zero=3), 2),
     ("padded_gpt", dict(tp=2, pp=2), 4),   # ... and into the rewritten blocks; a causal mask built in forward
+    # attention tensors indexed by head (autopar/rewrite/head_shards.py): Phi-3's fused GQA qkv,
+    # OLMo-2's q/k norms over the projected width, BLOOM's ALiBi (its last block's tuple across pp),
+    # DeBERTa-v3-style relative positions under sequence parallel; at micro-batch 2 BLOOM and
+    # DeBERTa merge the batch into the heads (reshape(B * H, ...)), each rank its heads of each row
+    ("phi3", dict(tp=2), 1), ("olmo2", dict(tp=2, sequence_parallel=True), 1),
+    ("bloom", dict(tp=2, pp=2, micro_batch_size=2), 2),
+    ("deberta_v2", dict(tp=2, sequence_parallel=True, micro_batch_size=2), 1),
 ]
 # what the rewrite cannot shard: refused before launch, one line naming the file and line
 REFUSED = [("mixtral", dict(tp=2), ["MixtralDecoderLayerRow", "moe.py:", "use tp=1"]),

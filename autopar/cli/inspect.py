@@ -96,10 +96,10 @@ def run(args) -> int:
             "are identical blocks; figures are per block. 'in TP': saved bytes that tensor parallelism "
             "splits; 'attn core': what selective recompute drops; boundary: bytes a pipeline cut after "
             "the row sends.")
-    if table.heads:   # the runtime's answer on tensor parallelism (autopar.runtime.assemble.model_verdict)
-        from autopar.runtime.assemble.model_verdict import tp_refusal
-        line = tp_refusal(args.model, args.seq, tuple(args.leaf))
-        c.print("tensor parallel: " + ("the runtime rewrites these blocks" if line is None else f"refused — {line}"))
+    # the runtime's answer on tensor parallelism (model_verdict), whether the trace saw heads or not
+    from autopar.runtime.assemble.model_verdict import tp_refusal
+    line = tp_refusal(args.model, args.seq, tuple(args.leaf))
+    c.print("tensor parallel: " + ("the runtime rewrites these blocks" if line is None else f"refused — {line}"))
     if not table.fused_attention:
         c.print("attention: this model has no fused (SDPA) attention; it runs, and is priced, materialised")
     return 0

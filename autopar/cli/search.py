@@ -82,7 +82,7 @@ def run(args) -> int:
     check_targets(args.objective, args.target_step_time, args.target_tokens_per_s)   # before the trace
     with progress(args, f"tracing {args.model}"):
         table = table_for(args.model, 1, args.seq, tuple(args.leaf))
-        if table.heads and fix.get("tp", 2) != 1:   # the runtime's answer on tp (model_verdict)
+        if fix.get("tp", 2) != 1:   # the runtime's answer on tp (model_verdict), heads seen or not
             from autopar.runtime.assemble.model_verdict import refuse_tp, tp_refusal
             refuse_tp(args.model, int(fix.get("tp", 1)), args.seq, tuple(args.leaf))
             if "tp" not in fix and tp_refusal(args.model, args.seq, tuple(args.leaf)):

@@ -73,15 +73,35 @@ def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
                          "which cannot run here: use tp=1, sequence_parallel=false, recompute='none' "
                          "(dp, pp and ZeRO run it as it is)") from None
     graph = gm.graph
+    constants = {}
     for n in graph.nodes:
         if n.op in ("call_module", "get_attr"):
-            if not n.target.startswith("inner."):
-                raise TraceError(f"cannot rewrite {type(module).__name__}: its forward creates a tensor "
-                                 f"from constants ('{n.name}'), which autopar cannot shard; register it "
-                                 "as a buffer in __init__")
+            if not n.target.startswith("inner."):   # renamed: the row may hold a '_tensor_constant0'
+                value, n.target = _constant_of(gm, n, module), f"_rewrite_constant{len(constants)}"
+                constants[n.target] = value
+                continue
             n.target = n.target[len("inner."):]
     retarget_device(graph, torch.device("meta"))
-    return fx.GraphModule(module, graph)
+    if not constants:
+        return fx.GraphModule(module, graph)
+    root = {n.target: constants[n.target] if n.target in constants else getattr_path(module, n.target)
+            for n in graph.nodes if n.op in ("call_module", "get_attr")}
+    out = fx.GraphModule(root, graph)
+    for name in constants:   # made by the forward, not state: left out of the state dict
+        out._non_persistent_buffers_set.add(name)
+    return out
+
+
+def _constant_of(gm: fx.GraphModule, n: fx.Node, module: nn.Module) -> torch.Tensor:
+    """A tensor the forward made from constants (DeBERTa's ``torch.tensor(head_size)`` scale): its
+    value, on the module's device; one computed from the weights (meta here) is refused."""
+    t = getattr_path(gm, n.target) if n.op == "get_attr" else None
+    if not isinstance(t, torch.Tensor) or t.is_meta:
+        raise TraceError(f"cannot rewrite {type(module).__name__}: its forward creates a tensor "
+                         f"from constants ('{n.name}'), which autopar cannot shard; register it "
+                         "as a buffer in __init__")
+    device = next((p.device for p in module.parameters()), t.device)
+    return t if device.type == "meta" or t.dim() == 0 else t.to(device)
 
 
 def meta_like(t):

@@ -19,12 +19,13 @@ import torch.nn.functional as F
 
 from autopar.rewrite.collectives import CopyToTP
 from autopar.rewrite.fx_util import getattr_path, is_nonpersistent, is_size_node, is_tensor, tensor_like, where
+from autopar.rewrite.head_shards import HeadShards
 from autopar.rewrite.shard_layers import ShardedDropout, ShardSpec, as_param, sharded_dropout
 from autopar.rewrite.sizes import SizeFixer
 from costmodels.contracts.errors import TraceError
 
 
-class GenericNodes(SizeFixer):
+class GenericNodes(SizeFixer, HeadShards):
     def _generic(self, n):
         if n.op == "get_attr":
             self._get_attr(n)
@@ -43,11 +44,13 @@ class GenericNodes(SizeFixer):
                 self._check(n)
                 return
             if isinstance(mod, nn.Dropout) and sharded:
+                self._refuse_strided(n, sharded, "dropout")
                 self._module(n.target, ShardedDropout(mod.p, self.shard_of(sharded[0]), self.tp, self.rank,
                                                       inplace=mod.inplace))
             else:
                 self._module(n.target, copy.deepcopy(mod))
         elif n.op == "call_function" and n.target is F.dropout and sharded:
+            self._refuse_strided(n, sharded, "dropout")
             p_ = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
             tr = kwargs.get("training", args[2] if len(args) > 2 else True)
             args = [args[0], p_, tr, self.shard_of(sharded[0]), self.tp, self.rank]
@@ -56,6 +59,9 @@ class GenericNodes(SizeFixer):
             self.needs_grad[node] = False
             self._check(n)
             return
+        if self._reduce_over_shard(n, args, kwargs, sharded):   # OLMo-2's q/k norm: head_shards
+            return
+        args, kwargs = self._align_replicated(n, args, kwargs, ins, sharded)   # ALiBi, norm weights
         if tensor_like(self.full[n]) and sharded:
             # a replicated tensor that needs a gradient meets a sharded one: all-reduce its grad
             args = [self._grad_all_reduced(a) for a in args]
@@ -63,6 +69,8 @@ class GenericNodes(SizeFixer):
         if tensor_like(self.full[n]):
             args, kwargs = self._fix_sizes(n, args, kwargs)
         node = self._add(n.op, n.target, args, kwargs, src=n, name=n.name)
+        self._carry_segments(n, node, sharded)
+        self._carry_outer(n, node, sharded)
         self.env[n] = node
         self.needs_grad[node] = (is_tensor(self.local[node]) and not sharded
                                  and (any(self.needs_grad.get(self.env[a]) for a in ins)

@@ -45,6 +45,8 @@ class LocalGraph:
         self.entries: dict[fx.Node, fx.Node] = {}   # serial input of column linears -> tp entry
         self.names: set[str] = set()
         self.coll_log: list[dict] = []
+        self.segmented: dict[fx.Node, tuple] = {}   # new node split per fused part -> full part sizes
+        self.strided: dict[fx.Node, int] = {}       # new node whose split dim is (outer, heads) merged -> outer
 
     def _mod(self, n):
         return self.traced.get_submodule(n.target) if n.op == "call_module" else None

@@ -10,6 +10,7 @@ tp does not divide a pair's heads / ffn fail here with the tp values that would 
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -78,6 +79,28 @@ def _is_row_input(x) -> bool:
     while isinstance(x, fx.Node) and x.op == "call_method" and x.target in _RESHAPES and x.args:
         x = x.args[0]
     return isinstance(x, fx.Node) and x.op == "placeholder"
+
+
+def _sliced_segments(c: fx.Node, full: dict, out: int) -> tuple:
+    """The parts of fused output ``c`` that its users slice out of the last dim (Phi-3:
+    ``qkv[..., :q]``, ``qkv[..., q:q + kv]``, ``qkv[..., q + kv:]``), or ``(out,)``."""
+    from autopar.rewrite.head_shards import index_dims
+    bounds = {0, out}
+    for u in c.users:
+        if not (u.op == "call_function" and u.target is operator.getitem):
+            continue
+        items = list(u.args[1]) if isinstance(u.args[1], tuple) else [u.args[1]]
+        nd = full[c].dim()
+        dims = index_dims(items, nd)
+        if nd - 1 not in dims or not isinstance(items[dims.index(nd - 1)], slice):
+            continue
+        sl = items[dims.index(nd - 1)]
+        vals = [full[b] if isinstance(b, fx.Node) else b for b in (sl.start, sl.stop, sl.step)]
+        if vals[2] not in (None, 1) or not all(isinstance(v, (int, type(None))) for v in vals[:2]):
+            return (out,)
+        bounds.update(v % out if v < 0 else min(v, out) for v in vals[:2] if v is not None)
+    cuts = sorted(bounds)
+    return tuple(b - a for a, b in zip(cuts, cuts[1:]))
 
 
 class _PairFinder:
@@ -188,7 +211,7 @@ class _PairFinder:
             k = fused_view_parts(u, self.full)
             if k:
                 return (out // k,) * k
-        return (out,)
+        return _sliced_segments(c, self.full, out)
 
     def _check_divisible(self, cols, region, attention):
         tp, where = self.tp, self.row_name

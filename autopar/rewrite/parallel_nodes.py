@@ -52,6 +52,9 @@ class ParallelNodes(LocalGraph):
 
     def _output(self, n):
         out = self.env[n.args[0]] if isinstance(n.args[0], fx.Node) else None
+        if out is None and isinstance(n.args[0], (tuple, list)) and self.sp and self.tp > 1:
+            self.g.output(self._output_parts(n.args[0]))
+            return
         if out is None:
             self.g.output(fx.node.map_arg(n.args[0], lambda a: self.env[a]))
             return
@@ -66,11 +69,33 @@ class ParallelNodes(LocalGraph):
                              f"of {'replicated' if want is None else f'split on dim {want}'}")
         self.g.output(out)
 
+    def _output_parts(self, parts):
+        """A row returning several tensors under sequence parallel (DeBERTa's embedding row:
+        the hidden state and the relative-position embeddings): the first, the hidden state
+        (``trace.cut`` puts it first), leaves on this rank's sequence chunk, the others whole."""
+        out = []
+        for k, a in enumerate(parts):
+            if not isinstance(a, fx.Node) or not is_tensor(self.full.get(a)):
+                out.append(fx.node.map_arg(a, lambda x: self.env[x]))
+                continue
+            node = self.env[a]
+            if k == 0 and self.kind == "embedding":
+                self._check_seq_divisible(self.full[a])
+                node = self._collective(ScatterSeq, node, "sp_scatter_output")
+            want = SEQ_DIM if k == 0 and self.kind in ("embedding", "block") else None
+            got = self._shard(self.full[a], self.local[node], a)
+            if got != want:
+                raise TraceError(f"tensor-parallel rewrite of {type(self.module).__name__}: output {k} of "
+                                 f"the row ends up {'replicated' if got is None else f'split on dim {got}'} "
+                                 f"instead of {'replicated' if want is None else f'split on dim {want}'}")
+            out.append(node)
+        return type(parts)(out)
+
     def _entry(self, u):
         """Where the replicated input of column-parallel linears enters the tp region."""
         x = self.env[u]
         base = (next(c for c in self.layout.cols if c.args[0] is u).target.rpartition(".")[0] or "tp")
-        if self.sp:
+        if self.sp and self.shard_of(u) == SEQ_DIM:   # (a whole input, DeBERTa's rel_embeddings: copied)
             node = self._collective(GatherSeq, x, f"{base}.sp_gather", grad="reduce_scatter")
         else:
             node = self._collective(CopyToTP, x, f"{base}.copy_to_tp")
@@ -80,6 +105,8 @@ class ParallelNodes(LocalGraph):
         lin, specs = column_parallel(self._mod(n), n.target, self.layout.segments[n], self.rank, self.tp)
         self._module(n.target, lin, specs)
         self.env[n] = self._add("call_module", n.target, (self.entries[n.args[0]],), src=n, name=n.name)
+        if len(self.layout.segments[n]) > 1:   # fused q/k/v: the local output is per-part (head_shards)
+            self.segmented[self.env[n]] = tuple(self.layout.segments[n])
         self._check(n)
 
     def _row(self, n):
@@ -88,6 +115,7 @@ class ParallelNodes(LocalGraph):
         if self.shard_of(n.args[0]) != self.full[n.args[0]].dim() - 1:
             raise TraceError(f"tensor-parallel rewrite: the input of row-parallel {n.target} is not "
                              f"split on its last dim{where(n)}")
+        self._refuse_strided(n, [n.args[0]], "a row-parallel linear")
         lin, specs = row_parallel(mod, n.target, self.rank, self.tp)
         self._module(n.target, lin, specs)
         node = self._add("call_module", n.target, (x,), src=n, name=n.name)

@@ -10,7 +10,6 @@ values.
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import torch
@@ -19,7 +18,7 @@ import torch.fx as fx
 from autopar.rewrite.fx_util import is_tensor, where
 from autopar.rewrite.local_graph import LocalGraph
 from autopar.rewrite.pairs import fused_view_parts
-from costmodels.contracts.errors import PlanError, TraceError
+from costmodels.contracts.errors import PlanError
 
 
 def _sizes_arg(args):
@@ -56,7 +55,7 @@ class SizeFixer(LocalGraph):
                     raise PlanError(f"plan field 'tp'={self.tp} does not divide heads={out_full[j]}{where(n)}")
                 expected[j] //= self.tp
             elif sd is not None:
-                j = self._view_dim(full_in.shape, sd, out_full, n)
+                j, _ = self._view_split(n, full_in.shape, sd, out_full)   # head_shards: batch·heads
                 if out_full[j] % self.tp:
                     raise PlanError(f"plan field 'tp'={self.tp} does not divide the size {out_full[j]} "
                                     f"that {n.name} splits{where(n)}")
@@ -86,6 +85,8 @@ class SizeFixer(LocalGraph):
         elif op == "call_function" and tgt is operator.getitem and isinstance(n.args[1], (tuple, slice, fx.Node, int)):
             if _has_node(n.args[1]):
                 args[1] = self._fix_index(n, args[1])
+            if sd is not None:   # a slice of the split dim (Phi-3's fused qkv): head_shards
+                args[1] = self._slice_shard(n, a0, sd, args[1])
         else:
             # any other op taking symbolic ints (arange, new_zeros, ...): they must keep serial values
             args = [self._keep_serial(a, o, n, bools=False) for a, o in zip(args, n.args)]
@@ -113,16 +114,6 @@ class SizeFixer(LocalGraph):
             else:
                 out.append(self._keep_serial(new_it, old_it, n))
         return tuple(out) if isinstance(idx, tuple) else out[0]
-
-    def _view_dim(self, in_shape, sd, out_shape, n):
-        """The output dim of a view that holds the input's sharded dim ``sd``."""
-        prefix = math.prod(in_shape[:sd])
-        for j in range(len(out_shape)):
-            if math.prod(out_shape[:j]) == prefix and out_shape[j] != 1:
-                return j
-        raise TraceError(f"tensor-parallel rewrite: '{n.format_node()}' merges the split dim {sd} of "
-                         f"{tuple(in_shape)} with an outer dim ({tuple(out_shape)}); keep the head "
-                         f"dim separate{where(n)}")
 
     def _fix_list(self, sizes, expected, n):
         out = []

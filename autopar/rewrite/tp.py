@@ -27,7 +27,9 @@ How it works (``rewrite_row`` → ``_Rewriter.run``; each step names the module 
 Layout of the code: ``shard_layers`` (sharded modules, weight cutting, ShardSpec), ``fx_util``
 (tracing, meta execution), ``pairs`` (step 3), ``local_graph`` (the graph of step 4 and its
 shape checks), ``parallel_nodes`` (nodes where the layout changes and their collectives),
-``generic_nodes`` (every other node) and ``sizes`` (size-argument rewriting); this module joins
+``generic_nodes`` (every other node), ``sizes`` (size-argument rewriting) and ``head_shards``
+(tensors indexed by head that are no linear's output: slices of a fused qkv, norms over the
+projected width, ALiBi / relative-position tensors, batch merged into heads); this module joins
 them and holds the public entry point.
 """
 from __future__ import annotations

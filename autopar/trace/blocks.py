@@ -8,6 +8,7 @@ buffer shapes) called on the same input signature cost the same, so only the fir
 """
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,12 @@ def call_values(n: fx.Node) -> tuple:
             fx.node.map_arg(n.kwargs, lambda x: x.meta.get("val")))
 
 
+def _picks_from(n: fx.Node, call: fx.Node) -> bool:
+    """``call(...)[i]``: an element picked from a block's tuple output."""
+    return (n.op == "call_function" and n.target is operator.getitem and n.args[0] is call
+            and isinstance(n.args[1], int))
+
+
 def assign_rows(top: fx.GraphModule, blocks: list,
                 group_of: list[int]) -> tuple[list[RowInfo], dict[str, int]]:
     """The rows (embedding, one per block call, head — or one ``model`` row when no block is
@@ -132,6 +139,9 @@ def assign_rows(top: fx.GraphModule, blocks: list,
             current = seen_block
         elif block_nodes and seen_block == nblocks and n.op != "placeholder":
             current = nblocks + 1
+            if _picks_from(n, block_nodes[-1]):   # the last block's (hidden, attn probs, ...)
+                node_row[n.name] = nblocks        # crosses as the element picked, as between blocks
+                continue
         node_row[n.name] = 0 if n.op == "placeholder" else current
 
     rep_of_group: dict[Any, int] = {}

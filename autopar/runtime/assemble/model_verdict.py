@@ -5,8 +5,10 @@ with it, and ``verify`` / ``apply`` reach the same line through ``check_before_l
 
 The answer is the runtime's pre-launch check itself (``prelaunch.check_before_launch``) on a
 ``meta`` build of the model under ``tp=2`` — the rewrite probe on each distinct row — so the
-planner never proposes what the runtime refuses (Phi-3's fused qkv with grouped-query heads,
-OLMo-2's q/k norms, a tied embedding split two ways, nn.MultiheadAttention, convolutions).
+planner never proposes what the runtime refuses (a tied embedding split two ways,
+nn.MultiheadAttention, convolutions) and proposes what it runs (Phi-3's fused qkv with
+grouped-query heads, OLMo-2's q/k norms, BLOOM's ALiBi, DeBERTa's relative positions: the
+rewrite's ``head_shards``).
 Built-in models (``gpt:``, ``llama:`` …) are rewritten by construction and skip the probe.
 Degree-dependent limits (heads, sequence) stay with the search's own rules.
 """
