@@ -32,6 +32,8 @@ largest part.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.fx as fx
@@ -164,3 +166,18 @@ class ExpertNodes:
         self.env[n] = node
         self.needs_grad[node] = dim is None
         self._check(n)
+
+
+@contextlib.contextmanager
+def experts_shape_only(module: nn.Module):
+    """Within: every routed-experts module of ``module`` returns an empty tensor of its tokens'
+    shape instead of routing (shape propagation under FakeTensorMode, which cannot follow the
+    data-dependent routing; ``autopar.runtime.assemble.stages.row_inputs``)."""
+    found = [m for m in module.modules() if is_expert_module(m)]
+    for m in found:
+        m.forward = lambda x, *a, **k: torch.empty_like(x)
+    try:
+        yield
+    finally:
+        for m in found:
+            del m.forward
