@@ -181,6 +181,18 @@ def check_expert_model(model: nn.Module, plan) -> None:
                             "of a MoE layer; choose ep dividing the experts")
 
 
+def check_expert_sequence_parallel(model: nn.Module, plan) -> None:
+    """Sequence parallel on transformers' MoE blocks: they flatten the tokens
+    (``hidden_states.view(-1, hidden)``) before the router, which merges the sequence shard with
+    the batch; refused in one line (tp without sp runs them: ``autopar.rewrite.experts``)."""
+    if plan.sequence_parallel and hf_experts(model):
+        from costmodels.contracts.errors import PlanError
+        raise PlanError("plan field 'sequence_parallel'=true: transformers' MoE blocks flatten the "
+                        "tokens (view(-1, hidden)) before their router, merging the sequence shard "
+                        "with the batch, which the rewrite cannot shard; use sequence_parallel=false "
+                        "(tp runs them without it)")
+
+
 def expert_param_names(stage: nn.Module) -> list[str]:
     """Names (in ``stage``) of its expert shards, for DDP to ignore."""
     return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules()
