@@ -8,7 +8,7 @@ stacked weights). The expert-dp group is the ``dp/ep`` ranks at the same positio
 the same experts.
 
 Forward of a MoE layer (``ep_dispatch_compute_combine``, in place of
-``MoEFFN.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
+``Experts.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
 are sent to the experts' owners (the counts first, then the tokens: one ``all_to_all_single``
 each, gloo and NCCL alike), regrouped by local expert, run, sent back, weighted and summed
 into their tokens. ``torch.distributed.nn.functional.all_to_all_single`` carries the gradient
@@ -19,10 +19,13 @@ Gradients: DDP all-reduces the dense parameters over dp (mean) and is told to ig
 shards; after the backward ``reduce_expert_grads`` sums each expert shard's gradient over its
 expert-dp group and divides by dp: an expert owner's gradient already holds the tokens of its
 whole ep group, so the sum over the expert-dp groups covers every dp rank once — the serial
-model's mean gradient. ZeRO-1 partitions the dense parameters only; each rank steps its own
-expert shards (``Zero1(private=...)``); ZeRO-2/3 shard the dense parameters with FSDP2, which is
-told to leave the expert shards whole (``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep
-group (``gather_expert``).
+model's mean gradient. Under tp each tp rank routes its own tokens (``autopar.rewrite.experts``)
+and exchanges them in the ep group at its tp coordinate, so the expert-dp group spans the tp
+ranks too (at ep = 1 as well: the experts are then reduced here, not by DDP). ZeRO-1 partitions
+the dense parameters only; each rank steps its own expert shards (``Zero1(private=...)``);
+ZeRO-2/3 shard the dense parameters with FSDP2, which is told to leave the expert shards whole
+(``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep group
+(``gather_expert``).
 """
 from __future__ import annotations
 
@@ -239,7 +242,7 @@ def exchange(x, counts: list[int], ep: int, group, run):
 
 
 def ep_dispatch_compute_combine(self, flat, order, counts, weights):
-    """``MoEFFN.dispatch_compute_combine`` over the ep group (module docstring)."""
+    """``Experts.dispatch_compute_combine`` over the ep group (module docstring)."""
     token = order // self.top_k
     out = exchange(flat[token], counts, self.ep, self.ep_group, self.run)
     out = out * weights[order].unsqueeze(-1)
