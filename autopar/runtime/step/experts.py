@@ -29,6 +29,7 @@ ZeRO-2/3 shard the dense parameters with FSDP2, which is told to leave the exper
 """
 from __future__ import annotations
 
+import itertools
 import types
 
 import torch
@@ -41,17 +42,18 @@ EXPERT_WEIGHTS = ("w1", "w2", "w3")
 
 def ep_rank_sets(plan, layout) -> tuple[list[list[int]], list[list[int]]]:
     """(ep groups, expert-dp groups) of the whole plan as global rank lists (every rank builds
-    the same lists: ``create_groups`` needs them on all). Under tp an expert-dp group spans the
-    tp ranks too: each tp rank computes the experts on its own tokens (``reduce_expert_grads``)."""
-    ep = plan.ep
+    the same lists: ``create_groups`` needs them on all). Under tp and cp an expert-dp group
+    spans the tp and cp ranks too: each computes the experts on its own tokens
+    (``reduce_expert_grads``)."""
+    ep, cp = plan.ep, getattr(plan, "cp", 1)
     eps, edps = [], []
     for pp in range(plan.pp):
-        for tp in range(plan.tp):
-            at = lambda d, pp=pp, tp=tp: layout.rank_at(pp=pp, tp=tp, dp=d)  # noqa: E731
+        for tp, c in itertools.product(range(plan.tp), range(cp)):
+            at = lambda d, pp=pp, tp=tp, c=c: layout.rank_at(pp=pp, tp=tp, cp=c, dp=d)  # noqa: E731
             if ep > 1:
                 eps += [[at(g * ep + j) for j in range(ep)] for g in range(plan.dp // ep)]
-        edps += [[layout.rank_at(pp=pp, tp=t, dp=g * ep + j) for g in range(plan.dp // ep)
-                  for t in range(plan.tp)] for j in range(ep)]
+        edps += [[layout.rank_at(pp=pp, tp=t, cp=c, dp=g * ep + j) for g in range(plan.dp // ep)
+                  for t in range(plan.tp) for c in range(cp)] for j in range(ep)]
     return eps, [g for g in edps if len(g) > 1]
 
 
@@ -250,21 +252,23 @@ def ep_dispatch_compute_combine(self, flat, order, counts, weights):
 
 
 def reduce_expert_grads(shards: list[nn.Parameter], plan, layout) -> None:
-    """Sum the expert shards' gradients over their expert-dp group (× the tp ranks) and divide
-    by dp."""
+    """Sum the expert shards' gradients over their expert-dp group (× the tp and cp ranks) and
+    divide by dp·cp (a cp rank's loss is the mean over its part of the sequence, as DDP's mean
+    over dp·cp assumes for the dense parameters)."""
     grads = [p.grad for p in shards if p.grad is not None]
     if not grads:
         return
-    edp = plan.dp // plan.ep
-    if edp * plan.tp > 1:
+    edp, cp = plan.dp // plan.ep, getattr(plan, "cp", 1)
+    if edp * plan.tp * cp > 1:
         j, ep = layout.dp_rank % plan.ep, plan.ep
-        group = _group([layout.rank_at(dp=g * ep + j, tp=t) for g in range(edp) for t in range(plan.tp)])
+        group = _group([layout.rank_at(dp=g * ep + j, tp=t, cp=c) for g in range(edp)
+                        for t in range(plan.tp) for c in range(cp)])
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=group)
         for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
             g.copy_(new)
     for g in grads:
-        g.div_(plan.dp)
+        g.div_(plan.dp * cp)
 
 
 def gather_expert(stage: nn.Module, name: str, t: torch.Tensor) -> torch.Tensor:
