@@ -48,3 +48,17 @@ def test_under_sequence_parallel_each_rank_routes_its_sequence_shard():
                    for n in gm.graph.nodes if n.op == "call_module")
     # the router's weight meets sharded tokens: its gradient is summed over tp inside autograd
     assert "mlp.router.gate.weight_grad_all_reduce" in calls
+
+
+def test_a_capacity_factor_with_tokens_split_over_tp_is_refused_in_one_line():
+    import pytest
+
+    from autopar.runtime.assemble.prelaunch import check_before_launch
+    from costmodels.contracts.errors import PlanError
+    from costmodels.contracts.plan import Plan
+    source = load_model(MOE + ",capacity_factor=1.25")
+    with pytest.raises(PlanError, match="'tp'=2 splits the tokens of a MoE layer with a capacity factor"):
+        check_before_launch(source.build("meta", seed=None), Plan(tp=2), probe=False,
+                            example_inputs=source.example_inputs(1, "cpu"))
+    check_before_launch(source.build("meta", seed=None), Plan(dp=2, ep=2), probe=False,
+                        example_inputs=source.example_inputs(1, "cpu"))   # ep: dropless

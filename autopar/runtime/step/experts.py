@@ -198,6 +198,18 @@ def check_expert_sequence_parallel(model: nn.Module, plan) -> None:
                         "(tp runs them without it)")
 
 
+def check_expert_capacity(model: nn.Module, plan) -> None:
+    """A capacity factor caps an expert's tokens per batch, the first in token order: with the
+    tokens split over tp or cp ranks each rank would cap its own part, which is not the serial
+    model's drop; refused in one line (expert parallelism runs dropless, module docstring)."""
+    split = [f"'{f}'={getattr(plan, f)}" for f in ("tp", "cp") if getattr(plan, f, 1) > 1]
+    if split and plan.ep == 1 and any(m.capacity_factor for m in moe_layers(model)):
+        from costmodels.contracts.errors import PlanError
+        raise PlanError(f"plan field {split[0]} splits the tokens of a MoE layer with a capacity factor "
+                        "over ranks, each capping its own part, which is not the serial model's drop; "
+                        "use capacity_factor=0 (dropless), ep > 1 (which runs dropless) or tp=1, cp=1")
+
+
 def expert_param_names(stage: nn.Module) -> list[str]:
     """Names (in ``stage``) of its expert shards, for DDP to ignore."""
     return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules()
