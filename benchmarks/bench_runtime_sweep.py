@@ -5,7 +5,8 @@ before launch with one line.
 
 Runs ``autopar.runtime.verify.sweep.plan_grid()`` (270 plans: dp, tp, pp ∈ {1, 2}; every schedule;
 micro-batch counts 1, pp, 2·pp, 3; ZeRO 0–3; recompute, sequence parallel, placements, uneven
-split points and three tiny models rotating through it) with ``sweep.run``: the runtime's own
+split points and three tiny models rotating through it; then the cp / HSDP plans and the 20
+expert parallel plans of the ``moe`` model, ``--only moe-``) with ``sweep.run``: the runtime's own
 pre-launch check refuses what it must in this process, the rest run in one gloo world of
 ``--world`` processes (each plan on its first dp·tp·pp ranks, 1 to 8), compared with the
 single-process model over ``--steps`` SGD steps. Prints the pass matrix — per (dp, tp, pp) and

@@ -105,15 +105,17 @@ def test_ep_refused_where_it_cannot_run():
     dims = ModelDims.of_table(table())
     with pytest.raises(PlanError, match="does not divide the 16 routed experts"):
         check_runnable(Plan(dp=24, ep=3, runtime=MEGATRON), dims)
-    with pytest.raises(PlanError, match="'recompute'='full' with ep=2: autopar's own runtime runs expert"):
-        check_runnable(Plan(dp=8, ep=2, recompute="full"), ModelDims())  # experts unknown
+    check_runnable(Plan(dp=8, ep=2, recompute="full"), ModelDims())    # experts unknown
     check_runnable(Plan(dp=8, ep=2, zero=3), dims)
     with pytest.raises(PlanError, match="'etp'=2: autopar's own runtime does not run expert tensor"):
         check_runnable(Plan(dp=8, tp=2, ep=2, etp=2), ModelDims())      # experts unknown
-    with pytest.raises(PlanError, match="'tp'=2: autopar's runtime does not yet rewrite the rows of a Mixture"):
-        check_runnable(Plan(dp=8, tp=2), dims)
-    check_runnable(Plan(dp=8, ep=2, zero=1), dims)                      # what it runs
+    for runs in (Plan(dp=8, ep=2, zero=1), Plan(dp=8, tp=2), Plan(dp=8, tp=2, ep=2, sequence_parallel=True),
+                 Plan(dp=8, ep=2, recompute="selective")):             # what it runs
+        check_runnable(runs, dims)
     check_runnable(Plan(dp=8, tp=2, ep=2, etp=2, zero=3, runtime=MEGATRON), dims)
+    with pytest.raises(PlanError, match="'ep'=4: autopar's own runtime takes the ep ranks from dp"):
+        check_runnable(Plan(dp=2, cp=2, ep=4), dims)                     # ep of dp·cp: Megatron's
+    check_runnable(Plan(dp=2, cp=2, ep=4, runtime=MEGATRON), dims)
 
 
 def test_dispatch_once_per_node_sends_a_token_once_to_each_remote_node():

@@ -1,10 +1,12 @@
 """Expert parallelism in autopar's runtime (autopar/runtime/step/experts.py) equals the serial
 model: losses of 5 SGD steps within 1e-5 relative and the gathered parameters within 1e-4, on
-gloo, for ep2, ep2·dp2 with DDP, ZeRO-1 and ZeRO-3, and ep2·pp2 on the ``moe`` family (a leading dense
-block, a shared expert, 4 experts of which 2 per token), and ep2 / ep2·dp2 ZeRO-1 on
-transformers' Mixtral and Qwen2-MoE built from small configs (tests/data/*-small.json). One world
-of 4 processes for all; plans the runtime cannot run yet are refused before it starts, in one
-line."""
+gloo, for ep2, ep2·dp2 with DDP, ZeRO-1 and ZeRO-3, ep2·pp2, ep2·tp2 (tp on attention and the
+shared experts) with full recompute, and ep2·tp2 with sequence parallel, ZeRO-1 and selective
+recompute on the ``moe`` family (a leading dense block, a shared expert, 4 experts of which 2 per
+token), ep2 / ep2·dp2 ZeRO-1 on transformers' Mixtral and Qwen2-MoE built from small configs
+(tests/data/*-small.json), and ep2·tp2 on Qwen2-MoE (its shared expert tensor-parallel). One
+world of 4 processes for all; plans the runtime cannot run (etp; sequence parallel on
+transformers' MoE blocks) are refused before it starts, in one line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +23,11 @@ CASES = [sweep.SweepCase("moe", tuple(sorted(p.items())), m) for p, m in (
     (dict(dp=4, ep=2, zero=1), 2),
     (dict(dp=4, ep=2, zero=3), 2),
     (dict(dp=2, pp=2, ep=2), 4),
+    (dict(dp=2, tp=2, ep=2, recompute="full"), 2),   # tp on the dense parts; the all-to-alls replay
+    (dict(dp=2, tp=2, ep=2, sequence_parallel=True, zero=1, recompute="selective"), 2),
 )] + [sweep.SweepCase(hf, tuple(sorted(p.items())), 2) for hf in ("mixtral", "qwen2moe")
       for p in (dict(dp=2, ep=2), dict(dp=4, ep=2, zero=1))] + [
+    sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("tp", 2)), 2)] + [
     sweep.SweepCase("moe-clip", (("dp", 4), ("ep", 2), ("zero", 1)), 2)]   # + clip_grad_norm_
 HF = {name: f"hf:{Path(__file__).parent / 'data' / f'{name}-small.json'}" for name in ("mixtral", "qwen2moe")}
 
@@ -42,9 +47,9 @@ def make_case(model, plan, micro_batches, steps):
                 lambda step: source.make_batch(gb, seed=100 + step), source.loss, steps=steps,
                 spec=HF[model])
 REFUSED = [(sweep.SweepCase("moe", tuple(sorted(p.items())), 2), words) for p, words in (
-    (dict(dp=2, ep=2, tp=2), ["'tp'=2", "Mixture of Experts"]),
-    (dict(dp=2, recompute="full"), ["'recompute'='full'", "Mixture of Experts"]),
-)]
+    (dict(dp=2, tp=2, ep=2, etp=2), ["'etp'=2", "expert tensor"]),
+)] + [(sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("sequence_parallel", True), ("tp", 2)), 2),
+       ["'sequence_parallel'=true", "MoE blocks"])]   # transformers' MoE flattens the sequence shard
 DENSE_EP = (sweep.SweepCase("llama", (("dp", 2), ("ep", 2)), 2), ["'ep'=2", "has none"])
 
 

@@ -58,23 +58,54 @@ class Router(nn.Module):
 
 
 class Experts(nn.Module):
-    """E SwiGLU experts as stacked weights; ``forward`` takes tokens sorted by expert and the
-    count of each (a grouped GEMM's inputs). ``first`` is the global index of expert 0 here
-    (expert parallelism keeps a contiguous slice of the experts on each rank)."""
+    """E SwiGLU experts as stacked weights, with their routing: ``forward(flat, index, weights)``
+    takes the tokens, each token's ``top_k`` experts and router weights, sorts the token-expert
+    assignments by expert (dropping those above the capacity), runs each expert on its tokens (a
+    grouped GEMM's inputs: ``run``) and adds each output back to its token, weighted. ``first``
+    is the global index of expert 0 here (expert parallelism keeps a contiguous slice).
 
-    def __init__(self, experts: int, hidden: int, ffn: int, first: int = 0):
+    One module call for all the data-dependent routing, so that the tensor-parallel rewrite
+    keeps it whole (a leaf of its fx graph: ``autopar.rewrite.experts``) and the router, the
+    shared experts and attention around it stay ordinary traced code."""
+
+    def __init__(self, experts: int, hidden: int, ffn: int, first: int = 0, top_k: int = 1,
+                 capacity_factor: float = 0.0):
         super().__init__()
         self.w1 = nn.Parameter(torch.empty(experts, ffn, hidden))
         self.w3 = nn.Parameter(torch.empty(experts, ffn, hidden))
         self.w2 = nn.Parameter(torch.empty(experts, hidden, ffn))
         self.num_experts, self.first = experts, first
+        self.top_k, self.capacity_factor = top_k, capacity_factor
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for w in (self.w1, self.w3, self.w2):
             nn.init.normal_(w, mean=0.0, std=0.02)
 
-    def forward(self, x, counts: list[int]):
+    def capacity(self, tokens: int) -> int | None:
+        if not self.capacity_factor:
+            return None
+        return math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts)
+
+    def forward(self, x, index, weights):
+        """``x`` (..., h) tokens, ``index`` / ``weights`` (..., top_k): the routed output, x's shape."""
+        flat = x.reshape(-1, x.size(-1))
+        if flat.is_meta:   # traced: balanced routing (module docstring)
+            n = flat.size(0) * self.top_k // self.num_experts
+            order = torch.arange(n * self.num_experts, device=flat.device)
+            counts = [n] * self.num_experts
+        else:
+            order, counts = route(index, self.num_experts, self.top_k, self.capacity(flat.size(0)))
+        return self.dispatch_compute_combine(flat, order, counts, weights.reshape(-1)).view_as(x)
+
+    def dispatch_compute_combine(self, flat, order, counts, weights):
+        """Gather the tokens in expert order, run the experts, add each output back to its
+        token weighted by its router weight (the one place expert parallelism replaces)."""
+        token = order // self.top_k
+        out = self.run(flat[token], counts) * weights[order].unsqueeze(-1)
+        return torch.zeros_like(flat).index_add(0, token, out)
+
+    def run(self, x, counts: list[int]):
         outs, start = [], 0
         for e, n in enumerate(counts):
             xe = x[start:start + n]
@@ -105,37 +136,18 @@ class MoEFFN(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.router = Router(cfg.hidden, cfg.experts, cfg.top_k)
-        self.experts = Experts(cfg.experts, cfg.hidden, cfg.expert_ffn_dim)
+        self.experts = Experts(cfg.experts, cfg.hidden, cfg.expert_ffn_dim, top_k=cfg.top_k,
+                               capacity_factor=cfg.capacity_factor)
         self.shared = (SwiGLU(cfg.hidden, cfg.shared_experts * cfg.expert_ffn_dim)
                        if cfg.shared_experts else None)
-        self.num_experts, self.top_k, self.capacity_factor = cfg.experts, cfg.top_k, cfg.capacity_factor
-
-    def capacity(self, tokens: int) -> int | None:
-        if not self.capacity_factor:
-            return None
-        return math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts)
+        self.num_experts, self.top_k = cfg.experts, cfg.top_k
 
     def forward(self, x):
-        B, T, C = x.size()
-        flat = x.reshape(B * T, C)
-        weights, index = self.router(flat)
-        if x.is_meta:   # traced: balanced routing (module docstring)
-            n = B * T * self.top_k // self.num_experts
-            order = torch.arange(n * self.num_experts, device=x.device)
-            counts = [n] * self.num_experts
-        else:
-            order, counts = route(index, self.num_experts, self.top_k, self.capacity(B * T))
-        y = self.dispatch_compute_combine(flat, order, counts, weights.reshape(-1))
+        weights, index = self.router(x)      # per token; (B, T, ·) kept so that a sequence-
+        y = self.experts(x, index, weights)  # parallel shard stays one (the rewrite's dim 1)
         if self.shared is not None:
-            y = y + self.shared(flat)
-        return y.view(B, T, C)
-
-    def dispatch_compute_combine(self, flat, order, counts, weights):
-        """Gather the tokens in expert order, run the experts, add each output back to its
-        token weighted by its router weight (the one place expert parallelism replaces)."""
-        token = order // self.top_k
-        out = self.experts(flat[token], counts) * weights[order].unsqueeze(-1)
-        return torch.zeros_like(flat).index_add(0, token, out)
+            y = y + self.shared(x)
+        return y
 
 
 class MoEBlock(nn.Module):

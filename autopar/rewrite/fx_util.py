@@ -41,7 +41,8 @@ def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule
     (:func:`trace_row_with_shapes`; sizes become literals, which the rewrite rewrites as well).
     A failure of both is one line naming the operation, the file and the line."""
     drop_stale_fx_wraps()
-    tracer = fx.Tracer()
+    from autopar.rewrite.experts import ExpertLeafTracer
+    tracer = ExpertLeafTracer()   # a MoE's routed experts stay one call (rewrite/experts.py)
     tracer.proxy_buffer_attributes = True
     tracer.record_stack_traces = True
     try:
@@ -58,6 +59,7 @@ def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
     """``module`` traced by ``autopar.trace``'s MetaTracer on a ``meta`` copy of itself for the
     serial input ``example``, re-rooted on ``module``; the device the trace saw becomes the
     input's device."""
+    from autopar.rewrite.experts import expert_class_names, expert_meta_output
     from autopar.trace.cut import meta_copy, retarget_device
     from autopar.trace.driver import tracing_libraries
     from autopar.trace.tracer import trace_call
@@ -65,7 +67,9 @@ def trace_row_with_shapes(module: nn.Module, example: tuple) -> fx.GraphModule:
     try:
         with tracing_libraries():
             gm, _ = trace_call(ghost, tuple(meta_like(t) for t in example), {}, for_rewrite=True,
-                               leaf_classes=("Conv1D",),   # GPT-2's linears: sharded as modules
+                               leaf_classes=("Conv1D",)   # GPT-2's linears: sharded as modules
+                               + expert_class_names(ghost),   # a MoE's routed experts, whole
+                               output_cache=expert_meta_output,
                                what=f"{type(module).__name__} for the rewrite")
     except TraceError as e:   # a leaf would not help here: the rewrite must see inside the block
         head = str(e).split("; mark that submodule as a leaf")[0]
@@ -138,7 +142,9 @@ def eval_node(node: fx.Node, vals: dict, fetch_attr, fetch_module, fail):
                 mod = fetch_module(node.target)
                 if hasattr(mod, "group"):
                     return mod(*args, **kwargs)
-                return meta_call(mod, args, kwargs)
+                from autopar.rewrite.experts import expert_meta_output
+                out = expert_meta_output(mod, args, kwargs)   # routed experts: data-dependent
+                return out if out is not None else meta_call(mod, args, kwargs)
     except (PlanError, TraceError):
         raise
     except Exception as e:  # noqa: BLE001 - reported with the user's line

@@ -39,6 +39,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.rewrite.collectives import FakeGroup, group_rank, group_size
+from autopar.rewrite.experts import ExpertNodes
 from autopar.rewrite.fx_util import drop_stale_fx_wraps, has_tensor, owner_of, serial_values, trace_row, where
 from autopar.rewrite.generic_nodes import GenericNodes
 from autopar.rewrite.pairs import find_layout
@@ -91,7 +92,7 @@ def infer_example_input(module: nn.Module, kind: str, tp: int):
     return torch.zeros(2, T, hidden, dtype=dtype, device="meta")
 
 
-class _Rewriter(ParallelNodes, GenericNodes):
+class _Rewriter(ExpertNodes, ParallelNodes, GenericNodes):
     """One row's rewrite: serial values, layout, then the local graph node by node."""
 
     def _serial_failure(self, n, e):
@@ -118,6 +119,8 @@ class _Rewriter(ParallelNodes, GenericNodes):
                 self._vocab_embedding(n)
             elif n is lay.vocab_head:
                 self._vocab_head(n)
+            elif self._is_expert_leaf(n):   # a MoE's routed experts (autopar.rewrite.experts)
+                self._experts(n)
             else:
                 self._generic(n)
             if n in col_inputs:

@@ -92,7 +92,7 @@ from autopar.runtime.step.context import (
     rows_for_cp_rank,
 )
 from autopar.runtime.step.data_parallel import Zero1, all_reduce_grads, reduces_after_step, wrap_dp
-from autopar.runtime.step.experts import ep_rank_sets, reduce_expert_grads, shard_experts
+from autopar.runtime.step.experts import ep_rank_sets, has_experts, reduce_expert_grads, shard_experts
 from autopar.runtime.step.schedules import all_reduce_tied, make_schedule, run_local, run_pipeline
 from autopar.runtime.step.sync_batch_norm import synced
 from costmodels.contracts.errors import PlanError
@@ -212,7 +212,7 @@ class Runner:
         if pg is None or pg is dist.group.WORLD:  # every rank runs apply: create the groups
             extra = [[lay.rank_at(pp=r, dp=d, tp=t, cp=c) for r in s] for s in tied_sets
                      for d in range(plan.dp) for c in range(plan.cp) for t in range(plan.tp)]
-            if plan.ep > 1:   # expert parallelism's ep and expert-dp groups (step/experts.py)
+            if plan.ep > 1 or (plan.tp > 1 and has_experts(model)):   # ep / expert-dp groups (step/experts.py)
                 extra += [g for sets in ep_rank_sets(plan, lay) for g in sets]
             adist.create_groups(plan, lay.ranks, extra)
 
@@ -228,7 +228,7 @@ class Runner:
         self._tied = tie_parameters(self._local, users, lay)
         self._state_hooks = state_hooks.capture(model)   # re-applied by full_state_dict
         self._raw = self._local.modules
-        self._expert_shards = shard_experts(self._raw, plan, lay) if plan.ep > 1 else []
+        self._expert_shards = shard_experts(self._raw, plan, lay) if plan.ep > 1 or plan.tp > 1 else []
         if self.materialized:
             self.materialized["param_bytes"] = self.parameter_bytes()
         for stage in self._raw:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodels.contracts.checks import quote
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES
 from costmodels.contracts.split import check_stage_rows
@@ -91,19 +90,13 @@ def is_runnable(plan, dims: ModelDims | None = None, num_micro_batches: int | No
 
 def check_experts(plan, dims: ModelDims) -> None:
     """``ep`` shards whole experts (it divides the routed experts of every MoE layer) of a model
-    that has them; autopar's own runtime runs ep with DDP or ZeRO-1/2/3, without tp, etp or
-    recompute (``autopar.runtime.step.experts``); the cost model prices the rest for the
-    runtimes that run it (Megatron-core, torchtitan)."""
+    that has them; autopar's own runtime runs ep with DDP or ZeRO-1/2/3, pp, tp and sequence
+    parallel on the dense parts (attention, router, shared experts; each tp rank routing its own
+    tokens) and recompute (``autopar.rewrite.experts``, ``autopar.runtime.step.experts``), but
+    not expert tensor parallelism (etp); the cost model prices etp for the runtimes that run it
+    (Megatron-core, torchtitan)."""
     ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
     runtime = str(getattr(plan, "runtime", "autopar") or "autopar").split(":")[0]
-    if dims.experts and runtime == "autopar" and (plan.tp > 1 or plan.recompute != "none"):
-        # the tp / recompute rewrites run a row's traced graph, which holds the trace's balanced
-        # routing (autopar/models/moe.py), not the router's
-        name, value = ("tp", plan.tp) if plan.tp > 1 else ("recompute", plan.recompute)
-        raise PlanError(f"plan field '{name}'={quote(value)}: autopar's runtime does not yet rewrite the "
-                        "rows of a Mixture of Experts for tensor parallelism or recompute (their "
-                        "traced graph routes tokens as the trace balanced them); use tp=1, "
-                        "recompute='none' (or plan for runtime megatron and export)")
     if ep == 1 and etp == 1:
         return
     if dims.experts == 0:
@@ -112,17 +105,14 @@ def check_experts(plan, dims: ModelDims) -> None:
     if dims.experts and dims.experts % ep:
         raise PlanError(f"plan field 'ep'={ep} does not divide the {dims.experts} routed experts; "
                         f"choose ep in {divisors(dims.experts)}")
-    if runtime != "autopar":
-        return
-    if etp > 1:
+    if runtime == "autopar" and getattr(plan, "dp", 1) % ep:
+        raise PlanError(f"plan field 'ep'={ep}: autopar's own runtime takes the ep ranks from dp "
+                        f"(dp={plan.dp}), not from cp; choose ep dividing dp (or plan for runtime "
+                        "megatron and export)")
+    if runtime == "autopar" and etp > 1:
         raise PlanError(f"plan field 'etp'={etp}: autopar's own runtime does not run expert tensor "
-                        "parallelism yet; use etp=1 (or plan for runtime megatron and export)")
-    for name, value, ok, fix in (("tp", plan.tp, plan.tp == 1, "tp=1"),
-                                 ("recompute", plan.recompute, plan.recompute == "none", "recompute='none'")):
-        if not ok:
-            raise PlanError(f"plan field '{name}'={quote(value)} with ep={ep}: autopar's own runtime "
-                            f"runs expert parallelism without tp and recompute so far; "
-                            f"use {fix} (or plan for runtime megatron and export)")
+                        "parallelism (it keeps each expert whole on its ep rank; tp shards the dense "
+                        "parts); use etp=1 (or plan for runtime megatron and export)")
 
 
 def check_schedule(plan, num_micro_batches: int) -> None:

@@ -77,9 +77,15 @@ def check_before_launch(model: nn.Module, plan, *, num_micro_batches: int | None
         check_tp_modules(rows, plan)
         if on_this_machine:
             check_float8(plan)   # an FP8 plan on a CPU / a GPU without FP8 / without torchao
+        from autopar.runtime.step.experts import (
+            check_expert_capacity,
+            check_expert_model,
+            check_expert_sequence_parallel,
+        )
         if plan.ep > 1:   # the runtime shards autopar's own MoE layers (runtime/step/experts.py)
-            from autopar.runtime.step.experts import check_expert_model
             check_expert_model(model, plan)
+        check_expert_sequence_parallel(model, plan)
+        check_expert_capacity(model, plan)
         stages = tuple(stage_ranges(plan, rows, spec, table, seq))
         check_fsdp_shared(rows, stages, plan)
         if probe and (plan.tp > 1 or plan.sequence_parallel or plan.recompute != "none"

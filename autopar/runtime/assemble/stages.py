@@ -220,6 +220,8 @@ def row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
     if example_inputs is None:
         return {}
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autopar.rewrite.experts import experts_shape_only
     need = {i for v in virtual for i in range(*stages[v])}
     last = max(need)
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -228,8 +230,10 @@ def row_inputs(rows: Rows, example_inputs, stages, virtual) -> dict:
     level, log.level = log.level, logging.CRITICAL  # a failed shape probe is not an error here
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad(), \
-                frozen_batch_statistics(nn.ModuleList(rows.modules[:last + 1])):   # running stats untouched
-            x = tuple(mode.from_tensor(t) for t in inputs)
+                frozen_batch_statistics(nn.ModuleList(rows.modules[:last + 1])), \
+                experts_shape_only(nn.ModuleList(rows.modules[:last + 1])):   # MoE routing: data-dependent
+            on_meta = any(p.is_meta for p in rows.modules[0].parameters())   # a meta build: meta inputs
+            x = tuple(mode.from_tensor(t.to("meta") if on_meta else t) for t in inputs)
             for i in range(last + 1):
                 first = x[0] if isinstance(x, tuple) else x
                 if i in need:

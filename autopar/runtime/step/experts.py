@@ -8,7 +8,7 @@ stacked weights). The expert-dp group is the ``dp/ep`` ranks at the same positio
 the same experts.
 
 Forward of a MoE layer (``ep_dispatch_compute_combine``, in place of
-``MoEFFN.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
+``Experts.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
 are sent to the experts' owners (the counts first, then the tokens: one ``all_to_all_single``
 each, gloo and NCCL alike), regrouped by local expert, run, sent back, weighted and summed
 into their tokens. ``torch.distributed.nn.functional.all_to_all_single`` carries the gradient
@@ -19,13 +19,17 @@ Gradients: DDP all-reduces the dense parameters over dp (mean) and is told to ig
 shards; after the backward ``reduce_expert_grads`` sums each expert shard's gradient over its
 expert-dp group and divides by dp: an expert owner's gradient already holds the tokens of its
 whole ep group, so the sum over the expert-dp groups covers every dp rank once — the serial
-model's mean gradient. ZeRO-1 partitions the dense parameters only; each rank steps its own
-expert shards (``Zero1(private=...)``); ZeRO-2/3 shard the dense parameters with FSDP2, which is
-told to leave the expert shards whole (``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep
-group (``gather_expert``).
+model's mean gradient. Under tp each tp rank routes its own tokens (``autopar.rewrite.experts``)
+and exchanges them in the ep group at its tp coordinate, so the expert-dp group spans the tp
+ranks too (at ep = 1 as well: the experts are then reduced here, not by DDP). ZeRO-1 partitions
+the dense parameters only; each rank steps its own expert shards (``Zero1(private=...)``);
+ZeRO-2/3 shard the dense parameters with FSDP2, which is told to leave the expert shards whole
+(``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep group
+(``gather_expert``).
 """
 from __future__ import annotations
 
+import itertools
 import types
 
 import torch
@@ -38,45 +42,70 @@ EXPERT_WEIGHTS = ("w1", "w2", "w3")
 
 def ep_rank_sets(plan, layout) -> tuple[list[list[int]], list[list[int]]]:
     """(ep groups, expert-dp groups) of the whole plan as global rank lists (every rank builds
-    the same lists: ``create_groups`` needs them on all)."""
-    ep = plan.ep
+    the same lists: ``create_groups`` needs them on all). Under tp and cp an expert-dp group
+    spans the tp and cp ranks too: each computes the experts on its own tokens
+    (``reduce_expert_grads``)."""
+    ep, cp = plan.ep, getattr(plan, "cp", 1)
     eps, edps = [], []
     for pp in range(plan.pp):
-        for tp in range(plan.tp):
-            at = lambda d, pp=pp, tp=tp: layout.rank_at(pp=pp, tp=tp, dp=d)  # noqa: E731
-            eps += [[at(g * ep + j) for j in range(ep)] for g in range(plan.dp // ep)]
-            edps += [[at(g * ep + j) for g in range(plan.dp // ep)] for j in range(ep)]
+        for tp, c in itertools.product(range(plan.tp), range(cp)):
+            at = lambda d, pp=pp, tp=tp, c=c: layout.rank_at(pp=pp, tp=tp, cp=c, dp=d)  # noqa: E731
+            if ep > 1:
+                eps += [[at(g * ep + j) for j in range(ep)] for g in range(plan.dp // ep)]
+        edps += [[layout.rank_at(pp=pp, tp=t, cp=c, dp=g * ep + j) for g in range(plan.dp // ep)
+                  for t in range(plan.tp) for c in range(cp)] for j in range(ep)]
     return eps, [g for g in edps if len(g) > 1]
 
 
 def moe_layers(module: nn.Module):
-    """The autopar ``MoEFFN`` layers of ``module`` (the built-in ``moe`` family)."""
-    from autopar.models.moe import MoEFFN
-    return [m for m in module.modules() if isinstance(m, MoEFFN)]
+    """The routed experts of autopar's ``moe`` family inside ``module`` (``Experts``: whole in the
+    serial model, the rewrite's leaf in a rewritten row)."""
+    from autopar.models.moe import Experts
+    return [m for m in module.modules() if isinstance(m, Experts)]
+
+
+def has_experts(module: nn.Module) -> bool:
+    """Whether ``module`` holds routed experts this runtime shards (autopar's or transformers')."""
+    return bool(moe_layers(module) or hf_experts(module))
 
 
 def shard_experts(stages: list[nn.Module], plan, layout) -> list[nn.Parameter]:
     """Keep this rank's slice of every MoE layer's experts and route through the ep exchange
-    (autopar's ``MoEFFN``; transformers' stacked ``gate_up_proj`` / ``down_proj`` experts, called
+    (autopar's ``Experts``; transformers' stacked ``gate_up_proj`` / ``down_proj`` experts, called
     as ``experts(hidden, top_k_index, top_k_weights)``); the expert shards (their gradients
-    reduced by ``reduce_expert_grads``)."""
+    reduced by ``reduce_expert_grads``). At ep = 1 under tp the experts stay whole but are
+    reduced the same way (each tp rank's gradient covers its own tokens only)."""
     ep = plan.ep
     j = layout.dp_rank % ep
-    group = _group([layout.rank_at(dp=(layout.dp_rank // ep) * ep + k) for k in range(ep)])
+    group = _group([layout.rank_at(dp=(layout.dp_rank // ep) * ep + k) for k in range(ep)]) if ep > 1 else None
     shards = []
     for stage in stages:
         for m in moe_layers(stage):
             local = m.num_experts // ep
-            shards += _slice(m.experts, EXPERT_WEIGHTS, j, local, ep, group)
-            m.experts.num_experts, m.experts.first = local, j * local
-            m.ep, m.ep_group, m.capacity_factor = ep, group, 0.0
-            m.dispatch_compute_combine = types.MethodType(ep_dispatch_compute_combine, m)
+            if ep > 1:
+                shards += _slice(m, EXPERT_WEIGHTS, j, local, ep, group)
+                m.first, m.capacity_factor = j * local, 0.0
+                m.dispatch_compute_combine = types.MethodType(ep_dispatch_compute_combine, m)
+            else:
+                shards += _mark(m, EXPERT_WEIGHTS)
         for parent, name, ex in hf_experts(stage):
+            if ep == 1:
+                shards += _mark(ex, HF_WEIGHTS)
+                continue
             local = ex.num_experts // ep
             ep_ex = HFExpertShard(ex, j, local, ep, group)
             setattr(parent, name, ep_ex)
             shards += [ep_ex.gate_up_proj, ep_ex.down_proj]
     return shards
+
+
+def _mark(module, names) -> list[nn.Parameter]:
+    """The whole experts of ``module`` as expert shards of ep = 1."""
+    out = [getattr(module, n) for n in names]
+    for p in out:
+        p.autopar_ep = 1
+    module.ep, module.ep_group, module.autopar_expert_shard = 1, None, True
+    return out
 
 
 def _slice(module, names, j, local, ep, group) -> list[nn.Parameter]:
@@ -87,7 +116,7 @@ def _slice(module, names, j, local, ep, group) -> list[nn.Parameter]:
         p.autopar_ep = ep   # gradient clipping counts each expert once (step/clipping.py)
         setattr(module, name, p)
         out.append(p)
-    module.ep, module.ep_group = ep, group
+    module.ep, module.ep_group, module.autopar_expert_shard = ep, group, True
     return out
 
 
@@ -119,7 +148,7 @@ class HFExpertShard(nn.Module):
             setattr(self, name, nn.Parameter(full.detach()[j * local:(j + 1) * local].clone(),
                                              requires_grad=full.requires_grad))
             getattr(self, name).autopar_ep = ep
-        self.ep, self.ep_group = ep, group
+        self.ep, self.ep_group, self.autopar_expert_shard = ep, group, True
 
     def run(self, x, counts: list[int]):
         outs, start = [], 0
@@ -157,11 +186,34 @@ def check_expert_model(model: nn.Module, plan) -> None:
                             "of a MoE layer; choose ep dividing the experts")
 
 
+def check_expert_sequence_parallel(model: nn.Module, plan) -> None:
+    """Sequence parallel on transformers' MoE blocks: they flatten the tokens
+    (``hidden_states.view(-1, hidden)``) before the router, which merges the sequence shard with
+    the batch; refused in one line (tp without sp runs them: ``autopar.rewrite.experts``)."""
+    if plan.sequence_parallel and hf_experts(model):
+        from costmodels.contracts.errors import PlanError
+        raise PlanError("plan field 'sequence_parallel'=true: transformers' MoE blocks flatten the "
+                        "tokens (view(-1, hidden)) before their router, merging the sequence shard "
+                        "with the batch, which the rewrite cannot shard; use sequence_parallel=false "
+                        "(tp runs them without it)")
+
+
+def check_expert_capacity(model: nn.Module, plan) -> None:
+    """A capacity factor caps an expert's tokens per batch, the first in token order: with the
+    tokens split over tp or cp ranks each rank would cap its own part, which is not the serial
+    model's drop; refused in one line (expert parallelism runs dropless, module docstring)."""
+    split = [f"'{f}'={getattr(plan, f)}" for f in ("tp", "cp") if getattr(plan, f, 1) > 1]
+    if split and plan.ep == 1 and any(m.capacity_factor for m in moe_layers(model)):
+        from costmodels.contracts.errors import PlanError
+        raise PlanError(f"plan field {split[0]} splits the tokens of a MoE layer with a capacity factor "
+                        "over ranks, each capping its own part, which is not the serial model's drop; "
+                        "use capacity_factor=0 (dropless), ep > 1 (which runs dropless) or tp=1, cp=1")
+
+
 def expert_param_names(stage: nn.Module) -> list[str]:
     """Names (in ``stage``) of its expert shards, for DDP to ignore."""
-    return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules() if getattr(m, "ep_group", None)
-            is not None and not hasattr(m, "dispatch_compute_combine")
-            for pn, _ in m.named_parameters(recurse=False)]
+    return [f"{mn}.{pn}" if mn else pn for mn, m in stage.named_modules()
+            if getattr(m, "autopar_expert_shard", False) for pn, _ in m.named_parameters(recurse=False)]
 
 
 class AllToAll(torch.autograd.Function):
@@ -204,28 +256,31 @@ def exchange(x, counts: list[int], ep: int, group, run):
 
 
 def ep_dispatch_compute_combine(self, flat, order, counts, weights):
-    """``MoEFFN.dispatch_compute_combine`` over the ep group (module docstring)."""
+    """``Experts.dispatch_compute_combine`` over the ep group (module docstring)."""
     token = order // self.top_k
-    out = exchange(flat[token], counts, self.ep, self.ep_group, self.experts)
+    out = exchange(flat[token], counts, self.ep, self.ep_group, self.run)
     out = out * weights[order].unsqueeze(-1)
     return torch.zeros_like(flat).index_add(0, token, out)
 
 
 def reduce_expert_grads(shards: list[nn.Parameter], plan, layout) -> None:
-    """Sum the expert shards' gradients over their expert-dp group and divide by dp."""
+    """Sum the expert shards' gradients over their expert-dp group (× the tp and cp ranks) and
+    divide by dp·cp (a cp rank's loss is the mean over its part of the sequence, as DDP's mean
+    over dp·cp assumes for the dense parameters)."""
     grads = [p.grad for p in shards if p.grad is not None]
     if not grads:
         return
-    edp = plan.dp // plan.ep
-    if edp > 1:
+    edp, cp = plan.dp // plan.ep, getattr(plan, "cp", 1)
+    if edp * plan.tp * cp > 1:
         j, ep = layout.dp_rank % plan.ep, plan.ep
-        group = _group([layout.rank_at(dp=g * ep + j) for g in range(edp)])
+        group = _group([layout.rank_at(dp=g * ep + j, tp=t, cp=c) for g in range(edp)
+                        for t in range(plan.tp) for c in range(cp)])
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=group)
         for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
             g.copy_(new)
     for g in grads:
-        g.div_(plan.dp)
+        g.div_(plan.dp * cp)
 
 
 def gather_expert(stage: nn.Module, name: str, t: torch.Tensor) -> torch.Tensor:
@@ -235,7 +290,7 @@ def gather_expert(stage: nn.Module, name: str, t: torch.Tensor) -> torch.Tensor:
         m = stage.get_submodule(owner)
     except AttributeError:
         return t
-    if getattr(m, "ep_group", None) is None or hasattr(m, "dispatch_compute_combine"):
+    if not getattr(m, "autopar_expert_shard", False) or m.ep == 1:
         return t
     parts = [torch.empty_like(t) for _ in range(m.ep)]
     dist.all_gather(parts, t.contiguous(), group=m.ep_group)

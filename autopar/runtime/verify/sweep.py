@@ -2,7 +2,8 @@
 and compared with the serial model.
 
 ``plan_grid()`` lists the grid (270 plans, then the context parallel and HSDP plans of
-``long_sequence_grid``): for each (dp, tp, pp) in {1, 2}³ every schedule
+``long_sequence_grid`` and the expert parallel plans of ``expert_grid``): for each (dp, tp, pp)
+in {1, 2}³ every schedule
 (pp = 2: GPipe, 1F1B, and with vpp = 2 interleaved 1F1B, interleaved zero-bubble, ZB-V and
 DualPipeV), micro-batch counts 1, pp, 2·pp and 3 (odd), and every
 ZeRO stage (dp = 2); the other switches — model (gpt with a tied head, llama with grouped-query
@@ -32,8 +33,8 @@ MODELS = {
     "llama": "llama:layers=3,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8",
     "gpt3h": "gpt:layers=3,hidden=24,heads=3,vocab=64,seq=8,dropout=0",
 }
-# models that cases may name but the plan-space sample (``plan_grid``) does not draw: a MoE
-# (one leading dense block, shared expert) for expert parallelism
+# models that cases may name (a MoE, one leading dense block, shared expert: expert parallelism,
+# drawn by ``plan_grid`` only in its ``expert_grid``)
 CASE_MODELS = {**MODELS,
                "moe": "moe:layers=3,hidden=32,heads=4,kv_heads=2,ffn=64,vocab=64,seq=8,experts=4,top_k=2,"
                       "expert_ffn=16,shared_experts=1,dense_layers=1"}
@@ -88,7 +89,27 @@ def plan_grid() -> list[SweepCase]:
             if pp > 1 and k % 3 == 1:
                 plan["stages"] = _UNEVEN[pp * vpp]
             out.append(SweepCase(models[(k + i) % len(models)], tuple(sorted(plan.items())), m))
-    return out + long_sequence_grid(len(out))
+    cases = out + long_sequence_grid(len(out))
+    return cases + expert_grid(len(cases))
+
+
+def expert_grid(start: int = 0) -> list[SweepCase]:
+    """Expert parallel plans of the ``moe`` model (world <= 4): ep = 2 with (dp, tp, pp) in
+    (2, 1, 1), (2, 2, 1), (2, 1, 2), (4, 1, 1) — tp on the dense parts, with or without
+    sequence parallel — every ZeRO stage, GPipe and 1F1B (pp = 2); recompute, micro-batch size
+    and placement rotate as in ``plan_grid``."""
+    out = []
+    for dp, tp, pp in ((2, 1, 1), (2, 2, 1), (2, 1, 2), (4, 1, 1)):
+        schedules = ("1f1b",) if pp == 1 else ("gpipe", "1f1b")
+        for schedule, zero in itertools.product(schedules, (0, 1, 2, 3)):
+            k = start + len(out)
+            plan = dict(dp=dp, tp=tp, pp=pp, ep=2, schedule=schedule, zero=zero,
+                        micro_batch_size=1 + k % 2, recompute=_RECOMPUTE[k % 3],
+                        placement=_PLACEMENTS[(k // 2) % 3])
+            if tp > 1 and (k // 3) % 2:
+                plan["sequence_parallel"] = True
+            out.append(SweepCase("moe", tuple(sorted(plan.items())), 2 * pp if pp > 1 else 1 + k % 2))
+    return out
 
 
 def long_sequence_grid(start: int = 0) -> list[SweepCase]:
