@@ -217,3 +217,16 @@ def test_each_blackwell_part_has_a_transformer_engine_entry_with_sources(hw):
     assert te.attention_efficiency > 2 * prof.attention_efficiency       # cuDNN's, not Composer's 0.35
     assert np.allclose(te.eff_values, np.minimum(1.0, np.asarray(prof.eff_values) * figs["matmul_scale"][0]))
     assert "its own constants" in stack_note(hw, load_runtime("megatron"))
+
+
+def test_the_blackwell_te_fit_sees_only_gb200_calibration_pairs():
+    from pathlib import Path
+
+    from costmodels.calibration.blackwell_te_fit import calibration_pairs
+    from costmodels.calibration.fp8_runs import fp8_runs
+    csv = Path(__file__).parent / "data" / "validation" / "fp8_runs.csv"
+    pairs = calibration_pairs(csv)
+    assert pairs and all(r.role == "calibration" and r.hardware == "gb200-nvl72" and r.published_speedup
+                         for r in pairs)
+    checks = {r.row_id for r in fp8_runs(csv)[0] if r.role == "check"}
+    assert not checks & {r.row_id for r in pairs}                       # never a check row
