@@ -203,3 +203,30 @@ def test_collectives_at_scale_tree_all_reduce_and_per_module_zero3_latency(table
     # six gathers per block and pass under DeepSpeed: latency-bound ZeRO-3 grows with the ring
     assert ds.comm[-1]["time_s"] > ring.comm[-1]["time_s"]
     assert big.step_time_s > 1.5 * ds.step_time_s
+
+
+@pytest.mark.parametrize("hw", ["b200-180g-sxm", "gb200-nvl72", "gb300-nvl72", "b300-288g-sxm"])
+def test_each_blackwell_part_has_a_transformer_engine_entry_with_sources(hw):
+    figs = load_stacks()[(hw, "transformer-engine")]
+    assert set(figs) >= {"matmul_scale", "attention_efficiency", "attention_bwd_ratio",
+                         "elementwise_bytes_per_saved_byte"}
+    assert all(len(src.strip()) > 40 for _, src in figs.values()), hw       # a real citation each
+    assert "FlashAttention-4" in figs["attention_efficiency"][1]
+    prof = load_profile(hw)
+    te = stack_profile(prof, "transformer-engine")
+    assert te.attention_efficiency > 2 * prof.attention_efficiency       # cuDNN's, not Composer's 0.35
+    assert np.allclose(te.eff_values, np.minimum(1.0, np.asarray(prof.eff_values) * figs["matmul_scale"][0]))
+    assert "its own constants" in stack_note(hw, load_runtime("megatron"))
+
+
+def test_the_blackwell_te_fit_sees_only_gb200_calibration_pairs():
+    from pathlib import Path
+
+    from costmodels.calibration.blackwell_te_fit import calibration_pairs
+    from costmodels.calibration.fp8_runs import fp8_runs
+    csv = Path(__file__).parent / "data" / "validation" / "fp8_runs.csv"
+    pairs = calibration_pairs(csv)
+    assert pairs and all(r.role == "calibration" and r.hardware == "gb200-nvl72" and r.published_speedup
+                         for r in pairs)
+    checks = {r.row_id for r in fp8_runs(csv)[0] if r.role == "check"}
+    assert not checks & {r.row_id for r in pairs}                       # never a check row

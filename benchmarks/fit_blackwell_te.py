@@ -1,0 +1,33 @@
+"""Fit the (gb200-nvl72, transformer-engine) matmul scale on the FP8 split's GB200 calibration
+pairs (their BF16 steps; costmodels/calibration/blackwell_te_fit.py) and print it.
+
+    python benchmarks/fit_blackwell_te.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from costmodels.calibration.blackwell_te_fit import HARDWARE, fit_blackwell_te  # noqa: E402
+from costmodels.profiles.hardware_files import load_profile  # noqa: E402
+
+DEFAULT_CSV = Path("/work/shared/validation/fp8_runs.csv")   # as bench_costmodels_fp8.py reads it
+
+
+def table_of(spec):
+    from autopar.trace.driver import table_for
+    return table_for(spec)
+
+
+def main() -> int:
+    out = fit_blackwell_te(DEFAULT_CSV, table_of, lambda: load_profile(HARDWARE))
+    print(f"{out['hardware']} {out['stack']}: matmul_scale {out['matmul_scale']} "
+          f"(loss {out['loss']:.4f} over {out['rows']} calibration pairs: {', '.join(out['row_ids'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
