@@ -144,7 +144,7 @@ class ExpertNodes:
     def _experts(self, n):
         import copy
 
-        from autopar.rewrite.fx_util import where
+        from autopar.rewrite.node_source import where
         from costmodels.contracts.errors import TraceError
         tokens = n.args[0]
         dim = self.shard_of(tokens)

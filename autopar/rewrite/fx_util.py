@@ -6,12 +6,11 @@ bookkeeping; nothing here knows about tensor parallelism.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from autopar.rewrite.node_source import where  # noqa: F401  (re-exported: the rewrite's modules import it from here)
 from costmodels.contracts.errors import PlanError, TraceError
 
 
@@ -167,20 +166,6 @@ def serial_values(traced: fx.GraphModule, example: tuple, fail) -> dict:
             full[n] = eval_node(n, full, lambda path: getattr_path(traced, path), traced.get_submodule,
                                 lambda e, n=n: fail(n, e))
     return full
-
-
-def where(node: fx.Node) -> str:
-    """' at FILE:LINE: code' of the user's line that made ``node`` (or its name)."""
-    st = node.meta.get("stack_trace") or ""
-    lines = [ln.strip() for ln in st.strip().splitlines() if ln.strip()]
-    frames = [(a, b) for a, b in zip(lines, lines[1:]) if a.startswith("File ")]
-    own = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    user = [f for f in frames if not any(d in f[0] for d in own)]
-    if user:
-        return f" at {user[-1][0]}: {user[-1][1]}"
-    if len(lines) >= 2:
-        return f" at {lines[-2]}: {lines[-1]}"
-    return f" (node {node.name})"
 
 
 def is_tensor(v) -> bool:
