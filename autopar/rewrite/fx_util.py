@@ -32,6 +32,15 @@ def drop_stale_fx_wraps() -> None:
         pass
 
 
+class _RowTracer(fx.Tracer):
+    """fx's tracer, keeping ``nn.Linear`` subclasses that compute a plain linear whole (as the
+    cut did: ``autopar.trace.linear_leaves``), so the rewrite shards them."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        from autopar.trace.linear_leaves import is_plain_linear
+        return is_plain_linear(m) or super().is_leaf_module(m, qualname)
+
+
 def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule:
     """``module`` as a GraphModule (buffers proxied, stack traces kept for error messages).
 
@@ -41,7 +50,7 @@ def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule
     (:func:`trace_row_with_shapes`; sizes become literals, which the rewrite rewrites as well).
     A failure of both is one line naming the operation, the file and the line."""
     drop_stale_fx_wraps()
-    tracer = fx.Tracer()
+    tracer = _RowTracer()
     tracer.proxy_buffer_attributes = True
     tracer.record_stack_traces = True
     try:

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch.fx.node import map_arg
 from torch.utils import _pytree as pytree
 
+from autopar.trace.linear_leaves import is_plain_linear
 from costmodels.contracts.errors import TraceError
 
 # methods / attributes that return plain Python values computed from the meta value
@@ -92,7 +93,7 @@ class MetaTracer(fx.Tracer):
 
     # --- leaves -------------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if id(m) in self.leaf_modules:
+        if id(m) in self.leaf_modules or is_plain_linear(m):   # FalconLinear: linear_leaves
             return True
         for c in self.leaf_classes:
             if (isinstance(c, str) and type(m).__name__ == c) or (isinstance(c, type) and isinstance(m, c)):
