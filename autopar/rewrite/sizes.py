@@ -116,6 +116,8 @@ class SizeFixer(LocalGraph):
 
     def _view_dim(self, in_shape, sd, out_shape, n):
         """The output dim of a view that holds the input's sharded dim ``sd``."""
+        if (j := self._flat_tokens_view_dim(in_shape, sd, out_shape)) is not None:   # flat_tokens
+            return j
         prefix = math.prod(in_shape[:sd])
         for j in range(len(out_shape)):
             if math.prod(out_shape[:j]) == prefix and out_shape[j] != 1:

@@ -37,6 +37,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.rewrite.collectives import FakeGroup, group_rank, group_size
+from autopar.rewrite.flat_tokens import FlatTokens
 from autopar.rewrite.fx_util import drop_stale_fx_wraps, has_tensor, owner_of, serial_values, trace_row, where
 from autopar.rewrite.generic_nodes import GenericNodes
 from autopar.rewrite.pairs import find_layout
@@ -90,7 +91,7 @@ def infer_example_input(module: nn.Module, kind: str, tp: int):
     return torch.zeros(2, T, hidden, dtype=dtype, device="meta")
 
 
-class _Rewriter(VocabNodes, ParallelNodes, GenericNodes):
+class _Rewriter(VocabNodes, FlatTokens, ParallelNodes, GenericNodes):
     """One row's rewrite: serial values, layout, then the local graph node by node."""
 
     def _serial_failure(self, n, e):

@@ -26,6 +26,7 @@ from torch.fx.node import map_arg
 from torch.utils import _pytree as pytree
 
 from autopar.trace.linear_leaves import is_plain_linear
+from autopar.trace.meta_moves import recorded_moves
 from costmodels.contracts.errors import TraceError
 
 # methods / attributes that return plain Python values computed from the meta value
@@ -231,7 +232,8 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext():
+        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext(), \
+                recorded_moves(tracer) if record_factories else contextlib.nullcontext():   # meta_moves
             graph = tracer.trace(wrapper)
     except TraceError:
         raise
