@@ -70,7 +70,7 @@ class ParallelNodes(LocalGraph):
         """Where the replicated input of column-parallel linears enters the tp region."""
         x = self.env[u]
         base = (next(c for c in self.layout.cols if c.args[0] is u).target.rpartition(".")[0] or "tp")
-        if self.sp:
+        if self.sp and (self.shard_of(u) == SEQ_DIM or self._is_flat_tokens(self.full[u])):   # flat_tokens
             node = self._seq_collective(GatherSeq, x, self.full[u], f"{base}.sp_gather", grad="reduce_scatter")
         else:
             node = self._collective(CopyToTP, x, f"{base}.copy_to_tp")
