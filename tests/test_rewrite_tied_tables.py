@@ -168,3 +168,28 @@ def test_hf_spec_built_on_meta_under_pp2_materialises_its_rows_and_equals_serial
     for r in ranks:
         assert r["bytes"]["peak_param_bytes"] < 0.7 * whole, (r["bytes"], whole)
         assert abs(r["loss"] - serial) / serial < 1e-6, (r["loss"], serial)
+
+
+class _DtypeReadingMLP(nn.Module):
+    """T5's ``DenseReluDense``: the forward reads ``self.wo.weight.dtype`` (or, ``values``: the
+    weight itself) outside the module the rewrite shards."""
+
+    def __init__(self, values=False):
+        super().__init__()
+        self.wi, self.wo, self.values = nn.Linear(8, 16), nn.Linear(16, 8), values
+
+    def forward(self, x):
+        h = torch.relu(self.wi(x))
+        h = h.to(self.wo.weight.dtype) if not self.values else h + self.wo.weight.sum()
+        return x + self.wo(h)
+
+
+def test_a_sharded_layers_tensor_read_by_path_is_the_shard():
+    from costmodels.contracts.errors import TraceError
+    x = torch.zeros(2, 4, 8, device="meta")
+    gm = rewrite_row(_DtypeReadingMLP(), kind="block", tp_rank=1, tp_size=2, tp_group=FakeGroup(1, 2),
+                     sequence_parallel=False, recompute="none", example_input=x)
+    assert tuple(gm.wo.weight.shape) == (8, 8) and gm.autopar_shards["wo.weight"].dim == 1
+    with pytest.raises(TraceError, match="reads wo.weight outside its module"):
+        rewrite_row(_DtypeReadingMLP(values=True), kind="block", tp_rank=0, tp_size=2, tp_group=FakeGroup(0, 2),
+                    sequence_parallel=False, recompute="none", example_input=x)
