@@ -193,3 +193,17 @@ def test_a_sharded_layers_tensor_read_by_path_is_the_shard():
     with pytest.raises(TraceError, match="reads wo.weight outside its module"):
         rewrite_row(_DtypeReadingMLP(values=True), kind="block", tp_rank=0, tp_size=2, tp_group=FakeGroup(0, 2),
                     sequence_parallel=False, recompute="none", example_input=x)
+
+
+def test_t5_blocks_reading_the_position_bias_as_an_input_shard_their_attention():
+    """T5's first decoder block computes the relative position bias, the others receive it as a
+    row input added to the scores: a side input, not the hidden state, so their self- and
+    cross-attention are pairs too (they were left whole under tp, silently)."""
+    from autopar.rewrite.fx_util import serial_values, trace_row
+    from autopar.rewrite.pairs import find_layout
+    _, _, rows, ex = _rows("t5")
+    m = rows.modules[2]
+    example = (ex[2],) + tuple(m.autopar_inputs[1:])
+    traced = trace_row(m, example)
+    layout = find_layout(traced, serial_values(traced, example, lambda n, e: e), "block", 2, "T5BlockRow")
+    assert sorted(layout.pair_kind.values()) == ["attention", "attention", "mlp"]

@@ -149,6 +149,7 @@ class _PairFinder:
         """(linears reached backwards from ``r``'s input through tensor ops, the ops between);
         cols None when a row input is reached (``r`` is then no row-parallel linear)."""
         cols, region = [], set()
+        first = next((n for n in self.graph.nodes if n.op == "placeholder"), None)
 
         def visit(a):
             if not tensor_like(self.full.get(a)) or is_size_node(a) or a.op == "get_attr":
@@ -156,8 +157,8 @@ class _PairFinder:
             if self._is_linear(a):
                 cols.append(a)
                 return PRUNE
-            if a.op == "placeholder":
-                return ABORT
+            if a.op == "placeholder":   # the hidden state: no pair; a side input (T5's position bias): kept
+                return PRUNE if a is not first else ABORT
             region.add(a)
             return EXPAND
 
