@@ -157,8 +157,9 @@ class _PairFinder:
             if self._is_linear(a):
                 cols.append(a)
                 return PRUNE
-            if a.op == "placeholder":   # the hidden state: no pair; a side input (T5's position bias): kept
-                return PRUNE if a is not first else ABORT
+            if a.op == "placeholder":   # the hidden state: no pair; a float side input (T5's position
+                side = a is not first and is_tensor(self.full.get(a)) and self.full[a].is_floating_point()
+                return PRUNE if side else ABORT   # bias) is kept; a mask from the ids is not (see README)
             region.add(a)
             return EXPAND
 

@@ -27,11 +27,10 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autopar.rewrite import pairs
 from autopar.rewrite.collectives import ReduceFromTP
 from autopar.rewrite.fx_util import getattr_path, is_tensor
 from autopar.rewrite.shard_layers import ShardSpec, as_param
-
-_ID_RESHAPES = {"view", "reshape", "flatten", "contiguous", "long", "int", "to"}
 
 
 @dataclass
@@ -51,12 +50,6 @@ def vocab_parallel_lookup(ids, weight, vocab_start: int, vocab_end: int, serial_
     pad = serial_padding_idx
     pad = pad - vocab_start if pad is not None and vocab_start <= pad < vocab_end else None
     return F.embedding(local, weight, padding_idx=pad).masked_fill(outside.unsqueeze(-1), 0.0)
-
-
-def _is_row_input(x) -> bool:
-    while isinstance(x, fx.Node) and x.op == "call_method" and x.target in _ID_RESHAPES and x.args:
-        x = x.args[0]
-    return isinstance(x, fx.Node) and x.op == "placeholder"
 
 
 def _functional_kw(n: fx.Node, name: str, pos: int, default=None):
@@ -81,7 +74,8 @@ def find_vocab_table(traced: fx.GraphModule, full: dict, kind: str, tp: int) -> 
     if kind != "embedding" or tp == 1:
         return VocabTable()
     nodes = list(traced.graph.nodes)
-    first = next((n for n in nodes if _table(traced, n) is not None and n.args and _is_row_input(n.args[0])), None)
+    first = next((n for n in nodes if _table(traced, n) is not None and n.args
+                  and pairs._is_row_input(n.args[0])), None)   # the row input's ids, as pairs reads them
     if first is None:
         return VocabTable()
     table = _table(traced, first)
