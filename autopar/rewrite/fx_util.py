@@ -31,6 +31,17 @@ def drop_stale_fx_wraps() -> None:
         pass
 
 
+class _RowTracer(fx.Tracer):
+    """fx's tracer, keeping ``nn.Linear`` subclasses that compute a plain linear whole (as the
+    cut did: ``autopar.trace.linear_leaves``), so the rewrite shards them, and a MoE's routed
+    experts whole (``rewrite/experts.py``)."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        from autopar.rewrite.experts import is_expert_module  # a MoE's routed experts: one call
+        from autopar.trace.linear_leaves import is_plain_linear
+        return is_plain_linear(m) or is_expert_module(m) or super().is_leaf_module(m, qualname)
+
+
 def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule:
     """``module`` as a GraphModule (buffers proxied, stack traces kept for error messages).
 
@@ -40,8 +51,7 @@ def trace_row(module: nn.Module, example: tuple | None = None) -> fx.GraphModule
     (:func:`trace_row_with_shapes`; sizes become literals, which the rewrite rewrites as well).
     A failure of both is one line naming the operation, the file and the line."""
     drop_stale_fx_wraps()
-    from autopar.rewrite.experts import ExpertLeafTracer
-    tracer = ExpertLeafTracer()   # a MoE's routed experts stay one call (rewrite/experts.py)
+    tracer = _RowTracer()
     tracer.proxy_buffer_attributes = True
     tracer.record_stack_traces = True
     try:

@@ -218,6 +218,8 @@ class HeadShards:
         factor). BLOOM and DeBERTa merge the batch into the heads (``reshape(B * H, S, D)``): the
         local dim is then (B, H/tp) merged, recorded as outer B (``strided``) so that a tensor of
         the full (B·H) size is cut per batch row and the later ``view(B, H, ...)`` splits H."""
+        if (j := self._flat_tokens_view_dim(in_shape, sd, out_shape)) is not None:   # flat_tokens
+            return j, 1
         outer = self.strided.get(self.env[n.args[0]], 1)
         prefix = math.prod(in_shape[:sd])
         if outer > 1:   # (outer·heads, ...) unmerged again: the heads dim follows the outer one

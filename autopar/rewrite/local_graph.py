@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.fx as fx
 
-from autopar.rewrite.fx_util import eval_node, is_tensor, trace_row, where
+from autopar.rewrite.fx_util import eval_node, getattr_path, is_tensor, trace_row, where
 from autopar.rewrite.pairs import ParallelLayout
 from autopar.rewrite.shard_layers import ShardSpec
 from costmodels.contracts.errors import TraceError
@@ -92,13 +93,33 @@ class LocalGraph:
 
     def _module(self, name, mod, spec_for=None):
         """Register a leaf module under its original qualified name (params cloned)."""
+        stale = self._drop_whole_copies(name)
         self.root[name] = mod
+        for key in stale:   # the get_attr reads the layer's own (sharded) tensor
+            self.root[key] = getattr_path(mod, key[len(name) + 1:])
         self.names.add(name)
         for pname, _ in list(mod.named_parameters()) + list(mod.named_buffers()):
             full = f"{name}.{pname}"
             self.specs.setdefault(full, (spec_for or {}).get(pname, ShardSpec(full)))
         for b in getattr(mod, "_non_persistent_buffers_set", ()):
             self.persist_off.add(f"{name}.{b}")
+
+    def _drop_whole_copies(self, name):
+        """A layer the rewrite shards whose tensors the row also reads by path (T5's
+        ``if hidden.dtype != self.wo.weight.dtype``): the copy ``_get_attr`` made of the whole
+        tensor would replace the shard in the GraphModule; such reads (dtype / device only) read
+        the shard instead. A read of the values is refused in one line."""
+        stale = [k for k, v in self.root.items() if k.startswith(name + ".") and isinstance(v, torch.Tensor)]
+        for key in stale:
+            reads = [u for n in self.old.nodes if n.op == "get_attr" and n.target == key for u in n.users]
+            if not all(u.op == "call_function" and u.target is getattr and u.args[1] in ("dtype", "device")
+                       for u in reads):
+                raise TraceError(f"tensor-parallel rewrite of {type(self.module).__name__}: the row reads "
+                                 f"{key} outside its module, which tp splits; use tp=1")
+            del self.root[key]
+            self.specs.pop(key, None)
+            self.persist_off.discard(key)
+        return stale
 
     def shard_of(self, old: fx.Node):
         """Sharded dim of old node's local value (None: same shape as serial)."""

@@ -172,6 +172,7 @@ class _PairFinder:
         """(linears reached backwards from ``r``'s input through tensor ops, the ops between);
         cols None when a row input is reached (``r`` is then no row-parallel linear)."""
         cols, region = [], set()
+        first = next((n for n in self.graph.nodes if n.op == "placeholder"), None)
 
         def visit(a):
             if not tensor_like(self.full.get(a)) or is_size_node(a) or a.op == "get_attr":
@@ -179,8 +180,9 @@ class _PairFinder:
             if self._is_linear(a):
                 cols.append(a)
                 return PRUNE
-            if a.op == "placeholder":
-                return ABORT
+            if a.op == "placeholder":   # the hidden state: no pair; a float side input (T5's position
+                side = a is not first and is_tensor(self.full.get(a)) and self.full[a].is_floating_point()
+                return PRUNE if side else ABORT   # bias) is kept; a mask from the ids is not (see README)
             region.add(a)
             return EXPAND
 

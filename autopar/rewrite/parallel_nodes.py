@@ -95,8 +95,8 @@ class ParallelNodes(LocalGraph):
         """Where the replicated input of column-parallel linears enters the tp region."""
         x = self.env[u]
         base = (next(c for c in self.layout.cols if c.args[0] is u).target.rpartition(".")[0] or "tp")
-        if self.sp and self.shard_of(u) == SEQ_DIM:   # (a whole input, DeBERTa's rel_embeddings: copied)
-            node = self._collective(GatherSeq, x, f"{base}.sp_gather", grad="reduce_scatter")
+        if self.sp and (self.shard_of(u) == SEQ_DIM or self._is_flat_tokens(self.full[u])):   # flat_tokens
+            node = self._seq_collective(GatherSeq, x, self.full[u], f"{base}.sp_gather", grad="reduce_scatter")
         else:
             node = self._collective(CopyToTP, x, f"{base}.copy_to_tp")
         self.entries[u] = node
@@ -120,7 +120,7 @@ class ParallelNodes(LocalGraph):
         self._module(n.target, lin, specs)
         node = self._add("call_module", n.target, (x,), src=n, name=n.name)
         if self.sp:
-            node = self._collective(ReduceScatterSeq, node, f"{n.target}_reduce_scatter")
+            node = self._seq_collective(ReduceScatterSeq, node, self.full[n], f"{n.target}_reduce_scatter")
         else:
             node = self._collective(ReduceFromTP, node, f"{n.target}_all_reduce")
         if mod.bias is not None:

@@ -40,6 +40,7 @@ import torch.nn as nn
 
 from autopar.rewrite.collectives import FakeGroup, group_rank, group_size
 from autopar.rewrite.experts import ExpertNodes
+from autopar.rewrite.flat_tokens import FlatTokens
 from autopar.rewrite.fx_util import drop_stale_fx_wraps, has_tensor, owner_of, serial_values, trace_row, where
 from autopar.rewrite.generic_nodes import GenericNodes
 from autopar.rewrite.pairs import find_layout
@@ -53,6 +54,7 @@ from autopar.rewrite.shard_layers import (
     VocabParallelEmbedding,
     sharded_dropout,
 )
+from autopar.rewrite.vocab_tables import VocabNodes, find_vocab_table
 from costmodels.contracts.errors import PlanError, TraceError
 
 __all__ = ["rewrite_row", "infer_example_input", "ShardSpec", "ColumnParallelLinear", "RowParallelLinear",
@@ -92,7 +94,7 @@ def infer_example_input(module: nn.Module, kind: str, tp: int):
     return torch.zeros(2, T, hidden, dtype=dtype, device="meta")
 
 
-class _Rewriter(ExpertNodes, ParallelNodes, GenericNodes):
+class _Rewriter(ExpertNodes, VocabNodes, FlatTokens, ParallelNodes, GenericNodes):
     """One row's rewrite: serial values, layout, then the local graph node by node."""
 
     def _serial_failure(self, n, e):
@@ -104,6 +106,9 @@ class _Rewriter(ExpertNodes, ParallelNodes, GenericNodes):
         self.full = serial_values(self.traced, self.example, self._serial_failure)
         self.layout = find_layout(self.traced, self.full, self.kind, self.tp, type(self.module).__name__)
         lay = self.layout
+        vocab = find_vocab_table(self.traced, self.full, self.kind, self.tp)   # every lookup of the table
+        if vocab.lookups:
+            lay.vocab_embedding = vocab.lookups[0]
         col_inputs = {c.args[0] for c in lay.cols}
         phs = [n for n in self.old.nodes if n.op == "placeholder"]
         for n in self.old.nodes:
@@ -111,6 +116,10 @@ class _Rewriter(ExpertNodes, ParallelNodes, GenericNodes):
                 self._placeholder(n, phs.index(n))
             elif n.op == "output":
                 self._output(n)
+            elif n in vocab.weights:
+                self._vocab_weight(n)
+            elif n in vocab.lookups:
+                self._vocab_lookup(n)
             elif n in lay.cols:
                 self._column(n)
             elif n in lay.rows:

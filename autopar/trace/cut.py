@@ -44,6 +44,7 @@ from torch.fx.node import map_aggregate
 from autopar.models.outputs import forward_kwargs, model_logits
 from autopar.trace.batch_norm import frozen_batch_statistics
 from autopar.trace.blocks import assign_rows, block_modules, find_block_list, structure_groups
+from autopar.trace.crossing import dead_elements
 from autopar.trace.tracer import trace_call
 from costmodels.contracts.errors import TraceError
 
@@ -135,6 +136,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
     row_of = {n: node_row[n.name] for n in nodes}
     out_node = next(n for n in top.graph.nodes if n.op == "output")
     carries = [_hidden_first(_carry(nodes, row_of, c), rows, c) for c in range(len(rows) + 1)]
+    dead = {n: _dead_slots(n, row_of) for c in carries for n in c}
     modules = []
     for r, info in enumerate(rows):
         mine = [n for n in nodes if row_of[n] == r and n.op not in ("placeholder", "get_attr")]
@@ -144,7 +146,7 @@ def cut_rows(model: nn.Module, example_inputs: tuple, leaf_classes=()) -> CutRow
         ins = [n for n in nodes if n.op == "placeholder" and n.users] if r == 0 else carries[r]
         outs = out_node.args[0] if r == len(rows) - 1 else tuple(carries[r + 1])
         label = type(info.module).__name__ if info.module is not None else info.kind.capitalize()
-        row = RowModule(root, _row_graph(ins, mine, outs, where, device), class_name=f"{label}Row")
+        row = RowModule(root, _row_graph(ins, mine, outs, where, device, dead), class_name=f"{label}Row")
         row.autopar_inputs = tuple(torch.empty_like(v, device="meta") for v in _slot_values(ins))
         modules.append(row)
     names = ["embedding"] + [r.name.removeprefix("inner.") for r in rows[1:-1]] + ["head"]
@@ -230,7 +232,14 @@ def _plain_call(call: fx.Node, mine, carry_in, carry_out) -> bool:
             and carry_out == [call] and isinstance(call.meta.get("val"), torch.Tensor))
 
 
-def _slots(n: fx.Node) -> list | None:
+def _dead_slots(n: fx.Node, row_of) -> frozenset:
+    """The elements of a tuple crossing a cut that no later row reads: Falcon's last block returns
+    ``(hidden, attention_probs)`` and the head reads ``[0]`` only. They do not cross (the
+    attention probabilities are B·H·S² values, and selective recompute must free them)."""
+    return dead_elements(n, [u for u in n.users if u.op == "output" or row_of.get(u, 0) > row_of[n]])
+
+
+def _slots(n: fx.Node, dead=frozenset()) -> list | None:
     """How ``n`` crosses a cut: None for a tensor (itself); for a tuple, one entry per element —
     ``_TENSOR`` for a tensor (it crosses) or the constant itself (None, a number, a string: it
     does not cross, the other side puts it back). A block returning ``(hidden, None)``
@@ -240,7 +249,7 @@ def _slots(n: fx.Node) -> list | None:
         return None
     if isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val) \
             and all(isinstance(v, torch.Tensor) or _constant(v) for v in val):
-        return [_TENSOR if isinstance(v, torch.Tensor) else v for v in val]
+        return [None if i in dead else _TENSOR if isinstance(v, torch.Tensor) else v for i, v in enumerate(val)]
     raise TraceError(f"'{n.name}' ({n.format_node()}) crosses a row boundary but is "
                      f"{type(val).__name__}, not a tensor or a tuple of tensors (and constants); autopar "
                      "can pass only tensors between pipeline stages")
@@ -253,11 +262,12 @@ def _constant(v) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
-def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
+def _row_graph(ins, mine, outs, where: str, traced: torch.device, dead=None) -> fx.Graph:
     g = fx.Graph()
+    dead = dead or {}
     env: dict = {}
     for n in ins:
-        k = _slots(n) if n.op != "placeholder" else None
+        k = _slots(n, dead.get(n, frozenset())) if n.op != "placeholder" else None
         if k is None:
             env[n] = g.placeholder(n.name)
             env[n].meta = dict(n.meta)
@@ -274,8 +284,9 @@ def _row_graph(ins, mine, outs, where: str, traced: torch.device) -> fx.Graph:
 
     def out(n):
         v = env[n]
-        if isinstance(v, fx.Node) and _slots(n) is not None:
-            return tuple(g.call_function(operator.getitem, (v, i)) for i, e in enumerate(_slots(n)) if e is _TENSOR)
+        k = _slots(n, dead.get(n, frozenset()))
+        if isinstance(v, fx.Node) and k is not None:
+            return tuple(g.call_function(operator.getitem, (v, i)) for i, e in enumerate(k) if e is _TENSOR)
         if isinstance(v, tuple):
             return tuple(e for e in v if isinstance(e, fx.Node))
         return (v,)

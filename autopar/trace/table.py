@@ -15,6 +15,7 @@ import torch.nn as nn
 from torch.utils import _pytree as pytree
 
 from autopar.trace.blocks import module_path
+from autopar.trace.crossing import dead_elements
 from autopar.trace.experts import with_expert_facts
 from autopar.trace.measure import tensor_bytes
 from autopar.trace.tp import attention_core_nodes, attention_mask_nodes, find_tp_pairs, region_nodes
@@ -66,7 +67,9 @@ def _boundaries(result: TraceResult) -> list[int]:
         r = result.node_row[n.name]
         last = max((result.node_row[u.name] for u in n.users if u.op != "output"), default=r)
         if last > r:
-            b = tensor_bytes(n.meta.get("val"))
+            val = n.meta.get("val")
+            dead = dead_elements(n, [u for u in n.users if u.op != "output" and result.node_row[u.name] > r])
+            b = tensor_bytes([v for i, v in enumerate(val) if i not in dead] if dead else val)   # cut.py
             for i in range(r, last):
                 cut[i] += b
     if out_node is not None:

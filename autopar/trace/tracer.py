@@ -25,6 +25,8 @@ import torch.nn as nn
 from torch.fx.node import map_arg
 from torch.utils import _pytree as pytree
 
+from autopar.trace.linear_leaves import is_plain_linear
+from autopar.trace.meta_moves import recorded_moves
 from costmodels.contracts.errors import TraceError
 
 # methods / attributes that return plain Python values computed from the meta value
@@ -92,7 +94,7 @@ class MetaTracer(fx.Tracer):
 
     # --- leaves -------------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if id(m) in self.leaf_modules:
+        if id(m) in self.leaf_modules or is_plain_linear(m):   # FalconLinear: linear_leaves
             return True
         for c in self.leaf_classes:
             if (isinstance(c, str) and type(m).__name__ == c) or (isinstance(c, type) and isinstance(m, c)):
@@ -230,7 +232,8 @@ def trace_call(module: nn.Module, args: tuple, kwargs: dict, *, leaf_classes=(),
     tracer.proxy_buffer_attributes = tracer.record_stack_traces = for_rewrite
     tracer.placeholder_values = CallWrapper.tensors_of(args, kwargs)
     try:
-        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext():
+        with recorded_factories(tracer) if for_rewrite or record_factories else contextlib.nullcontext(), \
+                recorded_moves(tracer) if record_factories else contextlib.nullcontext():   # meta_moves
             graph = tracer.trace(wrapper)
     except TraceError:
         raise
