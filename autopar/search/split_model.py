@@ -110,6 +110,16 @@ class SplitResult:
     stopped: bool = False
 
 
+def _kink_counts(table: list[int]) -> list[int]:
+    """``k[i]``: how many of the second differences ``table[j+2] − 2·table[j+1] + table[j]``,
+    ``j < i``, are non-zero; ``table`` is affine on ``[lo, hi]`` iff ``k[hi − 1] == k[lo]``."""
+    out, run = [0], 0
+    for j in range(len(table) - 2):
+        run += (table[j + 2] - table[j + 1]) != (table[j + 1] - table[j])
+        out.append(run)
+    return out
+
+
 class SplitModel:
     """CP-SAT over the split points of one configuration (the module docstring's program)."""
 
@@ -163,6 +173,7 @@ class SplitModel:
         repeated blocks of a transformer are) the expression is that affine function of ``x_v``,
         exact and linear; elsewhere an element constraint links them."""
         out = []
+        kinks = _kink_counts(table)   # affine runs found once per table, not once per stage
         for v, xv in enumerate(self.x):
             if v == 0:
                 out.append(table[0])
@@ -171,11 +182,11 @@ class SplitModel:
                 out.append(table[self.n])
                 continue
             lo, hi = self.dom[v]
-            seg = table[lo:hi + 1]
-            d = seg[1] - seg[0] if len(seg) > 1 else 0
-            if len(seg) < 3 or not np.any(np.diff(np.asarray(seg, dtype=np.int64)) != d):
-                out.append(xv * d + (seg[0] - d * lo))
+            if hi - lo < 2 or kinks[hi - 1] == kinks[lo]:
+                d = table[lo + 1] - table[lo] if hi > lo else 0
+                out.append(xv * d + (table[lo] - d * lo))
                 continue
+            seg = table[lo:hi + 1]
             var = self.model.NewIntVar(min(seg), max(seg), f"{name}{v}")
             self.model.AddElement(xv, table, var)
             out.append(var)
