@@ -242,7 +242,7 @@ class Frontier:
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
         if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
             stop *= 1 + STOP_MARGIN
-        model = SplitModel(terms, time_limit_s=max(0.05, min(limit, left)), fixed_stages=self.fixed_stages,
+        model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
                            upper_bound_s=ub, stop_above_s=stop)
         if terms.split_backward and not some_split_fits(model):
             # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
@@ -316,7 +316,7 @@ class Frontier:
             pred = self._evaluate(c.plan(res.stages))
             if pred["step_time_s"] > res.objective_s + res.slack_s:
                 left = self.deadline - time.perf_counter()
-                res = SplitModel(model.t, time_limit_s=max(0.05, min(RETRY_FACTOR * model.time_limit_s, left)),
+                res = SplitModel(model.t, time_limit_s=RETRY_FACTOR * model.time_limit_s, wall_limit_s=max(0.05, left),
                                  fixed_stages=model.fixed_stages, upper_bound_s=model.upper_bound_s,
                                  exact=True).solve()
                 self.stats.solved += 1

@@ -81,6 +81,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.search.solver_limits import set_limits
 from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
 from autopar.search.split_memory import add_memory, up
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
@@ -125,13 +126,17 @@ class SplitModel:
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
                  workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
-                 exact: bool = False, stop_above_s: float | None = None, fits_only: bool = False):
+                 exact: bool = False, stop_above_s: float | None = None, fits_only: bool = False,
+                 wall_limit_s: float | None = None):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
         self.co = terms.coef      # costmodels.model.coefficients.RowCoefficients
         self.objective = objective
+        # the solve's budget is CP-SAT's deterministic time (solver_limits: the same proofs on a
+        # busy machine as on a quiet one); ``wall_limit_s`` caps its wall time (the deadline)
         self.time_limit_s = time_limit_s
+        self.wall_limit_s = wall_limit_s
         self.workers = workers
         self.fixed_stages = fixed_stages
         self.upper_bound_s = upper_bound_s
@@ -351,7 +356,7 @@ class SplitModel:
         t0 = time.perf_counter()
         self.build()
         solver = self.cp.CpSolver()
-        solver.parameters.max_time_in_seconds = self.time_limit_s
+        set_limits(solver, self.time_limit_s, self.wall_limit_s)
         solver.parameters.num_workers = self.workers
         # CP-SAT's presolve expands the exact domains of the large-coefficient linear expressions
         # (nanoseconds, bytes) into thousands of intervals and can spend seconds there; the model
