@@ -14,6 +14,7 @@ search yet prints the one line it is refused with.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,15 +45,16 @@ def gpt(layers: int, hidden: int = 12288, heads: int = 96, seq: int = 2048):
 
 def run(label: str, table, hw: str, gpus: int, batch: int, limit: float, **kw) -> None:
     from autopar.search import search
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         res = search(table.model, hw, gpus, batch, top=5, table=table, time_limit_s=limit, **kw)
     except AutoparError as e:
         print(f"{label:<44} refused: {str(e)[:140]}")
         return
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     best = res.plans[0].plan.label() if res.plans else "-"
-    print(f"{label:<44} {wall:8.2f} s  {'proved' if res.optimal else 'NOT proved':<10} "
+    print(f"{label:<44} {wall:8.2f} s (CPU {cpu:6.2f} s, load {os.getloadavg()[0]:4.1f})  "
+          f"{'proved' if res.optimal else 'NOT proved':<10} "
           f"{res.stats.configurations:>7} configs {res.stats.solved:>5} splits  best {best}")
 
 

@@ -13,6 +13,7 @@ bounds, CP-SAT, evaluator), measured after the trace.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 CASES = [
@@ -42,16 +43,18 @@ def main() -> None:
         t0 = time.perf_counter()
         table = table_for(model)
         trace_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0, c0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
         res = search(model, hw, gpus, batch, top=args.top, table=table, zero_bubble=args.zero_bubble,
                      fix=args.fix, time_limit_s=args.time_limit)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0   # this process's CPU (all its threads): less load-sensitive
         best = res.plans[0].prediction
         st = res.stats
         print(f"{model} on {gpus} × {hw}, global batch {batch}: search {wall:.2f} s "
               + (f"(target ≤ {target:g} s, {'met' if wall <= target else 'MISSED'}), "
                  if not (args.zero_bubble or args.fix) else "(zero-bubble / pinned: no target), ")
-              + f"{'proved optimal' if res.optimal else 'NOT proved optimal'}; trace {trace_s:.2f} s")
+              + f"{'proved optimal' if res.optimal else 'NOT proved optimal'}; trace {trace_s:.2f} s; "
+              f"CPU {cpu:.2f} s; load average {load0:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"  {st.configurations} configurations, {st.bounded} bounded, {st.pruned_memory} dropped by "
               f"the memory bound, {st.solved} CP-SAT splits ({st.deferred} deferred behind a better bound, "
               f"{st.infeasible} infeasible, {st.pruned_bound} "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autopar.search.space import Config
+from costmodels.contracts.errors import AutoparError
 
 
 @dataclass
@@ -130,6 +131,7 @@ class Frontier:
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
         self._evaluated: dict = {}     # plan -> the evaluator's prediction
+        self.seeded: set = set()       # configurations whose min-max split was scored (_seed)
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -231,6 +233,8 @@ class Frontier:
     def _split(self, c: Config, terms) -> None:
         """Level 1 → 2: CP-SAT places the split points, bounded by the k-th plan found so far."""
         from autopar.search.split_model import SplitModel
+        from autopar.search.split_stop import some_split_fits
+        self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
@@ -238,9 +242,15 @@ class Frontier:
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
         if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
             stop *= 1 + STOP_MARGIN
-        res = self._solve(c, SplitModel(terms, time_limit_s=max(0.05, min(limit, left)),
-                                        fixed_stages=self.fixed_stages, upper_bound_s=ub,
-                                        stop_above_s=stop))
+        model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
+                           upper_bound_s=ub, stop_above_s=stop)
+        if terms.split_backward and not some_split_fits(model):
+            # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
+            # program alone: a configuration no split fits is dropped on the memory program
+            self.stats.infeasible += 1
+            self.memory_dropped.append((terms.memory_lower_bound(), c))
+            return
+        res = self._solve(c, model)
         if res.stopped:
             # not out of time: its proved bound puts it behind the next entry; it is solved again
             # (from scratch, under the k-th plan's cut then in force) if that bound comes up
@@ -269,6 +279,30 @@ class Frontier:
                 return
         self._score(c, res)
 
+    def _seed(self, c: Config, terms) -> None:
+        """Before ``c``'s first CP-SAT solve, the evaluator scores its min-max split of the row
+        times (the solver's hint, ``SplitModel._hint``): a real plan of ``c`` whose key bounds
+        the k-th plan from the first solves on, so that configurations whose bound is above it
+        are never solved and the rest are solved under that cut (``incumbent_split``)."""
+        if c in self.seeded or self.fixed_stages is not None or terms.split_backward:
+            # not the zero-bubble schedules: under a cut from a seed their op-graph programs can
+            # lose CP-SAT's proof (interleaved-zb, pp 2, vpp 5: 1.4 s uncut, unproved in 12 s cut)
+            return
+        self.seeded.add(c)
+        from autopar.search.incumbents import incumbent_split
+        self._seed_split(c, incumbent_split(terms))
+
+    def _seed_split(self, c: Config, stages) -> None:
+        """The evaluator's score of ``stages`` on ``c``, known as a real plan where it fits."""
+        if stages is None:
+            return
+        try:
+            pred = self._evaluate(c.plan(stages))
+        except AutoparError:
+            return
+        if pred.get("fits", True):
+            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
+
     def _solve(self, c: Config, model):
         """Solve ``model``; where its objective was only a lower bound on the estimate (the fast
         program of a split-backward schedule, ``autopar.search.split_schedules``) and the estimate
@@ -282,7 +316,7 @@ class Frontier:
             pred = self._evaluate(c.plan(res.stages))
             if pred["step_time_s"] > res.objective_s + res.slack_s:
                 left = self.deadline - time.perf_counter()
-                res = SplitModel(model.t, time_limit_s=max(0.05, min(RETRY_FACTOR * model.time_limit_s, left)),
+                res = SplitModel(model.t, time_limit_s=RETRY_FACTOR * model.time_limit_s, wall_limit_s=max(0.05, left),
                                  fixed_stages=model.fixed_stages, upper_bound_s=model.upper_bound_s,
                                  exact=True).solve()
                 self.stats.solved += 1

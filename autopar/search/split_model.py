@@ -81,6 +81,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.search.solver_limits import set_limits
 from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
 from autopar.search.split_memory import add_memory, up
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
@@ -110,18 +111,32 @@ class SplitResult:
     stopped: bool = False
 
 
+def _kink_counts(table: list[int]) -> list[int]:
+    """``k[i]``: how many of the second differences ``table[j+2] − 2·table[j+1] + table[j]``,
+    ``j < i``, are non-zero; ``table`` is affine on ``[lo, hi]`` iff ``k[hi − 1] == k[lo]``."""
+    out, run = [0], 0
+    for j in range(len(table) - 2):
+        run += (table[j + 2] - table[j + 1]) != (table[j + 1] - table[j])
+        out.append(run)
+    return out
+
+
 class SplitModel:
     """CP-SAT over the split points of one configuration (the module docstring's program)."""
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
                  workers: int = 1, fixed_stages=None, upper_bound_s: float | None = None,
-                 exact: bool = False, stop_above_s: float | None = None, fits_only: bool = False):
+                 exact: bool = False, stop_above_s: float | None = None, fits_only: bool = False,
+                 wall_limit_s: float | None = None):
         from ortools.sat.python import cp_model
         self.cp = cp_model
         self.t = terms
         self.co = terms.coef      # costmodels.model.coefficients.RowCoefficients
         self.objective = objective
+        # the solve's budget is CP-SAT's deterministic time (solver_limits: the same proofs on a
+        # busy machine as on a quiet one); ``wall_limit_s`` caps its wall time (the deadline)
         self.time_limit_s = time_limit_s
+        self.wall_limit_s = wall_limit_s
         self.workers = workers
         self.fixed_stages = fixed_stages
         self.upper_bound_s = upper_bound_s
@@ -163,6 +178,7 @@ class SplitModel:
         repeated blocks of a transformer are) the expression is that affine function of ``x_v``,
         exact and linear; elsewhere an element constraint links them."""
         out = []
+        kinks = _kink_counts(table)   # affine runs found once per table, not once per stage
         for v, xv in enumerate(self.x):
             if v == 0:
                 out.append(table[0])
@@ -171,11 +187,11 @@ class SplitModel:
                 out.append(table[self.n])
                 continue
             lo, hi = self.dom[v]
-            seg = table[lo:hi + 1]
-            d = seg[1] - seg[0] if len(seg) > 1 else 0
-            if len(seg) < 3 or not np.any(np.diff(np.asarray(seg, dtype=np.int64)) != d):
-                out.append(xv * d + (seg[0] - d * lo))
+            if hi - lo < 2 or kinks[hi - 1] == kinks[lo]:
+                d = table[lo + 1] - table[lo] if hi > lo else 0
+                out.append(xv * d + (table[lo] - d * lo))
                 continue
+            seg = table[lo:hi + 1]
             var = self.model.NewIntVar(min(seg), max(seg), f"{name}{v}")
             self.model.AddElement(xv, table, var)
             out.append(var)
@@ -340,7 +356,7 @@ class SplitModel:
         t0 = time.perf_counter()
         self.build()
         solver = self.cp.CpSolver()
-        solver.parameters.max_time_in_seconds = self.time_limit_s
+        set_limits(solver, self.time_limit_s, self.wall_limit_s)
         solver.parameters.num_workers = self.workers
         # CP-SAT's presolve expands the exact domains of the large-coefficient linear expressions
         # (nanoseconds, bytes) into thousands of intervals and can spend seconds there; the model

@@ -33,6 +33,7 @@ class Terms:
     # whether any split fits the GPU, per fixed split (split_stop.some_split_fits); not copied by
     # dataclasses.replace, whose new hbm may answer differently
     fits_memory: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _bounds: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def pp(self) -> int:
@@ -84,6 +85,12 @@ class Terms:
 
     # ---- bounds that hold for every split -----------------------------------------------------
     def time_lower_bound(self) -> float:
+        """``_time_lower_bound``, computed once (the search asks for it at every level)."""
+        if "time" not in self._bounds:
+            self._bounds["time"] = self._time_lower_bound()
+        return self._bounds["time"]
+
+    def _time_lower_bound(self) -> float:
         """A bound on the step time that holds for every split (``autopar.search.split_model``).
 
         ``Σ_r T_r ≥ Στ + Q_min + Z_min`` where ``Q_min`` are the ``S − 1`` activation sends and
@@ -107,12 +114,15 @@ class Terms:
         if self.split_backward:   # the busiest rank works m·T whatever the W passes fill
             return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + opt
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
-        # at least the slowest rank's chunk in it) and max_c C_c ≥ max(T*/vpp, max τ)
-        fill = (self.pp - 1) * max(tstar / self.vpp, float(co.row_s.max()))
-        return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + fill + opt
+        # at least the slowest rank's chunk in it), Σ_c C_c ≥ column_sum_bound (whole blocks per
+        # chunk) and max_c C_c ≥ max(Σ_c C_c / vpp, max τ)
+        cols = self.column_sum_bound() * (1 - 1e-9)
+        fill = (self.pp - 1) * max(max(tstar, cols) / self.vpp, float(co.row_s.max()))
+        return self._t_and_dp_bound(float(self.m), tsum, total, tstar, floor=cols) + fill + opt
 
-    def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float) -> float:
-        """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split.
+    def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float, floor: float = 0.0) -> float:
+        """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split; with
+        ``floor``, on ``a·X + D`` for any ``X ≥ max(T, floor)`` (interleaved: ``X = Σ_c C_c``).
 
         Rank 0's gradient sync hides only behind its own backward, so with ``y`` the row time
         (Σ τ) on rank 0 its exposure is ``D ≥ D(y) = max(0, λ + κ·(y − τ_0))``, where row 0
@@ -127,7 +137,7 @@ class Terms:
         tau, params, bwd = co.row_s, co.params, co.bwd_window_s
         lat, per_param = co.dp_latency_s, co.dp_per_param_s
         if not self.dp_sync:
-            return a * tstar
+            return a * max(tstar, floor)
         if pp == 1:
             exact = dp_exposed(lat + per_param * float(params.sum()), float(bwd.sum()), co)
             if co.dp_after_per_param_s or co.dp_after_latency_s:
@@ -136,7 +146,7 @@ class Terms:
         mid = slice(1, self.n - 1)
         pos = tau[mid] > 0
         if not pos.any():
-            return a * tstar
+            return a * max(tstar, floor)
         kappa = float(np.min((per_param * params[mid][pos] - bwd[mid][pos]) / tau[mid][pos]))
         lo = float(tau[0])
         lam = lat + per_param * float(params[0]) - float(bwd[0])
@@ -155,18 +165,23 @@ class Terms:
             q0 = self.vpp * (2 * float(co.cut_p2p_s[1:self.n].max()))
         star = total / pp
 
+        # with ``floor`` the terms are max(g_k, floor): still convex, with the kinks where g_k
+        # crosses the floor added to the breakpoints
         def g1(y):
-            return max(y, (tsum - y) / (pp - 1))
+            return max(y, (tsum - y) / (pp - 1), floor)
 
         def g2(y):
             s_ = min(max(star, y), y + q0)
-            return max(s_, (total - s_) / (pp - 1))
-        pts1 = kinks + [tsum / pp]
-        pts2 = kinks + [star] + ([star - q0] if q0 != float("inf") else [])
+            return max(s_, (total - s_) / (pp - 1), floor)
+        cross = [floor, tsum - (pp - 1) * floor, total - (pp - 1) * floor] if floor > 0 else []
+        pts1 = kinks + [tsum / pp] + cross
+        pts2 = kinks + [star] + ([star - q0] if q0 != float("inf") else []) + cross
+        if floor > 0 and q0 != float("inf"):
+            pts2.append(total - q0 - (pp - 1) * floor)
         clamp = lambda ys: [min(max(y, lo), tsum) for y in ys]  # noqa: E731
         b1 = min(a * g1(y) + D(y) for y in clamp(pts1))
         b2 = min(a * g2(y) + D(y) for y in clamp(pts2))
-        b3 = a * tstar + min(D(lo), D(tsum))
+        b3 = a * max(tstar, floor) + min(D(lo), D(tsum))
         return max(b1, b2, b3)
 
     def rank_time_bound(self) -> float:
