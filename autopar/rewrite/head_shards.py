@@ -126,8 +126,9 @@ class HeadShards:
                 return tuple(items) if isinstance(idx, tuple) else items[0]
         raise TraceError(f"tensor-parallel rewrite of {type(self.module).__name__}: '{n.format_node()}' "
                          f"indexes dim {sd} of {tuple(full.shape)}, which tp={self.tp} splits, across its "
-                         f"parts {self.segmented.get(self.env[a0], (int(full.shape[sd]),))}{where(n)}; "
-                         "use tp=1")
+                         f"parts {self.segmented.get(self.env[a0], (int(full.shape[sd]),))}{where(n)}: "
+                         f"a fused projection whose parts do not each split over {self.tp} ranks (e.g. "
+                         "multi-query attention's one k/v head: tp must divide the k/v heads); use tp=1")
 
     # ---- reductions over a sharded dim ----------------------------------------------------------
     def _reduce_over_shard(self, n, args, kwargs, sharded) -> bool:
