@@ -11,7 +11,7 @@
 * an ``hf:`` Llama built with ``build_meta`` is cut with its rotary ``inv_freq`` real (it was a
   ``meta`` constant, materialised as garbage), and its rows give the serial logits.
 
-Runtime equality (gloo) of these plans: ``test_models_zoo_more.py`` (slow world) and
+Runtime equality (gloo) of these plans: the shared world of ``tests/test_runtime_zoo.py`` and
 ``benchmarks/bench_runtime_zoo.py --more``."""
 from __future__ import annotations
 
@@ -117,22 +117,6 @@ def test_hf_spec_built_on_meta_cuts_with_real_computed_tensors(tmp_path):
     torch.testing.assert_close(chain(real_rows, x), serial_forward(model, x, y))
     inv = [b for m in rows.modules for n, b in m.named_buffers() if n.endswith("inv_freq")]
     assert inv and all(torch.equal(b, model.model.model.rotary_emb.inv_freq) for b in inv)
-
-
-@pytest.mark.slow
-def test_tied_tables_flat_tokens_and_falcon_equal_serial():
-    """Gemma tp2 (scaled tied embedding and head on one shard), OPT tp2 + sequence parallel with
-    two sequences per micro-batch (flattened tokens), OPT under tp2·pp2 + sp, Falcon pp2 with
-    selective recompute: losses and parameters equal serial training (gloo, 2 steps)."""
-    from zoo_cases import zoo_case
-
-    from autopar.runtime.verify import sweep
-    cases = [sweep.SweepCase("gemma", tuple(sorted(dict(tp=2, micro_batch_size=2).items())), 1),
-             sweep.SweepCase("opt", tuple(sorted(dict(tp=2, sequence_parallel=True, micro_batch_size=2).items())), 1),
-             sweep.SweepCase("falcon", tuple(sorted(dict(pp=2, recompute="selective").items())), 2)]
-    result = sweep.run(cases, world=2, steps=2, make_case=zoo_case)
-    for c in cases:
-        assert result.results[c.name]["status"] == "pass", (c.name, result.results[c.name])
 
 
 def _hf_meta_rank(spec):

@@ -54,6 +54,12 @@ CASES = [
     ("phi3", dict(tp=2), 1), ("olmo2", dict(tp=2, sequence_parallel=True), 1),
     ("bloom", dict(tp=2, pp=2, micro_batch_size=2), 2),
     ("deberta_v2", dict(tp=2, sequence_parallel=True, micro_batch_size=2), 1),
+    # vocab-parallel tied tables (Gemma's scaled embedding and head on one shard), OPT's
+    # flattened (B·S, C) tokens under sequence parallel, Falcon pp2 with selective recompute
+    # (tests/test_rewrite_tied_tables.py checks the pieces in one process)
+    ("gemma", dict(tp=2, micro_batch_size=2), 1),
+    ("opt", dict(tp=2, sequence_parallel=True, micro_batch_size=2), 1),
+    ("falcon", dict(pp=2, recompute="selective"), 2),
 ]
 # what the rewrite cannot shard: refused before launch, one line naming the file and line
 REFUSED = [("mixtral", dict(tp=2, sequence_parallel=True), ["'sequence_parallel'=true", "MoE blocks"]),
