@@ -77,13 +77,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from autopar.search.solver_limits import set_limits
 from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
 from autopar.search.split_memory import add_memory, up
+from autopar.search.split_result import SplitResult  # noqa: F401  (re-exported)
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
 from autopar.search.split_stop import (
     add_stop_cut,
@@ -93,22 +93,6 @@ from autopar.search.split_stop import (
     stopped_by_cut,
 )
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
-
-
-@dataclass
-class SplitResult:
-    status: str                    # "optimal" | "feasible" | "infeasible" | "unknown"
-    stages: tuple[tuple[int, int], ...] | None
-    objective_s: float | None      # step time (or bytes, objective="memory") from the integer model
-    wall_s: float
-    bound_s: float | None = None   # proved lower bound on this configuration's step time (all splits)
-    # the objective was a lower bound on the estimate, exact only where it equals it (the fast
-    # program of autopar.search.split_schedules); slack_s: the rounding it may differ by
-    bound_only: bool = False
-    slack_s: float = 0.0
-    # stopped because the proved bound passed ``SplitModel.stop_above_s`` (not out of time): the
-    # configuration cannot be next, so its proof waits until its bound is the smallest again
-    stopped: bool = False
 
 
 def _kink_counts(table: list[int]) -> list[int]:
