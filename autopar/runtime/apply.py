@@ -78,7 +78,7 @@ from autopar.runtime.assemble.stages import (
     tie_parameters,
 )
 from autopar.runtime.assemble.weights import open_weights
-from autopar.runtime.checkpoints.gather import full_state_dict
+from autopar.runtime.checkpoints.runner_io import RunnerCheckpoints
 from autopar.runtime.faults import dist as adist
 from autopar.runtime.faults import liveness
 from autopar.runtime.faults.failures import alike_on_every_rank, install_error_hook, peer_failures
@@ -173,7 +173,7 @@ def apply(model: nn.Module, plan, loss_fn: Callable | None = None, *, spec: str 
                       global_batch=global_batch, compile=compile)
 
 
-class Runner:
+class Runner(RunnerCheckpoints):
     """This rank's part of ``model`` under ``plan``; ``train_step`` runs one step."""
 
     def __init__(self, model: nn.Module, plan: Plan, loss_fn: Callable, ready: Launchable, *,
@@ -348,44 +348,11 @@ class Runner:
             t /= plan.dp * plan.cp
         return t[0]
 
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """The serial model's state dict (same keys), gathered on the first rank of the plan;
-        None on the others. Every rank of the plan must call it."""
-        with peer_failures("full_state_dict", self.layout.ranks, self.rank, adist.timeout_s()):
-            state = full_state_dict(self._local, self._keys, self.layout, self.plan)
-        return None if state is None else state_hooks.apply_hooks(self._state_hooks, state)
-
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Clip every gradient by the serial model's global norm (``autopar.runtime.step.clipping``);
         call on every rank after ``train_step``, before the optimizer's ``step``."""
         return clip_grad_norm_(self._raw, self._local.names, self._local.shards, self._tied,
                                self.layout, max_norm, norm_type)
-
-    def save(self, path, optimizer=None, extra=None, async_save: bool = False):
-        """Write a distributed checkpoint of the model, ``optimizer``'s state, the step, every
-        rank's RNG state, the plan, the spec and ``extra`` (``autopar.runtime.checkpoints.dcp``); every rank
-        of the plan calls it. A crash mid-save leaves the previous checkpoint whole.
-        ``async_save``: return once the state is copied, write in the background; the
-        returned ``PendingSave.wait()`` (also run by the next save or load) completes it."""
-        from autopar.runtime.checkpoints import dcp
-        with peer_failures("runner.save", self.layout.ranks, self.rank, adist.timeout_s()):
-            self.wait_for_save()
-            out = dcp.save(self, path, optimizer=optimizer, extra=extra, async_save=async_save)
-            self._pending_save = out if async_save else None
-            return out
-
-    def wait_for_save(self) -> str | None:
-        """Finish an ``async_save`` still being written (every rank calls it)."""
-        pending, self._pending_save = getattr(self, "_pending_save", None), None
-        return pending.wait() if pending is not None else None
-
-    def load(self, path, optimizer=None):
-        """Read a checkpoint saved under any plan of this model into this runner (and
-        ``optimizer``, built over ``runner.parameters()``); returns the saved ``extra``."""
-        from autopar.runtime.checkpoints import dcp
-        with peer_failures("runner.load", self.layout.ranks, self.rank, adist.timeout_s()):
-            self.wait_for_save()
-            return dcp.load(self, path, optimizer=optimizer)
 
     def parameter_bytes(self) -> int:
         """Bytes of this rank's materialised parameters (local shards; tied ones once)."""
