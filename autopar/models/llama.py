@@ -122,11 +122,15 @@ class Llama(nn.Module):
         super().__init__()
         self.config = cfg
         self.embedding = TokenEmbedding(cfg.vocab, cfg.hidden)
-        self.blocks = nn.ModuleList(LlamaBlock(cfg, attention) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(self._block(cfg, attention, i) for i in range(cfg.layers))
         self.head = LMHead(RMSNorm(cfg.hidden, cfg.norm_eps), cfg.hidden, cfg.vocab)
         init_weights(self)
         if cfg.tied:
             self.head.lm_head.weight = self.embedding.tok.weight
+
+    def _block(self, cfg: ModelConfig, attention: str, index: int) -> nn.Module:
+        """Block ``index`` of the stack (a subclass swaps the block: ``autopar.models.moe.MoE``)."""
+        return LlamaBlock(cfg, attention)
 
     def forward(self, idx):
         x = self.embedding(idx)

@@ -26,9 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.models.config import ModelConfig
-from autopar.models.gpt import LMHead
-from autopar.models.layers import init_weights
-from autopar.models.llama import GQAttention, RMSNorm, SwiGLU, TokenEmbedding
+from autopar.models.llama import GQAttention, Llama, RMSNorm, SwiGLU
 from costmodels.contracts.errors import SpecError
 
 
@@ -166,21 +164,9 @@ class MoEBlock(nn.Module):
         return x + self.mlp(self.ffn_norm(x))
 
 
-class MoE(nn.Module):
-    def __init__(self, cfg: ModelConfig, attention: str = "math"):
-        super().__init__()
-        self.config = cfg
-        self.embedding = TokenEmbedding(cfg.vocab, cfg.hidden)
-        self.blocks = nn.ModuleList(
-            MoEBlock(cfg, attention, dense=i < cfg.dense_layers)
-            for i in range(cfg.layers))
-        self.head = LMHead(RMSNorm(cfg.hidden, cfg.norm_eps), cfg.hidden, cfg.vocab)
-        init_weights(self)   # linears and embeddings; the experts initialised themselves
-        if cfg.tied:
-            self.head.lm_head.weight = self.embedding.tok.weight
+class MoE(Llama):
+    """Llama's embedding, head and forward over MoE blocks (the first ``dense_layers`` dense);
+    ``init_weights`` initialises linears and embeddings, the experts initialised themselves."""
 
-    def forward(self, idx):
-        x = self.embedding(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
+    def _block(self, cfg: ModelConfig, attention: str, index: int) -> nn.Module:
+        return MoEBlock(cfg, attention, dense=index < cfg.dense_layers)
