@@ -53,12 +53,12 @@ def test_reversals_are_measured_in_noise_units():
 
 def test_the_cost_model_keeps_the_order_the_configuration_fixes():
     """No fixed per-kernel, per-layer or per-step time can reverse such a pair: the cost model
-    predicts mpt-760m's 8-GPU A100 runs (the same tokens per micro-batch and step) faster the
-    shorter their sequence (tables cached by the open-runs tests that trace them)."""
+    predicts mpt-760m's 8-GPU A100 run at 512 tokens faster than the one at 2048 (the same tokens
+    per micro-batch and step; published 10 % slower)."""
     runs = {r.seq: r for r in mpt_runs() if r.model == "mpt-760m" and r.hardware == "a100-80g-sxm"}
-    tok = {s: predict(runs[s], trace.table_for)["predicted_tokens_per_s_per_gpu"] for s in (512, 1024, 2048)}
-    assert tok[512] >= tok[1024] >= tok[2048]
-    assert all(does_at_least_the_work_of(runs[2048], runs[s]) for s in (512, 1024))
+    assert does_at_least_the_work_of(runs[2048], runs[512])
+    tok = {s: predict(runs[s], trace.table_for)["predicted_tokens_per_s_per_gpu"] for s in (512, 2048)}
+    assert tok[512] > tok[2048]
 
 
 def test_the_open_data_reverses_only_the_mpt_760m_a100_short_runs():
