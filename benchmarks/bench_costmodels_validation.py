@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from costmodels.calibration.deepspeed_runs import deepspeed_runs  # noqa: E402
 from costmodels.calibration.dgxc_runs import dgxc_runs  # noqa: E402
 from costmodels.calibration.open_runs import open_runs, predict  # noqa: E402
+from costmodels.calibration.sweep_consistency import report_lines as ranking_limits  # noqa: E402
 from costmodels.calibration.sweep_ranking import noise_sigma, rank_sweep  # noqa: E402
 from costmodels.calibration.validation import CALIBRATION_ROWS, TABLE5_SPECS, table2, table5, zero_table1  # noqa: E402
 from costmodels.profiles.error_bands import BANDS_FILE, family, percentile_band, stack_of  # noqa: E402
@@ -123,6 +124,7 @@ def open_sections(results, bs=()) -> list[str]:
                  f"{ranked([a for a, _ in mfus], [b for _, b in mfus])} | "
                  f"{100 * r['published_spread']:.1f}% ({100 * r['limit']:.1f}%) | {100 * r['predicted_spread']:.1f}% | "
                  f"{100 * mape(xs):.1f}% |")
+    L += [""] + ranking_limits(sweeps(results), sigma)   # reversals, noise-limited Spearman
     L.append("\n### Open runs: memory\n")
     L.append("Every run in these files ran; the model must not predict that it does not fit. Peak memory "
              "is published for torchtitan's H100 runs only (GiB, largest rank; the cost model's total "
