@@ -12,8 +12,10 @@ How rows become plans (a rule of this harness, stated, not fitted):
   row's recipe sets (``nemo_recipes.nemo_runtime``: distributed-optimizer overlaps, TP-comm
   overlap as the yaml says — in this row or in another copy of the same run in
   ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
-  unstated at tp > 1, inferred on); torchtitan and the
-  torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
+  unstated at tp > 1, inferred on; NeMo 2 FP8 rows reduce gradients in bf16, as NeMo's
+  performance scripts set for FP8 only, ``_nemo_fp8_runtime``); torchtitan and the
+  torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
+  pair, for the pair's plan) states async TP; Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
   b200-180g-sxm, GB200 → gb200-nvl72;
@@ -154,7 +156,8 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
         gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
         runtime = (COMPOSER_RUNTIME if stack == "composer"
-                   else nemo_runtime(row_notes(r, notes), tp)[0] if stack == "megatron" else stack)
+                   else _nemo_fp8_runtime(r, nemo_runtime(row_notes(r, notes), tp)[0]) if stack == "megatron"
+                   else _titan_runtime(r, tp))
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
         vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
         dp = gpus // (tp * pp * cp)
@@ -176,6 +179,10 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         else:
             bplans = (base,)
         plans = tuple(p.with_(precision=_precision(r)) for p in bplans)
+        pair = by_id.get(r["pair_row_id"])
+        if stack in ("fsdp", "megatron") and pair is not None:   # the BF16 run with its own switches
+            brt = _titan_runtime(pair, tp) if stack == "fsdp" else nemo_runtime(row_notes(pair, notes), tp)[0]
+            bplans = tuple(p.with_(runtime=brt) for p in bplans)
         step = _f(r["step_time_s"])
         tok = _f(r["tokens_per_s_per_gpu"])
         seq = int(float(r["seq"]))
@@ -187,6 +194,26 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
     return runs, skipped
+
+
+def _nemo_fp8_runtime(r, runtime: str) -> str:
+    """NeMo 2 FP8 rows: ``bf16_grad_reduce`` on. Every NeMo 2 row of fp8_runs.csv ran NeMo's
+    performance scripts, which for ``-c fp8`` set ``recipe.trainer.plugins = bf16_with_fp8_mixed()``
+    and then ``grad_reduce_in_fp32 = False`` inside that branch (NVIDIA/NeMo v2.2.0
+    scripts/llm/performance/pretrain_*.py; scripts/performance/helpers.py
+    ``set_precision_configs`` later), while their BF16 runs keep ``bf16_mixed()``'s
+    ``grad_reduce_in_fp32=True``: the FP8 run's data-parallel reduce-scatter moves half the
+    bytes of its BF16 pair's."""
+    if "NeMo 2" not in r["framework"] or r["precision"] == "bf16" or "bf16_grad_reduce" in runtime:
+        return runtime
+    return runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
+
+
+def _titan_runtime(r, tp: int) -> str:
+    """torchtitan / torchao rows: ``fsdp``, with ``async_tp`` where the row says its run had
+    torchtitan's async TP (``enable_async_tensor_parallel``; "AsyncTP" in its label or detail)."""
+    text = (r["row_id"] + r["precision_detail"] + r["notes"]).lower().replace(" ", "")
+    return "fsdp:async_tp" if tp > 1 and "asynctp" in text else "fsdp"
 
 
 def _why_not(r) -> str:

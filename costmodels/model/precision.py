@@ -45,6 +45,7 @@ import numpy as np
 
 from costmodels.contracts.checks import quote
 from costmodels.contracts.errors import PlanError
+from costmodels.model.fp8_tensor_parallel import fp8_tp_all_gather
 
 LOW_PRECISIONS = ("fp8", "fp8-rowwise", "mxfp8")
 PEAK_KEY = {"fp8": "fp8", "fp8-rowwise": "fp8", "mxfp8": "mxfp8"}
@@ -62,6 +63,7 @@ class Fp8Stack:
     fp8_all_gather: bool          # FSDP / ZeRO-3 gathers FP8 weights
     precisions: tuple[str, ...]   # which plan precisions it runs
     source: str
+    fp8_tp_all_gather: bool = False   # tensorwise "fp8": TP's sequence all-gathers in FP8 (fp8_tensor_parallel.py)
 
 
 STACKS = {
@@ -78,7 +80,9 @@ STACKS = {
         "cast per forward), enable_fsdp_float8_all_gather=True and precompute_float8_dynamic_scale_"
         "for_fsdp (the weight cast on the shard before the gather); saves the high-precision "
         "input (torchao Float8Linear default); rowwise: Float8LinearConfig.from_recipe_name('rowwise'), "
-        "bf16 all-gather"),
+        "bf16 all-gather; tensor parallelism with Float8ColwiseParallel / Float8RowwiseParallel "
+        "(torchao/float8/float8_tensor_parallel.py): the sequence-parallel all-gathers in float8",
+        fp8_tp_all_gather=True),
     "autopar": Fp8Stack(
         "torchao float8 (autopar.apply)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "autopar.runtime.assemble.float8 applies torchao.float8.convert_to_float8_training as "
@@ -194,8 +198,14 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
         w_cast = w_cast / dp     # cast on the shard before the FP8 gather
     fwd_cast = (k * ld.inputs / tp * cb + w_cast) / ew
     bwd_cast = (k * ld.outputs / tp * cb + w_cast) / ew
-    return replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
-                   bwd_w_s=rt.bwd_w_s + d)
+    # a full recompute re-runs the block's forward, its FP8 matmuls and casts included
+    rec = rt.recompute_s + (np.where(arr.is_block, d + fwd_cast, 0.0) if plan.recompute == "full" else 0.0)
+    rt = replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
+                 bwd_w_s=rt.bwd_w_s + d, recompute_s=rec)
+    if stack.fp8_tp_all_gather and p == "fp8":
+        rt = fp8_tp_all_gather(rt, arr, profile.group_link(plan, "tp"), tp, b, plan.sequence_parallel,
+                               plan.recompute == "full")
+    return rt
 
 
 def fp8_weight_share(arr, plan, runtime_name: str, zero: int) -> np.ndarray:
