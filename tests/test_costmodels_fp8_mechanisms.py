@@ -12,6 +12,7 @@ from synthetic_tables import llama_table
 from costmodels.calibration.fp8_runs import fp8_runs
 from costmodels.contracts.plan import Plan
 from costmodels.model.coefficients import plan_row_times
+from costmodels.model.precision import stack_scale
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.hardware_files import load_profile
 from costmodels.profiles.runtime import load_runtime
@@ -61,3 +62,15 @@ def test_published_runs_carry_the_switches_their_recipes_set_for_fp8_only():
     atp = runs["ttperf-405b-128-float8-asynctp"]
     assert atp.plans[0].runtime == "fsdp:async_tp" and atp.bf16_plans[0].runtime == "fsdp"
     assert runs["ttperf-405b-128-float8"].plans[0].runtime == "fsdp"
+
+
+def test_rowwise_reads_its_own_gemm_figure_where_the_profile_has_one():
+    scales = dict(H100.fp8_matmul_scale)
+    assert stack_scale(H100, "fsdp", "fp8-rowwise") == scales["fsdp-rowwise"] != scales["fsdp"]
+    assert stack_scale(H100, "fsdp", "fp8") == scales["fsdp"]
+    b200 = load_profile("b200-180g-sxm")
+    assert stack_scale(b200, "fsdp", "fp8-rowwise") == dict(b200.fp8_matmul_scale)["fsdp"]
+    base = Plan(dp=1, tp=1, micro_batch_size=2, runtime="fsdp")
+    _, tw = _rows(base.with_(precision="fp8"))
+    _, rw = _rows(base.with_(precision="fp8-rowwise"))
+    assert rw.fwd_s.sum() > tw.fwd_s.sum()   # the slower GEMM: same casts, no FP8 gathers at dp 1

@@ -35,7 +35,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
 **Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
 paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
 of a model with weak- and strong-scaling sweeps, the weak one); every other row is a check row.
-A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so.
+A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so. torchao's
+rowwise recipe is its own key (``fsdp-rowwise``: another GEMM kernel, ``precision.stack_scale``),
+fitted on its one paired row; elsewhere rowwise plans fall back to the stack's scale.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
 # (profile, stack) -> the model whose paired rows fit the scale
 CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "megatron"): "nemotron4-340b",
                ("h100-80g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "composer"): "mpt-1b",
-               ("b200-180g-sxm", "fsdp"): "llama3-8b"}
+               ("b200-180g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "fsdp-rowwise"): "llama3-8b"}
 BORROW = {("b200-180g-sxm", "megatron"): ("gb200-nvl72", "megatron"),
           ("h200-141g-sxm", "fsdp"): ("h100-80g-sxm", "fsdp")}
 HALF = ("selective", "per-op")
@@ -71,7 +73,7 @@ CORRECTIONS = {
 class Fp8Run:
     row_id: str
     hardware: str
-    stack: str                 # precision.STACKS key
+    stack: str                 # the fp8_matmul_scale key: precision.STACKS key (+ "-rowwise", stack_scale)
     model: str
     spec: str
     plans: tuple[Plan, ...]    # one, or (none, full) for a partial recompute policy (averaged)
@@ -154,6 +156,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         hw, hbm = _hardware(r["gpu"])
         fw = r["framework"]
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
+        scale_key = stack + "-rowwise" if stack == "fsdp" and _precision(r) == "fp8-rowwise" else stack
         gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
         runtime = (COMPOSER_RUNTIME if stack == "composer"
                    else _nemo_fp8_runtime(r, nemo_runtime(row_notes(r, notes), tp)[0]) if stack == "megatron"
@@ -189,8 +192,8 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         if step is None and tok:
             step = gb * seq / (tok * gpus)
         speed = _f(r["speedup_vs_pair"]) if r["pair_row_id"] in by_id else None
-        calib = CALIBRATION.get((hw, stack)) == r["model"] and speed is not None and "strong" not in r["row_id"]
-        runs.append(Fp8Run(r["row_id"], hw, stack, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
+        calib = CALIBRATION.get((hw, scale_key)) == r["model"] and speed is not None and "strong" not in r["row_id"]
+        runs.append(Fp8Run(r["row_id"], hw, scale_key, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
     return runs, skipped

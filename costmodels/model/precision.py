@@ -32,7 +32,12 @@ name; each entry cites the code it reads):
   1 byte instead of 2 per element of each linear's input); weights TE keeps in FP8
   (``fp8_params``: 1 byte per linear weight instead of 2);
 * FSDP: with the stack's float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``) each
-  ZeRO gather moves 1 byte per linear weight instead of 2, and the weight cast runs on the shard.
+  ZeRO gather moves 1 byte per linear weight instead of 2 — over the link (``fp8_weight_share``)
+  and through HBM (the gather and FSDP2's copy out of its buffer, ``zero_traffic``) — and the
+  weight cast runs on the shard;
+* tensor parallelism: torchao's float8 TP all-gathers the sequence-parallel inputs (and the
+  backward's output gradients) in FP8 (``fp8_tensor_parallel``); a full recompute re-runs the
+  forward's FP8 matmuls, casts and FP8 all-gathers.
 
 Pure functions of (table, profile, plan, runtime); the search reads the same (coefficients).
 """
@@ -124,9 +129,16 @@ def check_plan_precision(plan, profile, runtime_name: str, recipe: str) -> None:
                         "recipe, not under the 'fp32' memory recipe; use precision 'bf16-mixed' or 'amp'")
 
 
-def stack_scale(profile, runtime_name: str) -> float:
-    """The fitted FP8 matmul efficiency scale of (GPU, stack); 1 where none was fitted."""
-    return dict(profile.fp8_matmul_scale).get(runtime_name, 1.0)
+def stack_scale(profile, runtime_name: str, precision: str = "fp8") -> float:
+    """The fitted FP8 matmul efficiency scale of (GPU, stack); 1 where none was fitted. A
+    rowwise plan reads ``<stack>-rowwise`` where the profile has it: ``torch._scaled_mm`` with
+    rowwise scales runs another GEMM than the tensorwise one (on sm90 CUTLASS's
+    ``f8f8bf16_rowwise`` kernel, aten/src/ATen/native/cuda/RowwiseScaledMM.cu, where tensorwise
+    scales go to cuBLASLt), so its efficiency is its own figure; else the stack's."""
+    scales = dict(profile.fp8_matmul_scale)
+    if precision == "fp8-rowwise" and f"{runtime_name}-rowwise" in scales:
+        return scales[f"{runtime_name}-rowwise"]
+    return scales.get(runtime_name, 1.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,8 +180,10 @@ def cast_bytes(stack: Fp8Stack) -> float:
     return 3.0 + (0.0 if stack.delayed_scaling else 2.0) + 1.0
 
 
-def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp: int, zero: int):
-    """``RowTimes`` of a BF16 row model with the block linears moved to FP8 (docstring)."""
+def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp: int, zero: int,
+                  zero_param_s: tuple[float, float] = (0.0, 0.0)):
+    """``RowTimes`` of a BF16 row model with the block linears moved to FP8 (docstring);
+    ``zero_param_s``: the ZeRO HBM seconds per parameter ``row_times`` charged (zero_traffic)."""
     p = getattr(plan, "precision", "bf16")
     if p == "bf16":
         return rt
@@ -181,7 +195,7 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
     t = arr.table
     k = b / t.micro_batch
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
-    peak8 = profile.peak_flops[PEAK_KEY[p]] * stack_scale(profile, runtime_name)
+    peak8 = profile.peak_flops[PEAK_KEY[p]] * stack_scale(profile, runtime_name, p)
     # the row's BF16 efficiency, as compute charged it (flops-weighted harmonic mean)
     f_all = arr.mm_flops * k / tp
     e_all = profile.matmul_efficiency(f_all)
@@ -198,6 +212,13 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
         w_cast = w_cast / dp     # cast on the shard before the FP8 gather
     fwd_cast = (k * ld.inputs / tp * cb + w_cast) / ew
     bwd_cast = (k * ld.outputs / tp * cb + w_cast) / ew
+    if stack.fp8_all_gather and p == "fp8" and zero >= 2 and dp > 1:
+        # the FP8 gather and FSDP2's copy out of its buffer move 1 byte per linear weight, not 2
+        # (zero_traffic's gather term, ``zero_param_s[0]`` per parameter, is all gather; ZeRO-3
+        # gathers again before the backward)
+        g = 0.5 * zero_param_s[0] * ld.weights / tp
+        fwd_cast = fwd_cast - g
+        bwd_cast = bwd_cast - (g if zero >= 3 else 0.0)
     # a full recompute re-runs the block's forward, its FP8 matmuls and casts included
     rec = rt.recompute_s + (np.where(arr.is_block, d + fwd_cast, 0.0) if plan.recompute == "full" else 0.0)
     rt = replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
