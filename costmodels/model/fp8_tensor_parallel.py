@@ -15,12 +15,18 @@ all-gather for TP by default for Float8Linear", torchtitan docs/float8.md):
 * both reduce-scatters (the forward's of the row-parallel output, the backward's of the input
   gradient) stay in BF16: partial sums are not cast.
 
+Transformer Engine does the same (Megatron-core / NeMo): with sequence parallelism a
+column-parallel ``te.Linear`` / ``LayerNormLinear`` quantizes its input before the all-gather
+(``with_input_all_gather_nccl``), and ``grad_output_preprocess`` casts the row-parallel output
+gradient to FP8 before gathering it ("FP8 case with gather: unfused bgrad, cast, transpose for
+efficient gather", transformer_engine/pytorch/module/base.py); userbuffers' overlapped
+all-gathers use FP8 buffers alike. MXFP8 gathers its quantized data too.
+
 So of each TP pair's one all-gather + one reduce-scatter per direction (``compute.row_times``
 with sequence parallelism), the all-gather is priced at half its bytes; a full recompute re-runs
-the forward's all-gather in FP8 as well. Only the tensorwise recipe does this (torchtitan keeps
-BF16 TP for rowwise and MXFP8, whose scales are per row / block and do not survive a gather);
-without sequence parallelism the all-reduce stays BF16. Which stack does it is
-``precision.Fp8Stack.fp8_tp_all_gather``.
+the forward's all-gather in FP8 as well. Of torchao's recipes only tensorwise does this
+(torchtitan keeps BF16 TP for rowwise and MXFP8); without sequence parallelism the all-reduce
+stays BF16. Which stack does it for which precisions is ``precision.Fp8Stack.fp8_tp_all_gather``.
 """
 from __future__ import annotations
 

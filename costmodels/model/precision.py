@@ -68,7 +68,7 @@ class Fp8Stack:
     fp8_all_gather: bool          # FSDP / ZeRO-3 gathers FP8 weights
     precisions: tuple[str, ...]   # which plan precisions it runs
     source: str
-    fp8_tp_all_gather: bool = False   # tensorwise "fp8": TP's sequence all-gathers in FP8 (fp8_tensor_parallel.py)
+    fp8_tp_all_gather: tuple[str, ...] = ()   # precisions whose TP all-gathers move FP8 (fp8_tensor_parallel)
 
 
 STACKS = {
@@ -76,8 +76,13 @@ STACKS = {
         "Transformer Engine", True, False, True, True, False, ("fp8", "mxfp8"),
         "Megatron-core TE layers (--fp8-format hybrid --fp8-recipe delayed/mxfp8; NeMo fp8_params=True): "
         "TE Linear casts with amax history (transformer_engine/pytorch/module/linear.py), saves the "
-        "FP8 input for wgrad, keeps FP8 weight copies (fp8_model_init); the distributed optimizer "
-        "gathers bf16 (no FP8 all-gather outside FSDP)"),
+        "FP8 input for wgrad, keeps FP8 weight copies (fp8_model_init); the distributed optimizer's "
+        "weight all-gather is priced at bf16 (NeMo 2's fp8_param_gather gathers FP8, hidden under "
+        "overlap_param_gather in every open run); with sequence parallelism TE quantizes a "
+        "column-parallel input before its all-gather and the output gradient before the backward's "
+        "(linear.py / layernorm_linear.py with_input_all_gather_nccl, base.py grad_output_preprocess; "
+        "userbuffers' fp8 buffers alike)",
+        fp8_tp_all_gather=("fp8", "mxfp8")),
     "fsdp": Fp8Stack(
         "torchao float8 (torchtitan)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "torchao.float8.convert_to_float8_training as torchtitan's float8 converter applies it "
@@ -86,8 +91,9 @@ STACKS = {
         "for_fsdp (the weight cast on the shard before the gather); saves the high-precision "
         "input (torchao Float8Linear default); rowwise: Float8LinearConfig.from_recipe_name('rowwise'), "
         "bf16 all-gather; tensor parallelism with Float8ColwiseParallel / Float8RowwiseParallel "
-        "(torchao/float8/float8_tensor_parallel.py): the sequence-parallel all-gathers in float8",
-        fp8_tp_all_gather=True),
+        "(torchao/float8/float8_tensor_parallel.py): the sequence-parallel all-gathers in float8 "
+        "(tensorwise only: torchtitan keeps BF16 TP for rowwise and MX)",
+        fp8_tp_all_gather=("fp8",)),
     "autopar": Fp8Stack(
         "torchao float8 (autopar.apply)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "autopar.runtime.assemble.float8 applies torchao.float8.convert_to_float8_training as "
@@ -223,7 +229,7 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
     rec = rt.recompute_s + (np.where(arr.is_block, d + fwd_cast, 0.0) if plan.recompute == "full" else 0.0)
     rt = replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
                  bwd_w_s=rt.bwd_w_s + d, recompute_s=rec)
-    if stack.fp8_tp_all_gather and p == "fp8":
+    if p in stack.fp8_tp_all_gather:
         rt = fp8_tp_all_gather(rt, arr, profile.group_link(plan, "tp"), tp, b, plan.sequence_parallel,
                                plan.recompute == "full")
     return rt
