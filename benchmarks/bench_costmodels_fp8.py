@@ -145,7 +145,7 @@ def report(results, skipped, scales, path):
           "refitted on its calibration rows only.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
-          "- Still missed: GPT-3 175B of v24.11.1 at 1024 GPUs (speed-up +8.7 %): its published FP8 "
+          "- Still missed: GPT-3 175B of v24.11.1 at 1024 GPUs (speed-up +8.6 %): its published FP8 "
           "step, 6.72 s, lies above both neighbours of the same weak-scaling sweep (6.44 s at 512, "
           "6.24 s at 2048 GPUs) while its BF16 pair is flat (9.09, 9.01, 9.02 s); the README reports "
           "the last step's time, one sample, and no mechanism makes one point of a flat sweep slower; "

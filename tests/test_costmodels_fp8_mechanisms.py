@@ -66,6 +66,9 @@ def test_published_runs_carry_the_switches_their_recipes_set_for_fp8_only():
     atp = runs["ttperf-405b-128-float8-asynctp"]
     assert atp.plans[0].runtime == "fsdp:async_tp" and atp.bf16_plans[0].runtime == "fsdp"
     assert runs["ttperf-405b-128-float8"].plans[0].runtime == "fsdp"
+    # the yaml's dropout where the row states it (the same runs' BF16 copies in dgxc_nemo_h100.csv)
+    assert "dropout=0.1" in runs["dgxc-v24.11.1-gpt3-175b-fp8-128"].spec
+    assert "dropout=0," in runs["dgxc-v25.04.02-gpt3-175b-fp8-128"].spec
 
 
 def test_rowwise_reads_its_own_gemm_figure_where_the_profile_has_one():

@@ -21,7 +21,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
   b200-180g-sxm, GB200 → gb200-nvl72;
 * model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
   ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
-  FLOPs); GPT-3 and MPT as ``gpt`` (tied, dropout 0);
+  FLOPs); GPT-3 and MPT as ``gpt`` (tied; dropout 0 unless the row's notes state the yaml's, as
+  the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
+  same runs' BF16 copies with);
 * plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
   parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
@@ -44,6 +46,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +54,7 @@ from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
+_DROPOUT = re.compile(r"dropout ([0-9.]+)")
 COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
 # (profile, stack) -> the model whose paired rows fit the scale
 CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "megatron"): "nemotron4-340b",
@@ -116,8 +120,9 @@ def _spec(r) -> str | None:
     if len(g) < 5:
         return None
     if m.startswith("mpt") or m.startswith("gpt3"):
+        drop = _DROPOUT.search(r.get("notes") or "")   # the yaml's dropout where the row states it
         return (f"gpt:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},vocab={g['vocab']},"
-                f"seq={g['seq']},dropout=0,tied=true")
+                f"seq={g['seq']},dropout={drop.group(1) if drop else 0},tied=true")
     ffn, kv = int(float(r["ffn"])), int(float(r["kv_heads"] or g["heads"]))
     if "nemotron" in fam or m.startswith("nemotron"):
         ffn = 2 * ffn // 3
