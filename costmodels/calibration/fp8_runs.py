@@ -12,14 +12,18 @@ How rows become plans (a rule of this harness, stated, not fitted):
   row's recipe sets (``nemo_recipes.nemo_runtime``: distributed-optimizer overlaps, TP-comm
   overlap as the yaml says — in this row or in another copy of the same run in
   ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
-  unstated at tp > 1, inferred on); torchtitan and the
-  torchao README → ``fsdp`` (torchao float8); Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
+  unstated at tp > 1, inferred on; NeMo 2 FP8 rows reduce gradients in bf16, as NeMo's
+  performance scripts set for FP8 only, ``_nemo_fp8_runtime``); torchtitan and the
+  torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
+  pair, for the pair's plan) states async TP; Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
   b200-180g-sxm, GB200 → gb200-nvl72;
 * model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
   ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
-  FLOPs); GPT-3 and MPT as ``gpt`` (tied, dropout 0);
+  FLOPs); GPT-3 and MPT as ``gpt`` (tied; dropout 0 unless the row's notes state the yaml's, as
+  the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
+  same runs' BF16 copies with);
 * plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
   parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
@@ -33,13 +37,16 @@ How rows become plans (a rule of this harness, stated, not fitted):
 **Calibration split** (a rule on what a row is, never on its error): per (GPU, stack), the
 paired rows of ONE model fit that pair's scale on the FP8 ÷ BF16 speed-up (``CALIBRATION``;
 of a model with weak- and strong-scaling sweeps, the weak one); every other row is a check row.
-A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so.
+A (GPU, stack) without a calibration model borrows the scale of ``BORROW`` and says so. torchao's
+rowwise recipe is its own key (``fsdp-rowwise``: another GEMM kernel, ``precision.stack_scale``),
+fitted on its one paired row; elsewhere rowwise plans fall back to the stack's scale.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +54,12 @@ from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
+_DROPOUT = re.compile(r"dropout ([0-9.]+)")
 COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
 # (profile, stack) -> the model whose paired rows fit the scale
 CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "megatron"): "nemotron4-340b",
                ("h100-80g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "composer"): "mpt-1b",
-               ("b200-180g-sxm", "fsdp"): "llama3-8b"}
+               ("b200-180g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "fsdp-rowwise"): "llama3-8b"}
 BORROW = {("b200-180g-sxm", "megatron"): ("gb200-nvl72", "megatron"),
           ("h200-141g-sxm", "fsdp"): ("h100-80g-sxm", "fsdp")}
 HALF = ("selective", "per-op")
@@ -69,7 +77,7 @@ CORRECTIONS = {
 class Fp8Run:
     row_id: str
     hardware: str
-    stack: str                 # precision.STACKS key
+    stack: str                 # the fp8_matmul_scale key: precision.STACKS key (+ "-rowwise", stack_scale)
     model: str
     spec: str
     plans: tuple[Plan, ...]    # one, or (none, full) for a partial recompute policy (averaged)
@@ -112,8 +120,9 @@ def _spec(r) -> str | None:
     if len(g) < 5:
         return None
     if m.startswith("mpt") or m.startswith("gpt3"):
+        drop = _DROPOUT.search(r.get("notes") or "")   # the yaml's dropout where the row states it
         return (f"gpt:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},vocab={g['vocab']},"
-                f"seq={g['seq']},dropout=0,tied=true")
+                f"seq={g['seq']},dropout={drop.group(1) if drop else 0},tied=true")
     ffn, kv = int(float(r["ffn"])), int(float(r["kv_heads"] or g["heads"]))
     if "nemotron" in fam or m.startswith("nemotron"):
         ffn = 2 * ffn // 3
@@ -152,9 +161,11 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         hw, hbm = _hardware(r["gpu"])
         fw = r["framework"]
         stack = "megatron" if ("NeMo" in fw or "Megatron" in fw) else "composer" if "Composer" in fw else "fsdp"
+        scale_key = stack + "-rowwise" if stack == "fsdp" and _precision(r) == "fp8-rowwise" else stack
         gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
         runtime = (COMPOSER_RUNTIME if stack == "composer"
-                   else nemo_runtime(row_notes(r, notes), tp)[0] if stack == "megatron" else stack)
+                   else _nemo_fp8_runtime(r, nemo_runtime(row_notes(r, notes), tp)[0]) if stack == "megatron"
+                   else _titan_runtime(r, tp))
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
         vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
         dp = gpus // (tp * pp * cp)
@@ -176,17 +187,41 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         else:
             bplans = (base,)
         plans = tuple(p.with_(precision=_precision(r)) for p in bplans)
+        pair = by_id.get(r["pair_row_id"])
+        if stack in ("fsdp", "megatron") and pair is not None:   # the BF16 run with its own switches
+            brt = _titan_runtime(pair, tp) if stack == "fsdp" else nemo_runtime(row_notes(pair, notes), tp)[0]
+            bplans = tuple(p.with_(runtime=brt) for p in bplans)
         step = _f(r["step_time_s"])
         tok = _f(r["tokens_per_s_per_gpu"])
         seq = int(float(r["seq"]))
         if step is None and tok:
             step = gb * seq / (tok * gpus)
         speed = _f(r["speedup_vs_pair"]) if r["pair_row_id"] in by_id else None
-        calib = CALIBRATION.get((hw, stack)) == r["model"] and speed is not None and "strong" not in r["row_id"]
-        runs.append(Fp8Run(r["row_id"], hw, stack, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
+        calib = CALIBRATION.get((hw, scale_key)) == r["model"] and speed is not None and "strong" not in r["row_id"]
+        runs.append(Fp8Run(r["row_id"], hw, scale_key, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
     return runs, skipped
+
+
+def _nemo_fp8_runtime(r, runtime: str) -> str:
+    """NeMo 2 FP8 rows: ``bf16_grad_reduce`` on. Every NeMo 2 row of fp8_runs.csv ran NeMo's
+    performance scripts, which for ``-c fp8`` set ``recipe.trainer.plugins = bf16_with_fp8_mixed()``
+    and then ``grad_reduce_in_fp32 = False`` inside that branch (NVIDIA/NeMo v2.2.0
+    scripts/llm/performance/pretrain_*.py; scripts/performance/helpers.py
+    ``set_precision_configs`` later), while their BF16 runs keep ``bf16_mixed()``'s
+    ``grad_reduce_in_fp32=True``: the FP8 run's data-parallel reduce-scatter moves half the
+    bytes of its BF16 pair's."""
+    if "NeMo 2" not in r["framework"] or r["precision"] == "bf16" or "bf16_grad_reduce" in runtime:
+        return runtime
+    return runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
+
+
+def _titan_runtime(r, tp: int) -> str:
+    """torchtitan / torchao rows: ``fsdp``, with ``async_tp`` where the row says its run had
+    torchtitan's async TP (``enable_async_tensor_parallel``; "AsyncTP" in its label or detail)."""
+    text = (r["row_id"] + r["precision_detail"] + r["notes"]).lower().replace(" ", "")
+    return "fsdp:async_tp" if tp > 1 and "asynctp" in text else "fsdp"
 
 
 def _why_not(r) -> str:

@@ -263,7 +263,8 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
                    plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
     # FP8 on the same kernel stack whose BF16 matmul times it replaces (precision.py)
-    rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero)
+    rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero,
+                       zero_param_s=zero_hbm_param_s(plan, profile, runtime, precision))   # FP8 gathers' HBM bytes
     rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards

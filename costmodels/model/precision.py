@@ -32,7 +32,12 @@ name; each entry cites the code it reads):
   1 byte instead of 2 per element of each linear's input); weights TE keeps in FP8
   (``fp8_params``: 1 byte per linear weight instead of 2);
 * FSDP: with the stack's float8 all-gather (torchtitan ``enable_fsdp_float8_all_gather``) each
-  ZeRO gather moves 1 byte per linear weight instead of 2, and the weight cast runs on the shard.
+  ZeRO gather moves 1 byte per linear weight instead of 2 — over the link (``fp8_weight_share``)
+  and through HBM (the gather and FSDP2's copy out of its buffer, ``zero_traffic``) — and the
+  weight cast runs on the shard;
+* tensor parallelism: torchao's float8 TP all-gathers the sequence-parallel inputs (and the
+  backward's output gradients) in FP8 (``fp8_tensor_parallel``); a full recompute re-runs the
+  forward's FP8 matmuls, casts and FP8 all-gathers.
 
 Pure functions of (table, profile, plan, runtime); the search reads the same (coefficients).
 """
@@ -45,6 +50,7 @@ import numpy as np
 
 from costmodels.contracts.checks import quote
 from costmodels.contracts.errors import PlanError
+from costmodels.model.fp8_tensor_parallel import fp8_tp_all_gather
 
 LOW_PRECISIONS = ("fp8", "fp8-rowwise", "mxfp8")
 PEAK_KEY = {"fp8": "fp8", "fp8-rowwise": "fp8", "mxfp8": "mxfp8"}
@@ -62,6 +68,7 @@ class Fp8Stack:
     fp8_all_gather: bool          # FSDP / ZeRO-3 gathers FP8 weights
     precisions: tuple[str, ...]   # which plan precisions it runs
     source: str
+    fp8_tp_all_gather: tuple[str, ...] = ()   # precisions whose TP all-gathers move FP8 (fp8_tensor_parallel)
 
 
 STACKS = {
@@ -69,8 +76,13 @@ STACKS = {
         "Transformer Engine", True, False, True, True, False, ("fp8", "mxfp8"),
         "Megatron-core TE layers (--fp8-format hybrid --fp8-recipe delayed/mxfp8; NeMo fp8_params=True): "
         "TE Linear casts with amax history (transformer_engine/pytorch/module/linear.py), saves the "
-        "FP8 input for wgrad, keeps FP8 weight copies (fp8_model_init); the distributed optimizer "
-        "gathers bf16 (no FP8 all-gather outside FSDP)"),
+        "FP8 input for wgrad, keeps FP8 weight copies (fp8_model_init); the distributed optimizer's "
+        "weight all-gather is priced at bf16 (NeMo 2's fp8_param_gather gathers FP8, hidden under "
+        "overlap_param_gather in every open run); with sequence parallelism TE quantizes a "
+        "column-parallel input before its all-gather and the output gradient before the backward's "
+        "(linear.py / layernorm_linear.py with_input_all_gather_nccl, base.py grad_output_preprocess; "
+        "userbuffers' fp8 buffers alike)",
+        fp8_tp_all_gather=("fp8", "mxfp8")),
     "fsdp": Fp8Stack(
         "torchao float8 (torchtitan)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "torchao.float8.convert_to_float8_training as torchtitan's float8 converter applies it "
@@ -78,7 +90,10 @@ STACKS = {
         "cast per forward), enable_fsdp_float8_all_gather=True and precompute_float8_dynamic_scale_"
         "for_fsdp (the weight cast on the shard before the gather); saves the high-precision "
         "input (torchao Float8Linear default); rowwise: Float8LinearConfig.from_recipe_name('rowwise'), "
-        "bf16 all-gather"),
+        "bf16 all-gather; tensor parallelism with Float8ColwiseParallel / Float8RowwiseParallel "
+        "(torchao/float8/float8_tensor_parallel.py): the sequence-parallel all-gathers in float8 "
+        "(tensorwise only: torchtitan keeps BF16 TP for rowwise and MX)",
+        fp8_tp_all_gather=("fp8",)),
     "autopar": Fp8Stack(
         "torchao float8 (autopar.apply)", False, True, False, False, True, ("fp8", "fp8-rowwise", "mxfp8"),
         "autopar.runtime.assemble.float8 applies torchao.float8.convert_to_float8_training as "
@@ -120,9 +135,16 @@ def check_plan_precision(plan, profile, runtime_name: str, recipe: str) -> None:
                         "recipe, not under the 'fp32' memory recipe; use precision 'bf16-mixed' or 'amp'")
 
 
-def stack_scale(profile, runtime_name: str) -> float:
-    """The fitted FP8 matmul efficiency scale of (GPU, stack); 1 where none was fitted."""
-    return dict(profile.fp8_matmul_scale).get(runtime_name, 1.0)
+def stack_scale(profile, runtime_name: str, precision: str = "fp8") -> float:
+    """The fitted FP8 matmul efficiency scale of (GPU, stack); 1 where none was fitted. A
+    rowwise plan reads ``<stack>-rowwise`` where the profile has it: ``torch._scaled_mm`` with
+    rowwise scales runs another GEMM than the tensorwise one (on sm90 CUTLASS's
+    ``f8f8bf16_rowwise`` kernel, aten/src/ATen/native/cuda/RowwiseScaledMM.cu, where tensorwise
+    scales go to cuBLASLt), so its efficiency is its own figure; else the stack's."""
+    scales = dict(profile.fp8_matmul_scale)
+    if precision == "fp8-rowwise" and f"{runtime_name}-rowwise" in scales:
+        return scales[f"{runtime_name}-rowwise"]
+    return scales.get(runtime_name, 1.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,8 +186,10 @@ def cast_bytes(stack: Fp8Stack) -> float:
     return 3.0 + (0.0 if stack.delayed_scaling else 2.0) + 1.0
 
 
-def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp: int, zero: int):
-    """``RowTimes`` of a BF16 row model with the block linears moved to FP8 (docstring)."""
+def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp: int, zero: int,
+                  zero_param_s: tuple[float, float] = (0.0, 0.0)):
+    """``RowTimes`` of a BF16 row model with the block linears moved to FP8 (docstring);
+    ``zero_param_s``: the ZeRO HBM seconds per parameter ``row_times`` charged (zero_traffic)."""
     p = getattr(plan, "precision", "bf16")
     if p == "bf16":
         return rt
@@ -177,7 +201,7 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
     t = arr.table
     k = b / t.micro_batch
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
-    peak8 = profile.peak_flops[PEAK_KEY[p]] * stack_scale(profile, runtime_name)
+    peak8 = profile.peak_flops[PEAK_KEY[p]] * stack_scale(profile, runtime_name, p)
     # the row's BF16 efficiency, as compute charged it (flops-weighted harmonic mean)
     f_all = arr.mm_flops * k / tp
     e_all = profile.matmul_efficiency(f_all)
@@ -194,8 +218,21 @@ def fp8_row_times(rt, arr, profile, plan, runtime_name: str, tp: int, b: int, dp
         w_cast = w_cast / dp     # cast on the shard before the FP8 gather
     fwd_cast = (k * ld.inputs / tp * cb + w_cast) / ew
     bwd_cast = (k * ld.outputs / tp * cb + w_cast) / ew
-    return replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
-                   bwd_w_s=rt.bwd_w_s + d)
+    if stack.fp8_all_gather and p == "fp8" and zero >= 2 and dp > 1:
+        # the FP8 gather and FSDP2's copy out of its buffer move 1 byte per linear weight, not 2
+        # (zero_traffic's gather term, ``zero_param_s[0]`` per parameter, is all gather; ZeRO-3
+        # gathers again before the backward)
+        g = 0.5 * zero_param_s[0] * ld.weights / tp
+        fwd_cast = fwd_cast - g
+        bwd_cast = bwd_cast - (g if zero >= 3 else 0.0)
+    # a full recompute re-runs the block's forward, its FP8 matmuls and casts included
+    rec = rt.recompute_s + (np.where(arr.is_block, d + fwd_cast, 0.0) if plan.recompute == "full" else 0.0)
+    rt = replace(rt, fwd_s=rt.fwd_s + d + fwd_cast, bwd_s=rt.bwd_s + 2.0 * d + bwd_cast,
+                 bwd_w_s=rt.bwd_w_s + d, recompute_s=rec)
+    if p in stack.fp8_tp_all_gather:
+        rt = fp8_tp_all_gather(rt, arr, profile.group_link(plan, "tp"), tp, b, plan.sequence_parallel,
+                               plan.recompute == "full")
+    return rt
 
 
 def fp8_weight_share(arr, plan, runtime_name: str, zero: int) -> np.ndarray:
