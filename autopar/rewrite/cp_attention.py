@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from autopar.rewrite.cp_mask_check import refuse_masks
 from autopar.rewrite.cp_torch_ring import torch_ring_attention, torch_ring_usable
 
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
@@ -137,6 +138,7 @@ class ContextParallelAttention(nn.Module):
         self.causal, self.scale = causal, scale
         self.sdpa = sdpa   # the model called F.scaled_dot_product_attention: CUDA runs torch's (cp_torch_ring)
         self.mask_kind, self.where = None, ""   # the model's own mask, checked each step (hidden_diagonal)
+        self.mask_whole = False   # a mask the graph builds: also compared with causal (cp_mask_check)
 
     def extra_repr(self) -> str:
         return f"cp={self.cp}, rank={self.rank}, causal={self.causal}, scale={self.scale}"
@@ -145,7 +147,7 @@ class ContextParallelAttention(nn.Module):
         T = q.size(-2)
         if mask is not None and self.mask_kind and isinstance(self.group, dist.ProcessGroup) \
                 and q.device.type != "meta":
-            _refuse_padding(mask, self.mask_kind, T, self.group, self.cp, self.where)
+            refuse_masks(mask, self.mask_kind, T, self.group, self.cp, self.rank, self.where, self.mask_whole)
         if k.size(-3) != q.size(-3):   # grouped-query attention handed over unrepeated (SDPA's enable_gqa)
             k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
