@@ -25,9 +25,9 @@ torchtitan / AutoModel → ``fsdp``.
 Llama 2 7B on H100, Llama 3 8B on B200) give, per sequence length, the cp run and the best run
 without CP as TFLOP/s per GPU, i.e. a step-time ratio. Those runs are FP8, and both sides of
 the ratio are priced in FP8: the cp plan as published, against the best cp = 1 plan ``autopar
-search`` finds for the same GPUs and batch under the same Megatron runtime (the baseline's own
-plan is not published; the search's default space, tp inside a node). A prediction within 10 %
-of the published ratio passes.
+search`` finds for the same GPUs and batch under the same Megatron runtime, with or without its
+TP-comm overlap (``_baseline_runtimes``; the baseline's own plan is not published; the search's
+default space, tp inside a node). A prediction within 10 % of the published ratio passes.
 """
 from __future__ import annotations
 
