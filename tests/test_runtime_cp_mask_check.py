@@ -63,8 +63,8 @@ def _rank_counts(block: nn.Module, rank: int) -> tuple[tuple[int, int], object]:
     return mask_counts(got["mask"], op.mask_kind, t, CP, rank, op.mask_whole), op
 
 
-@pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "written-out"])
-@pytest.mark.parametrize("kind", ["causal", "window", "prefix"])
+@pytest.mark.parametrize("kind, sdpa", [("causal", True), ("window", False), ("prefix", True)],
+                         ids=["causal-sdpa", "window-written-out", "prefix-sdpa"])
 def test_a_mask_built_in_the_graph_is_compared_with_causal_on_every_rank(kind, sdpa):
     torch.manual_seed(0)
     block = MaskedBlock(window=5 if kind == "window" else 0, prefix=3 if kind == "prefix" else 0, sdpa=sdpa)
