@@ -60,7 +60,9 @@ def _rank_counts(block: nn.Module, rank: int) -> tuple[tuple[int, int], object]:
     op.register_forward_pre_hook(lambda m, args: got.update(mask=args[4] if len(args) > 4 else None))
     gm(x)
     assert got["mask"] is not None and op.mask_whole   # the graph's own mask reaches the op
-    return mask_counts(got["mask"], op.mask_kind, t, CP, rank, op.mask_whole), op
+    from autopar.rewrite.cp_attention import load_balanced_positions
+    pos = load_balanced_positions(t, CP, rank)
+    return mask_counts(got["mask"], op.mask_kind, pos, op.mask_whole), op
 
 
 @pytest.mark.parametrize("kind, sdpa", [("causal", True), ("window", False), ("prefix", True)],
@@ -91,8 +93,8 @@ def test_the_step_is_refused_in_one_line_naming_the_module(monkeypatch):
     causal = pos[None, :] <= pos[:, None]
     monkeypatch.setattr(check.dist, "all_reduce", lambda tensor, group=None: None)
     with pytest.raises(PlanError) as e:
-        check.refuse_masks(causal & (pos[:, None] - pos[None, :] < 5), op.mask_kind, t, None, CP, 0,
+        check.refuse_masks(causal & (pos[:, None] - pos[None, :] < 5), op.mask_kind, pos, None, CP,
                            op.where, op.mask_whole)
     line = str(e.value)
     assert "\n" not in line and "'blocks.3'" in line and "16 query-key pair(s)" in line and "cp=1" in line
-    check.refuse_masks(causal, op.mask_kind, t, None, CP, 0, op.where, op.mask_whole)   # runs
+    check.refuse_masks(causal, op.mask_kind, pos, None, CP, op.where, op.mask_whole)   # runs

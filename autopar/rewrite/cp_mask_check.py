@@ -30,6 +30,25 @@ import torch.distributed as dist
 from costmodels.contracts.errors import PlanError
 
 
+def hidden_diagonal(mask: torch.Tensor, kind: str, t: int) -> int:
+    """How many (sample, head, token) entries of the model's own attention mask hide a local
+    token from itself. Under cp the op applies causality by global position and not the
+    model's mask; a causal mask (whatever positions the model built it from) always lets a token
+    see itself, so a hidden diagonal entry is a padding (or other non-causal) mask the op would
+    silently drop. ``kind``: "attend" (SDPA: True / 0 = seen), "fill" (``masked_fill``: True =
+    hidden) or "additive" (``scores + mask``: ≤ -1e4 = hidden)."""
+    if mask.dim() < 2 or mask.size(-1) != t or mask.size(-2) not in (1, t):
+        return 0
+    d = torch.broadcast_to(mask, (*mask.shape[:-2], t, t)).diagonal(dim1=-2, dim2=-1)
+    if kind == "fill":
+        hidden = d.bool()
+    elif d.dtype == torch.bool:
+        hidden = ~d
+    else:
+        hidden = d <= -1e4
+    return int(hidden.sum())
+
+
 def visible(mask: torch.Tensor, kind: str, t: int) -> torch.Tensor | None:
     """Where a query sees a key, as a bool ``(..., t, t)``; None unless ``mask`` is a full mask
     over the ``t`` local tokens. ``kind``: "attend" (SDPA: True / 0 = seen), "fill"
@@ -43,27 +62,27 @@ def visible(mask: torch.Tensor, kind: str, t: int) -> torch.Tensor | None:
     return mask > -1e4
 
 
-def mask_counts(mask: torch.Tensor, kind: str, t: int, cp: int, rank: int,
-                whole: bool) -> tuple[int, int]:
+def mask_counts(mask: torch.Tensor, kind: str, pos: torch.Tensor, whole: bool) -> tuple[int, int]:
     """(entries hiding a token from itself, query-key pairs that differ from the causal mask of
-    the global positions); the second only when ``whole`` (a mask the graph builds itself)."""
-    from autopar.rewrite.cp_attention import hidden_diagonal, load_balanced_positions
+    the local tokens' global positions ``pos``, ``cp_attention.load_balanced_positions``); the
+    second only when ``whole`` (a mask the graph builds itself)."""
+    t = int(pos.numel())
     hidden = hidden_diagonal(mask, kind, t)
     if not whole:
         return hidden, 0
     seen = visible(mask, kind, t)
     if seen is None:
         return hidden, 0
-    pos = load_balanced_positions(t, cp, rank, device=mask.device)
+    pos = pos.to(mask.device)
     causal = pos[None, :] <= pos[:, None]
     return hidden, int((seen != causal).sum())
 
 
-def refuse_masks(mask: torch.Tensor, kind: str, t: int, group, cp: int, rank: int, where: str,
+def refuse_masks(mask: torch.Tensor, kind: str, pos: torch.Tensor, group, cp: int, where: str,
                  whole: bool) -> None:
     """Raise, on every rank of the cp group alike, the one-line PlanError for a step whose mask
-    the cp attention cannot apply (module docstring)."""
-    n = torch.tensor(mask_counts(mask, kind, t, cp, rank, whole), dtype=torch.int64, device=mask.device)
+    the cp attention cannot apply (module docstring); ``pos``: the local tokens' global positions."""
+    n = torch.tensor(mask_counts(mask, kind, pos, whole), dtype=torch.int64, device=mask.device)
     dist.all_reduce(n, group=group)
     hidden, differ = (int(x) for x in n.tolist())
     if hidden:
