@@ -118,7 +118,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True,
-                     mask=(mask, "attend") if _from_input(mask) else None, name=name)
+                     mask=_handed_mask(gm, mask, "attend"), name=name)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -140,7 +140,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
                 with g.inserting_before(m2):
                     k = g.call_method("transpose", (kt, -2, -1))
             _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found,
-                     mask=mask if mask and _from_input(mask[0]) else None, name=name)
+                     mask=_handed_mask(gm, mask[0], mask[1]) if mask else None, name=name)
             found += 1
     g.eliminate_dead_code(is_impure_node=lambda x: x.is_impure()
                           or (x.op == "call_module" and hasattr(gm.get_submodule(x.target), "group")))
@@ -161,6 +161,31 @@ def _from_input(node) -> bool:
             return True
         todo.extend(x.all_input_nodes)
     return False
+
+
+def _reads_buffer(gm, node) -> bool:
+    """Whether a mask node reads one of the row's buffers (a causal table sliced by the model)."""
+    buffers, seen, todo = dict(gm.named_buffers()), set(), [node]
+    while todo:
+        x = todo.pop()
+        if not isinstance(x, fx.Node) or x in seen:
+            continue
+        seen.add(x)
+        if x.op == "get_attr" and x.target in buffers:
+            return True
+        todo.extend(x.all_input_nodes)
+    return False
+
+
+def _handed_mask(gm, node, kind):
+    """(mask node, kind, whole) to hand the cp op, or None: a mask from the inputs is checked each
+    step for hidden tokens (padding); one the graph builds without a buffer (positions, constants:
+    a sliding window, a prefix mask) is also compared with causal (``cp_mask_check``); one read
+    from a buffer alone was checked statically (``_check_causal_buffer``) and is not handed over."""
+    if not isinstance(node, fx.Node):
+        return None
+    whole = not _reads_buffer(gm, node)
+    return (node, kind, whole) if whole or _from_input(node) else None
 
 
 def _no_dropout(p) -> None:
@@ -239,6 +264,7 @@ def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = Fals
         module += "_"
     op = ContextParallelAttention(group, cp, rank, causal, None, sdpa=sdpa)
     op.mask_kind, op.where = (mask[1] if mask else None), name
+    op.mask_whole = bool(mask[2]) if mask and len(mask) > 2 else False
     gm.add_submodule(module, op)
     with gm.graph.inserting_before(node):
         if isinstance(scale, list):   # factors: a number, or a node computing it (√d of a size)

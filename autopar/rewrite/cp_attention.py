@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from autopar.rewrite.cp_mask_check import hidden_diagonal, refuse_masks  # noqa: F401  (hidden_diagonal re-exported)
 from autopar.rewrite.cp_torch_ring import torch_ring_attention, torch_ring_usable
 
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
@@ -94,37 +95,6 @@ class GatherSeq(torch.autograd.Function):
         return grad.chunk(n, ctx.dim)[ctx.rank].contiguous(), None, None
 
 
-def hidden_diagonal(mask: torch.Tensor, kind: str, t: int) -> int:
-    """How many (sample, head, token) entries of the model's own attention mask hide a local
-    token from itself. Under cp the op applies causality by global position and not the
-    model's mask; a causal mask (whatever positions the model built it from) always lets a token
-    see itself, so a hidden diagonal entry is a padding (or other non-causal) mask the op would
-    silently drop. ``kind``: "attend" (SDPA: True / 0 = seen), "fill" (``masked_fill``: True =
-    hidden) or "additive" (``scores + mask``: ≤ -1e4 = hidden)."""
-    if mask.dim() < 2 or mask.size(-1) != t or mask.size(-2) not in (1, t):
-        return 0
-    d = torch.broadcast_to(mask, (*mask.shape[:-2], t, t)).diagonal(dim1=-2, dim2=-1)
-    if kind == "fill":
-        hidden = d.bool()
-    elif d.dtype == torch.bool:
-        hidden = ~d
-    else:
-        hidden = d <= -1e4
-    return int(hidden.sum())
-
-
-def _refuse_padding(mask, kind, t, group, cp, where) -> None:
-    """Refuse, on every rank of the cp group alike, a step whose mask hides a token from itself."""
-    n = torch.tensor([hidden_diagonal(mask, kind, t)], dtype=torch.int64, device=mask.device)
-    dist.all_reduce(n, group=group)
-    if int(n.item()):
-        from costmodels.contracts.errors import PlanError
-        raise PlanError(f"context parallel (cp={cp}): the attention of '{where}' reads a mask that hides "
-                        f"{int(n.item())} token(s) from themselves — a padding mask, which the cp attention "
-                        "(causal by global position) cannot apply; pack the samples without padding or "
-                        "use cp=1")
-
-
 class ContextParallelAttention(nn.Module):
     """softmax(q kᵀ · scale [causal]) v for the local queries against every key of the
     sequence (module docstring). Parameter-free: a leaf of the rewritten graph, like the tensor
@@ -137,6 +107,7 @@ class ContextParallelAttention(nn.Module):
         self.causal, self.scale = causal, scale
         self.sdpa = sdpa   # the model called F.scaled_dot_product_attention: CUDA runs torch's (cp_torch_ring)
         self.mask_kind, self.where = None, ""   # the model's own mask, checked each step (hidden_diagonal)
+        self.mask_whole = False   # a mask the graph builds: also compared with causal (cp_mask_check)
 
     def extra_repr(self) -> str:
         return f"cp={self.cp}, rank={self.rank}, causal={self.causal}, scale={self.scale}"
@@ -145,7 +116,8 @@ class ContextParallelAttention(nn.Module):
         T = q.size(-2)
         if mask is not None and self.mask_kind and isinstance(self.group, dist.ProcessGroup) \
                 and q.device.type != "meta":
-            _refuse_padding(mask, self.mask_kind, T, self.group, self.cp, self.where)
+            refuse_masks(mask, self.mask_kind, load_balanced_positions(T, self.cp, self.rank, device=q.device),
+                         self.group, self.cp, self.where, self.mask_whole)
         if k.size(-3) != q.size(-3):   # grouped-query attention handed over unrepeated (SDPA's enable_gqa)
             k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)

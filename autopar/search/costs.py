@@ -14,6 +14,7 @@ from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, stages_of_rank
 from costmodels.model.coefficients import plan_experts, plan_row_times, row_coefficients, zero_hbm_param_s
 from costmodels.model.context_parallel import local_table, merged, zero_group
 from costmodels.model.estimate import estimate
+from costmodels.model.long_sequence_memory import fixed_buffer_bytes
 from costmodels.model.memory import in_flight, w_input_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.schedule_program import in_flight_states, period
@@ -85,7 +86,8 @@ class Costs:
             for j, count in enumerate(counts):
                 inflight[stages[j]] = count
         return Terms(config=c, coef=row_coefficients(table, self.profile, c), m=m,
-                     inflight=inflight, reserve=self.profile.memory_reserve_bytes,
+                     inflight=inflight, reserve=self.profile.memory_reserve_bytes
+                     + fixed_buffer_bytes(table, c, load_runtime(c.runtime)),   # long_sequence_memory.py
                      hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)
 
     def priced(self, c: Config):

@@ -8,7 +8,8 @@ search returns never fails at launch, and a plan the runtime refuses fails in on
 Each rule is one function raising ``PlanError`` that names the plan field and the fix:
 
 * ``check_schedule(plan, m)`` — micro-batches per step against the schedule: GPipe runs any
-  ``m >= 1``; torch's ``Schedule1F1B`` needs ``m >= pp``; interleaved 1F1B needs ``m`` to be a
+  ``m >= 1``; torch's ``Schedule1F1B`` needs ``m >= pp`` (Megatron's 1F1B runs any ``m``:
+  ``clips_warmup``); interleaved 1F1B needs ``m`` to be a
   multiple of ``pp`` (Megatron's groups of ``pp`` micro-batches, what the cost model prices);
   torch's ``ScheduleInterleavedZeroBubble`` needs ``m`` divisible by its rounds ``max(1, m // pp)``;
   ``ScheduleZBVZeroBubble`` runs any ``m``; ``ScheduleDualPipeV`` needs ``m >= 2·pp`` (its stages).
@@ -123,7 +124,7 @@ def check_schedule(plan, num_micro_batches: int) -> None:
                         "or lower 'micro_batch_size'")
     if pp == 1:
         return
-    if schedule == "1f1b" and m < pp:
+    if schedule == "1f1b" and m < pp and not clips_warmup(plan):
         raise PlanError(f"schedule '1f1b' with pp={pp} needs at least pp micro-batches per step "
                         f"but gets {m} (global batch / (dp·micro_batch_size)); raise the global "
                         "batch, lower 'micro_batch_size', or use schedule 'gpipe'")
@@ -143,6 +144,15 @@ def check_schedule(plan, num_micro_batches: int) -> None:
         raise PlanError(f"schedule 'dualpipe-v' with pp={pp} needs at least 2·pp = {2 * pp} "
                         f"micro-batches per step (one per stage) but gets {m}; raise the global "
                         "batch, lower 'micro_batch_size', or use schedule 'zb-v'")
+
+
+def clips_warmup(plan) -> bool:
+    """Whether the plan's runtime runs 1F1B with fewer micro-batches than stages: Megatron-core's
+    ``forward_backward_pipelining_without_interleaving`` clips each rank's warm-up to the step's
+    micro-batches (``num_warmup_microbatches = min(pp - rank - 1, num_microbatches)``,
+    megatron/core/pipeline_parallel/schedules.py), so ``m < pp`` runs, with a bubble of
+    ``(pp - 1)/(m + pp - 1)``; torch's ``Schedule1F1B`` refuses it."""
+    return str(getattr(plan, "runtime", "") or "").split(":")[0] == "megatron"
 
 
 def check_split_backward(plan) -> None:

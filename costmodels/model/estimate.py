@@ -53,6 +53,7 @@ from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.context_parallel import zero_group
 from costmodels.model.estimate_result import Estimate
 from costmodels.model.experts import ep_comm, fix_stage_memory
+from costmodels.model.long_sequence_memory import fixed_buffer_bytes
 from costmodels.model.memory import (
     STATE_BYTES,
     check_precision,
@@ -250,7 +251,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                               dp=zero_group(plan),
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
-                                 reserve=profs[r].memory_reserve_bytes, act_rows=co_r[r].act_bytes,
+                                 reserve=profs[r].memory_reserve_bytes + fixed_buffer_bytes(table, plan, runtime),
+                                 act_rows=co_r[r].act_bytes,   # (+ userbuffers etc.: long_sequence_memory.py)
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
                                  w_inputs=w_held), runtime, precision))   # allocator.py
         mems[-1] = fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, precision)
