@@ -277,7 +277,9 @@ class Frontier:
             return
         if res.status != "optimal":   # what CP-SAT proved still bounds the configuration
             self.stats.not_proved += 1
-            self.unresolved.append((c, res.bound_s))
+            # (issue 30: the zero-bubble graph bound, zb_bound, where CP-SAT proved less)
+            self.unresolved.append((c, res.bound_s if res.bound_s is None
+                                    else max(res.bound_s, terms.time_lower_bound())))
             if res.status != "feasible":   # out of time before any split
                 return
         self._score(c, res)
