@@ -24,8 +24,13 @@ minimised over a relaxation of the split:
 
 Every split is a point of this LP with the estimate's own durations, so the LP's optimum is at
 most the estimate of the best split (``tests/test_search_zb_bound.py`` checks it against the
-exact split optimum over random row costs). It costs GLOP tens of milliseconds, so the search
-takes it only for a configuration about to be solved (``defer_by_graph_bound``).
+exact split optimum over random row costs). It costs GLOP 0.1–0.3 s with only the first and last
+micro-batches' waits, seconds with the whole graph at pp 32 (load 10), so the search takes it
+only for a configuration about to be solved, cheapest tier first (``defer_by_graph_bound``).
+
+What it does not close: the LP's rows are fluid, so where a stage holds one or two blocks
+(interleaved-zb at pp·vpp ≈ n) it sits 1–5 % under the optimum, and CP-SAT still has to prove
+the configurations near the best (docs/guide-schedules.md has the figures).
 """
 from __future__ import annotations
 
