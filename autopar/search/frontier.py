@@ -234,6 +234,9 @@ class Frontier:
         """Level 1 → 2: CP-SAT places the split points, bounded by the k-th plan found so far."""
         from autopar.search.split_model import SplitModel
         from autopar.search.split_stop import some_split_fits
+        from autopar.search.zb_bound import defer_by_graph_bound
+        if defer_by_graph_bound(self, c, terms):   # issue 30: a zero-bubble op graph's LP bound first
+            return
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
@@ -274,7 +277,9 @@ class Frontier:
             return
         if res.status != "optimal":   # what CP-SAT proved still bounds the configuration
             self.stats.not_proved += 1
-            self.unresolved.append((c, res.bound_s))
+            # (issue 30: the zero-bubble graph bound, zb_bound, where CP-SAT proved less)
+            self.unresolved.append((c, res.bound_s if res.bound_s is None
+                                    else max(res.bound_s, terms.time_lower_bound())))
             if res.status != "feasible":   # out of time before any split
                 return
         self._score(c, res)
