@@ -51,12 +51,15 @@ from typing import Any
 
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
 from autopar.search.precision_space import search_precisions
-from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
+from autopar.search.space import Config, Shape, check_fix_against, configurations, gpu_counts
 from costmodels.contracts.errors import AutoparError, NoFeasiblePlanError, PlanError
 from costmodels.model.checks import check_plan
 from costmodels.profiles.runtime import load_runtime
 
 OBJECTIVES = ("step_time", "throughput_per_gpu", "fewest_gpus")
+# the share of --time-limit kept for balanced_fallback: the frontier that has no plan by the rest of
+# it stops there, one that has plans goes on to the limit
+FALLBACK_SHARE = 0.2
 
 
 @dataclass
@@ -152,9 +155,10 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     _check_request(objective, target_step_time_s, top)
     fix = dict(fix or {})
     check_fix_against(fix, gpus if objective == "step_time" else None)
+    deadline = t0 + time_limit_s   # the whole search's, balanced_fallback included
     frontier = Frontier(costs, objective=objective, top=top, target_step_time_s=target_step_time_s,
                         fixed_stages=fix.get("stages"), solve_limit_s=solve_limit_s,
-                        deadline=t0 + time_limit_s)
+                        deadline=deadline - FALLBACK_SHARE * time_limit_s)
     shape = Shape.of(costs.table)
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
@@ -175,7 +179,11 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
                                                             allow_cross_node_tp, objective) + near)
     progress = progress or Progress(False)
-    optimal = frontier.run(progress) and frontier.proved()
+    finished = frontier.run(progress)
+    if not finished and frontier.results:   # plans on the way: the fallback's share goes to them
+        frontier.deadline = deadline
+        finished = frontier.run(progress)
+    optimal = finished and frontier.proved()
     progress.done()
     results = frontier.results
     from autopar.search.schedule_gain import schedule_gain
@@ -187,7 +195,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     ctx = context or {}
     if not results and not optimal and objective == "step_time":
         results = balanced_fallback(costs, shape, gpus, global_batch, fix, allow_cross_node_tp,
-                                    max_micro_batch, zero_bubble, top)
+                                    max_micro_batch, zero_bubble, top, deadline=deadline, frontier=frontier)
     if not results:
         if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer
             raise NoFeasiblePlanError(f"the search ran past its time limit ({time_limit_s:g} s) before "
@@ -214,34 +222,70 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
 
 
 def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: dict, allow_cross_node_tp: bool,
-                      max_micro_batch: int | None, zero_bubble: bool, top: int, budget_s: float = 60.0) -> list:
+                      max_micro_batch: int | None, zero_bubble: bool, top: int, budget_s: float = 60.0,
+                      deadline: float | None = None, frontier: Frontier | None = None) -> list:
     """When the deadline comes before CP-SAT has returned any split (the zero-bubble split
     programs at pp ≥ 8 can take minutes each), still answer: configurations in order of their
-    quick bound, each on ``estimate``'s balanced split, for up to ``budget_s`` seconds (gpt3-175b
-    pinned to interleaved-zb: 8220 configurations, all in ~33 s; the first that fits is the
-    1843rd), best ``top`` that fit. Scored exactly, but neither split-optimised nor proved: the
-    result says ``optimal: false`` and each candidate's status is ``balanced-fallback``."""
-    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.link_domain, fix,
-                                    allow_cross_node_tp, max_micro_batch, zero_bubble,
-                                    precisions=search_precisions(costs.profile, fix)),
-                     key=costs.quick_bound)
+    bound, each on ``estimate``'s balanced split, for up to ``budget_s`` seconds and never past
+    ``deadline`` (the search's own, ``--time-limit``: ``run_search`` keeps ``FALLBACK_SHARE`` of
+    it for this), best ``top`` that fit (gpt3-175b pinned to interleaved-zb: 8220
+    configurations, all in ~33 s; the first that fits is the 1843rd). With the ``frontier`` that
+    ran out of time, its heap gives the order (no bound computed again: the quick bounds of
+    deepseek-v3-like's 139,584 configurations took 70 s) and the plans it already scored (the
+    seeds' min-max splits, ``Frontier._seed``) are candidates too. Scored exactly, but neither
+    split-optimised nor proved: the result says ``optimal: false`` and each candidate's status
+    is ``balanced-fallback``."""
     from costmodels.contracts.split import balanced_stages
-    scored, t0 = [], time.perf_counter()
+    t0 = time.perf_counter()
+    stop = t0 + budget_s if deadline is None else min(deadline, t0 + budget_s)
+    best: dict = {}   # config -> (step time, plan, prediction), its best scored plan
+
+    def offer(c, plan, pred) -> None:
+        if pred.get("fits", True) and (c not in best or pred["step_time_s"] < best[c][0]):
+            best[c] = (pred["step_time_s"], plan, pred)
+    if frontier is not None:
+        for plan, pred in frontier._evaluated.items():
+            offer(Config.of(plan), plan, pred)
+        configs = _heap_order(frontier)
+    else:
+        configs = _by_quick_bound(costs, shape, gpus, global_batch, fix, allow_cross_node_tp,
+                                  max_micro_batch, zero_bubble, stop)
     for c in configs:
-        if time.perf_counter() - t0 > budget_s:
+        if time.perf_counter() > stop:
             break
         try:
             plan = c.plan(balanced_stages(costs.table, c.pp * c.vpp))
-            pred = costs.evaluate(plan)
+            offer(c, plan, costs.evaluate(plan))
         except AutoparError:
             continue
-        if pred.get("fits", True):
-            scored.append((pred["step_time_s"], c, plan, pred))
-    scored.sort(key=lambda x: x[0])
+    scored = sorted(((t, c, plan, pred) for c, (t, plan, pred) in best.items()), key=lambda x: x[0])
     out = [Candidate(c, plan, pred, t, "balanced-fallback") for t, c, plan, pred in scored[:top]]
     for i, cand in enumerate(out):
         cand.prediction["rank"] = i + 1
     return out
+
+
+def _heap_order(frontier: Frontier) -> list:
+    """The configurations on ``frontier``'s heap, each once, best key first."""
+    seen, out = set(), []
+    for entry in sorted(frontier.heap, key=lambda e: (e[0], e[1])):
+        c = entry[3]
+        if c not in seen:
+            seen.add(c)
+            out.append(c)
+    return out
+
+
+def _by_quick_bound(costs, shape: Shape, gpus: int, global_batch: int, fix: dict, allow_cross_node_tp: bool,
+                    max_micro_batch: int | None, zero_bubble: bool, stop: float) -> list:
+    """Every configuration by its quick bound, those bounded before ``stop`` (all, in time)."""
+    keyed = []
+    for c in configurations(shape, gpus, global_batch, costs.profile.link_domain, fix, allow_cross_node_tp,
+                            max_micro_batch, zero_bubble, precisions=search_precisions(costs.profile, fix)):
+        if time.perf_counter() > stop:
+            break
+        keyed.append((costs.quick_bound(c), len(keyed), c))
+    return [c for _, _, c in sorted(keyed)]
 
 
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
@@ -264,6 +308,8 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
         for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
                                 allow_cross_node_tp, max_micro_batch, zero_bubble,
                                     precisions=search_precisions(costs.profile, fix)):
+            if frontier.stats.configurations % 256 == 255 and time.perf_counter() > frontier.deadline:
+                return   # moesearch: past the deadline the frontier stops unproved (run -> False)
             frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:

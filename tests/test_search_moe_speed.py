@@ -1,0 +1,88 @@
+"""The MoE search's speed-ups keep it exact, and its balanced-split fallback keeps --time-limit.
+
+``autopar.search.row_classes`` prices each distinct row once for the quick bound;
+``engine.balanced_fallback`` answers when the frontier has no plan by ``FALLBACK_SHARE`` of the
+limit and stops at the limit itself (it used to add up to 60 s on top of it)."""
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from autopar.search import engine, split_model
+from autopar.search.costs import Costs
+from autopar.search.engine import enumerate_plans, run_search
+from autopar.search.row_classes import row_classes
+from autopar.search.space import Shape, configurations
+from costmodels.calibration.moe_tables import moe_table
+from costmodels.profiles.hardware_files import load_profile
+
+H100 = load_profile("h100-80g-sxm")
+
+
+def moe(dense_layers=2, layers=8):
+    return moe_table(layers, 1024, 16, 4, 2816, 32000, 2048, experts=16, top_k=2, expert_ffn=512,
+                     shared=1, dense_layers=dense_layers)
+
+
+def test_quick_bound_on_distinct_rows_equals_every_row():
+    """The quick bound from the table's distinct rows (4 of 10 here: embedding, dense, MoE, head)
+    equals the one from every row, on FP8 and BF16, every ep, ZeRO stage and pipeline depth."""
+    t = moe()
+    rc = row_classes(t)
+    assert len(rc.table.rows) == 4 and list(rc.counts) == [1, 2, 6, 1]
+    configs = list(configurations(Shape.of(t), 32, 128, H100.gpus_per_node, precisions=("bf16", "fp8")))
+    assert {c.ep for c in configs} >= {1, 2, 4, 8, 16} and {c.precision for c in configs} == {"bf16", "fp8"}
+    by_class, every_row = Costs(t, H100, 128), Costs(t, H100, 128)
+    every_row._classes = None            # the full computation, as before row_classes
+    for c in random.Random(5).sample(configs, 60):
+        a, b = by_class.quick_bound(c), every_row.quick_bound(c)
+        assert a == pytest.approx(b, rel=1e-11) and a <= b
+
+
+def test_search_equals_enumeration_on_a_small_moe():
+    """Best-first search with the row-class bounds returns enumeration's best plan (every
+    configuration × every split through estimate) on a MoE with leading dense layers."""
+    t = moe(dense_layers=1, layers=4)
+    costs = Costs(t, H100, 16)
+    fix = {"tp": 1, "recompute": "none", "zero": 1, "precision": "bf16"}
+    res = run_search(costs, gpus=4, global_batch=16, fix=fix, top=1, time_limit_s=60)
+    ref = enumerate_plans(costs, gpus=4, global_batch=16, fix=fix)
+    assert res.optimal and any(c.ep > 1 for c in configurations(Shape.of(t), 4, 16, 8, fix))
+    assert res.plans[0].prediction["step_time_s"] == pytest.approx(ref[0][2]["step_time_s"], rel=1e-9)
+
+
+def test_balanced_fallback_stops_at_the_time_limit(monkeypatch):
+    """With no CP-SAT answer at all the search falls back to balanced splits, and the whole
+    search, fallback included, returns by --time-limit (plus one evaluation), not 60 s after."""
+    t = moe()
+    costs = Costs(t, H100, 128)
+    monkeypatch.setattr(split_model.SplitModel, "solve",
+                        lambda self: split_model.SplitResult("unknown", None, None, 0.0, None))
+    evaluate = costs.evaluate
+
+    def slow(plan):
+        time.sleep(0.02)
+        return evaluate(plan)
+    monkeypatch.setattr(costs, "evaluate", slow)
+    limit = 1.0
+    t0 = time.perf_counter()
+    res = run_search(costs, gpus=32, global_batch=128, top=3, time_limit_s=limit, fix={"tp": 1})
+    took = time.perf_counter() - t0
+    assert res.plans and not res.optimal and all(c.status == "balanced-fallback" for c in res.plans)
+    assert took < limit + 0.25, took          # the old fallback went on for all ~900 configurations
+    times = [c.prediction["step_time_s"] for c in res.plans]
+    assert times == sorted(times)
+
+
+def test_balanced_fallback_without_a_frontier_keeps_its_deadline():
+    """Called alone (no frontier to take the order from), the fallback bounds configurations
+    only until the deadline too."""
+    t = moe()
+    costs = Costs(t, H100, 128)
+    t0 = time.perf_counter()
+    out = engine.balanced_fallback(costs, Shape.of(t), 32, 128, {}, False, None, False, 2,
+                                   deadline=t0 + 0.3)
+    assert time.perf_counter() - t0 < 0.3 + 0.25
+    assert len(out) <= 2
