@@ -86,3 +86,25 @@ def test_balanced_fallback_without_a_frontier_keeps_its_deadline():
                                    deadline=t0 + 0.3)
     assert time.perf_counter() - t0 < 0.3 + 0.25
     assert len(out) <= 2
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_static_memory_bound_is_under_the_lp_bound(dense):
+    """``expert_bounds.StaticMemory`` (states only, ranks weighted evenly) never exceeds
+    ``Terms.memory_lower_bound``, so a configuration it drops has no split that fits; and it
+    drops some: experts unsharded on few GPUs do not fit a small HBM."""
+    import dataclasses
+
+    from synthetic_tables import gpt_table
+
+    from autopar.search.expert_bounds import StaticMemory
+    t = gpt_table(8, 1024, 16, 2048, 32000, model="gpt-8") if dense else moe()
+    prof = dataclasses.replace(H100, hbm_bytes=4e9)
+    costs = Costs(t, prof, 128)
+    static = StaticMemory(costs)
+    configs = list(configurations(Shape.of(t), 32, 128, prof.gpus_per_node))
+    dropped = 0
+    for c in random.Random(7).sample(configs, 40):
+        assert static.bound(c) <= costs.terms(c).memory_lower_bound() * (1 + 1e-12)
+        dropped += static.over_hbm(c)
+    assert dropped and sum(map(static.over_hbm, configs)) < len(configs)

@@ -304,6 +304,8 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
     many virtual stages, the stages checked once (the same one-line PlanError as 'autopar
     estimate')."""
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
+    from autopar.search.expert_bounds import StaticMemory
+    static = StaticMemory(costs)   # moesearch: states over HBM under any split, before any bound
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
                                 allow_cross_node_tp, max_micro_batch, zero_bubble,
@@ -317,6 +319,10 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
                 if not checked:
                     check_plan(costs.table, c.plan(fixed_stages), g, global_batch)
                     checked = True
+            if static.over_hbm(c):
+                frontier.stats.pruned_memory += 1
+                frontier.memory_dropped.append((static.bound(c), c))
+                continue
             frontier.offer(c)
 
 

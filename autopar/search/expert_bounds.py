@@ -1,0 +1,52 @@
+"""A configuration's model states against HBM, before any of its row times are priced.
+
+DeepSeek-V3-like on 1024 H100 lists 139,584 configurations; most hold far more weights,
+gradients and optimizer state per GPU than 80 GB (671 B parameters: tp 1, pp 1 and ep 8 keep 84 B
+of them on each GPU). The frontier used to find that out at level 1, after the configuration's
+quick bound (``Costs.quick_bound``) and its full coefficients (``Costs.terms``), and the lowest
+quick bounds are exactly those of the least sharded layouts, so thousands of them were priced
+twice before the first split. ``static_memory_bound`` is ``Terms.memory_lower_bound`` with the
+activations left out and the ranks weighted evenly (λ_r = 1/pp, one of the weights its LP
+argument allows): ``R + Σ_i σ_i / pp`` ≤ the most loaded GPU's memory under any split, where
+``σ_i`` is the row's states after tp, ep and ZeRO exactly as ``coefficients.row_coefficients``
+computes them (``state_bytes``). It reads only per-row parameter counts, no matmuls, so it is
+cached per (tp, pp, dp, zero, ep, etp, HSDP shard, cp) and costs nothing next to a quick bound.
+"""
+from __future__ import annotations
+
+from costmodels.model.allocator import optimizer_share
+from costmodels.model.context_parallel import zero_group
+from costmodels.model.experts import expert_state_bytes
+from costmodels.model.memory import model_state_bytes
+from costmodels.profiles.runtime import load_runtime
+
+PRECISION = "bf16-mixed"   # the search's memory recipe (Costs.terms)
+
+
+class StaticMemory:
+    """``static_memory_bound`` of the configurations of one ``Costs``, cached by what it reads."""
+
+    def __init__(self, costs):
+        self.costs = costs
+        self._cache: dict = {}
+
+    def bound(self, c) -> float:
+        """``R + Σ σ_i / pp`` of ``c`` in bytes (module docstring)."""
+        key = (c.tp, c.pp, c.dp, c.zero, c.ep, c.etp, c.dp_shard, c.cp, c.runtime)
+        b = self._cache.get(key)
+        if b is None:
+            b = self._cache[key] = self._bound(c)
+        return b
+
+    def _bound(self, c) -> float:
+        _table, arr, c = self.costs.priced(c)
+        state = expert_state_bytes(arr, c, PRECISION)
+        if state is None:   # a dense model: coefficients.row_coefficients' σ_i
+            p_b, g_b, o_b = model_state_bytes(1.0, zero_group(c), c.zero, PRECISION)
+            o_b *= optimizer_share(load_runtime(c.runtime), PRECISION)
+            state = arr.params / c.tp * (p_b + g_b + o_b)
+        return self.costs.profile.memory_reserve_bytes + float(state.sum()) / c.pp
+
+    def over_hbm(self, c) -> bool:
+        """No split of ``c`` fits: its states alone exceed the GPU's memory."""
+        return self.bound(c) > self.costs.profile.hbm_bytes
