@@ -222,6 +222,8 @@ class Frontier:
         terms = self.costs.terms(c)
         self.stats.bounded += 1
         mlb = terms.memory_lower_bound()
+        from autopar.search.stage_memory import stage_memory_bound  # moesearch: every stage holds a row
+        mlb = max(mlb, stage_memory_bound(terms))
         if mlb > terms.hbm:
             self.stats.pruned_memory += 1
             self.memory_dropped.append((mlb, c))

@@ -1,0 +1,88 @@
+"""A memory bound that knows every virtual stage holds a row: interleaved MoE layouts that no
+split fits are dropped before CP-SAT.
+
+``Terms.memory_lower_bound`` charges each rank its activations at the *smallest* in-flight count
+among its stages and lets rows go in pieces to whichever rank is cheapest. Under interleaved 1F1B
+a rank's first chunk holds up to pp + … micro-batches and its last one 1, so the bound sees every
+rank as nearly free: deepseek-v3-like on 1024 H100, FP8 dp256·pp4 vpp8 ep8 ZeRO-3 full
+recompute, bounds 77 GiB while every split needs more than 140 GiB in the split program
+(``split_memory``), and CP-SAT spent its whole limit (2–9 s, three tries per configuration) on
+such layouts without finding a split or proving none, so the search could not prove anything.
+
+The split program's memory of rank r (``split_memory.add_memory``) is
+``R + Σ_{v ∈ r} Σ_{i ∈ v} (σ_i + φ_v α_i) + w·[r holds a block] + top2_r`` with ``top2_r`` (ZeRO-3)
+the weights of its two largest rows. Every stage v holds at least its first row, whose index
+``a_v`` lies in ``[v, n − S + v]`` (S stages, each non-empty, in order), so
+
+* stage v costs at least ``c_v = min_{i ∈ [v, n−S+v]} (σ_i + φ_v α_i)``;
+* rank r holds a block whenever one of its stages' ranges is all blocks (``w`` is then due);
+* its two largest rows weigh at least the two largest of its stages' smallest first rows;
+* the other ``n − S`` rows cost at least ``e_r = min_{i, v ∈ r} (σ_i + φ_v α_i)`` each on rank r,
+  and may be split between ranks (water-filling): the smallest ``L`` with
+  ``Σ_r max(0, L − F_r) / e_r ≥ n − S``;
+* those rows are ``n − S`` distinct rows, so together they cost at least the ``n − S`` smallest
+  of ``ρ_i = min_v (σ_i + φ_v α_i)``, ``X``; the most loaded rank holds at least the mean
+  ``(Σ_r F_r + X) / pp`` (a MoE table has few cheap rows: the water-filling alone charges every
+  extra row at the price of the embedding).
+
+So ``max_r M_r ≥ R + max(max_r F_r, L, (Σ_r F_r + X)/pp)`` with ``F_r`` the rank's forced part; nothing here rounds
+up, and the program rounds bytes up, so a configuration above HBM here has no split the program
+accepts. Not for the split-backward schedules (their peaks are several moments: ``Terms.states``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def stage_memory_bound(terms) -> float:
+    """A lower bound on the most loaded rank's memory in the split program (module docstring);
+    ``terms.reserve`` where it does not apply."""
+    if terms.states is not None:
+        return terms.reserve
+    co = terms.coef
+    n, S = terms.n, terms.n_virtual
+    if S > n:
+        return terms.reserve
+    sigma, alpha = np.asarray(co.state_bytes, float), np.asarray(co.act_bytes, float)
+    block = np.asarray(co.is_block, bool)
+    weight = np.asarray(co.weight_bytes, float)
+    w = float(np.max(co.act_none_bytes[block])) if (terms.full_recompute and block.any()) else 0.0
+    first, cheapest = [], []
+    forced_block, first_weight = [], []
+    for v in range(S):
+        lo, hi = v, n - S + v + 1
+        cost = sigma + terms.inflight[v] * alpha
+        first.append(float(cost[lo:hi].min()))
+        cheapest.append(float(cost.min()))
+        forced_block.append(bool(block[lo:hi].all()))
+        first_weight.append(float(weight[lo:hi].min()))
+    F, e = [], []
+    for r in range(terms.pp):
+        vs = terms.stages_of(r)
+        f = sum(first[v] for v in vs)
+        if w and any(forced_block[v] for v in vs):
+            f += w
+        if terms.zero3_buffer:
+            f += sum(sorted((first_weight[v] for v in vs), reverse=True)[:2])
+        F.append(f)
+        e.append(min(cheapest[v] for v in vs))
+    # the other n − S rows are n − S distinct rows: together at least the n − S smallest of each
+    # row's cheapest cost anywhere, shared by the pp ranks (the most loaded holds the mean or more)
+    rho = np.sort(np.min(sigma[:, None] + np.asarray(terms.inflight, float)[None, :] * alpha[:, None], axis=1))
+    mean = (sum(F) + float(rho[: n - S].sum())) / terms.pp
+    return terms.reserve + max(max(F), mean, _water_level(np.array(F), np.array(e), n - S))
+
+
+def _water_level(F: np.ndarray, e: np.ndarray, extra: int) -> float:
+    """The smallest L with Σ_r max(0, L − F_r)/e_r ≥ extra (0 where a rank takes rows for free)."""
+    if extra <= 0 or np.any(e <= 0):
+        return 0.0
+    order = np.argsort(F)
+    F, e = F[order], e[order]
+    # L between F[k] and F[k+1]: ranks 0..k absorb (L − F_j)/e_j rows
+    for k in range(len(F)):
+        inv = 1.0 / e[: k + 1]
+        level = (extra + float(np.sum(F[: k + 1] * inv))) / float(np.sum(inv))
+        if k + 1 == len(F) or level <= F[k + 1]:
+            return level
+    return float(F[-1])
