@@ -17,9 +17,12 @@ the weights of its two largest rows. Every stage v holds at least its first row,
 * stage v costs at least ``c_v = min_{i ∈ [v, n−S+v]} (σ_i + φ_v α_i)``;
 * rank r holds a block whenever one of its stages' ranges is all blocks (``w`` is then due);
 * its two largest rows weigh at least the two largest of its stages' smallest first rows;
-* the other ``n − S`` rows cost at least ``e_r = min_{i, v ∈ r} (σ_i + φ_v α_i)`` each on rank r,
-  and may be split between ranks (water-filling): the smallest ``L`` with
-  ``Σ_r max(0, L − F_r) / e_r ≥ n − S``;
+* of the other ``n − S`` rows, at least ``n − S − (n − n_c)`` belong to any class c of ``n_c``
+  equal rows (σ_c, α_c); each costs at least ``e_r = σ_c + min_{v ∈ r} φ_v α_c`` on rank r, and
+  they may be split between ranks (water-filling): the smallest ``L`` with
+  ``Σ_r max(0, L − F_r) / e_r ≥ n − S − (n − n_c)`` (a MoE table's 58 equal MoE rows of 63
+  decide it; charging every extra row at the cheapest row's price let the embedding and dense
+  rows stand in for all of them);
 * those rows are ``n − S`` distinct rows, so together they cost at least the ``n − S`` smallest
   of ``ρ_i = min_v (σ_i + φ_v α_i)``, ``X``; the most loaded rank holds at least the mean
   ``(Σ_r F_r + X) / pp`` (a MoE table has few cheap rows: the water-filling alone charges every
@@ -56,7 +59,7 @@ def stage_memory_bound(terms) -> float:
         cheapest.append(float(cost.min()))
         forced_block.append(bool(block[lo:hi].all()))
         first_weight.append(float(weight[lo:hi].min()))
-    F, e = [], []
+    F, phi_min = [], []
     for r in range(terms.pp):
         vs = terms.stages_of(r)
         f = sum(first[v] for v in vs)
@@ -65,12 +68,23 @@ def stage_memory_bound(terms) -> float:
         if terms.zero3_buffer:
             f += sum(sorted((first_weight[v] for v in vs), reverse=True)[:2])
         F.append(f)
-        e.append(min(cheapest[v] for v in vs))
-    # the other n − S rows are n − S distinct rows: together at least the n − S smallest of each
-    # row's cheapest cost anywhere, shared by the pp ranks (the most loaded holds the mean or more)
+        phi_min.append(min(terms.inflight[v] for v in vs))
+    F_arr, phi = np.array(F), np.array(phi_min, dtype=float)
+    level = max(F)
+    # the other n − S rows: of a class of n_c equal rows (σ, α), at least n − S − (n − n_c) are
+    # among them, each on rank r at σ + min_{v ∈ r} φ_v α or more (water-filling over the ranks)
+    classes: dict = {}
+    for s_i, a_i in zip(sigma.tolist(), alpha.tolist()):
+        classes[(s_i, a_i)] = classes.get((s_i, a_i), 0) + 1
+    for (s_c, a_c), n_c in classes.items():
+        need = (n - S) - (n - n_c)
+        if need > 0:
+            level = max(level, _water_level(F_arr, s_c + phi * a_c, need))
+    # those n − S rows together cost at least the n − S smallest of each row's cheapest cost
+    # anywhere, shared by the pp ranks (the most loaded holds the mean or more)
     rho = np.sort(np.min(sigma[:, None] + np.asarray(terms.inflight, float)[None, :] * alpha[:, None], axis=1))
-    mean = (sum(F) + float(rho[: n - S].sum())) / terms.pp
-    return terms.reserve + max(max(F), mean, _water_level(np.array(F), np.array(e), n - S))
+    level = max(level, (sum(F) + float(rho[: n - S].sum())) / terms.pp)
+    return terms.reserve + level
 
 
 def _water_level(F: np.ndarray, e: np.ndarray, extra: int) -> float:
