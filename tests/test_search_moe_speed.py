@@ -90,9 +90,10 @@ def test_balanced_fallback_without_a_frontier_keeps_its_deadline():
 
 @pytest.mark.parametrize("dense", [False, True])
 def test_static_memory_bound_is_under_the_lp_bound(dense):
-    """``expert_bounds.StaticMemory`` (states only, ranks weighted evenly) never exceeds
-    ``Terms.memory_lower_bound``, so a configuration it drops has no split that fits; and it
-    drops some: experts unsharded on few GPUs do not fit a small HBM."""
+    """``expert_bounds.StaticMemory``'s two bounds (states only, ranks weighted evenly) never
+    exceed ``Terms.memory_lower_bound`` (the program's) and ``estimate``'s memory of a split, so a
+    configuration it drops has no split that fits either; and it drops some: experts unsharded on
+    few GPUs do not fit a small HBM."""
     import dataclasses
 
     from synthetic_tables import gpt_table
@@ -104,8 +105,13 @@ def test_static_memory_bound_is_under_the_lp_bound(dense):
     static = StaticMemory(costs)
     configs = list(configurations(Shape.of(t), 32, 128, prof.gpus_per_node))
     dropped = 0
-    for c in random.Random(7).sample(configs, 40):
-        assert static.bound(c) <= costs.terms(c).memory_lower_bound() * (1 + 1e-12)
+    rng = random.Random(7)
+    for c in rng.sample(configs, 40):
+        assert static.program_bound(c) <= costs.terms(c).memory_lower_bound() * (1 + 1e-12)
+        n, S = len(t.rows), c.pp * c.vpp
+        cuts = sorted(rng.sample(range(1, n), S - 1))
+        est = costs.evaluate(c.plan(tuple(zip([0] + cuts, cuts + [n]))))
+        assert static.estimate_bound(c) <= est["memory_bytes"]["total"] * (1 + 1e-12)
         dropped += static.over_hbm(c)
     assert dropped and sum(map(static.over_hbm, configs)) < len(configs)
 
