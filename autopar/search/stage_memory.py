@@ -43,13 +43,63 @@ def stage_memory_bound(terms) -> float:
     if terms.states is not None:
         return terms.reserve
     co = terms.coef
-    n, S = terms.n, terms.n_virtual
-    if S > n:
+    if terms.n_virtual > terms.n:
         return terms.reserve
-    sigma, alpha = np.asarray(co.state_bytes, float), np.asarray(co.act_bytes, float)
     block = np.asarray(co.is_block, bool)
-    weight = np.asarray(co.weight_bytes, float)
     w = float(np.max(co.act_none_bytes[block])) if (terms.full_recompute and block.any()) else 0.0
+    return _rank_bound(terms, np.asarray(co.state_bytes, float), np.asarray(co.weight_bytes, float), w)
+
+
+def estimate_stage_bound(costs, c, terms) -> float:
+    """The same bound on ``estimate``'s memory of the most loaded GPU (what decides whether a plan
+    fits): its per-row states and ZeRO-3 gathered rows read off ``memory.stage_memory`` and
+    ``experts.fix_stage_memory`` one row at a time (linear where no row's value is clipped at 0,
+    checked: else the bound is left out), its activations the program's (``row_coefficients``,
+    which ``estimate`` reads too), and no recompute working set. The two disagree for ep with
+    ZeRO-3: the estimate gathers a MoE row's every expert (deepseek-v3-like: 42.9 GiB for two rows
+    at ep8), the program the local shard (6.2 GiB). ``c``: the configuration as searched (cp unfolded)."""
+    if terms.states is not None or terms.n_virtual > terms.n:
+        return terms.reserve
+    cache = costs.__dict__.setdefault("_estimate_rows", {})
+    key = (c.tp, c.dp, c.cp, c.zero, c.ep, c.etp, c.dp_shard, c.runtime, c.precision)
+    if key not in cache:
+        cache[key] = _estimate_rows(costs, c)
+    if cache[key] is None:
+        return terms.reserve
+    states, gathered = cache[key]
+    return _rank_bound(terms, states, gathered, 0.0)
+
+
+def _estimate_rows(costs, c):
+    """(states, gathered) per row as ``estimate`` charges them, None where a row's is clipped."""
+    from costmodels.model.allocator import as_allocated
+    from costmodels.model.context_parallel import zero_group
+    from costmodels.model.experts import fix_stage_memory
+    from costmodels.model.memory import stage_memory
+    from costmodels.profiles.runtime import load_runtime
+    _table, arr, pc = costs.priced(c)
+    rt = load_runtime(pc.runtime)
+    states, gathered = np.zeros(arr.n), np.zeros(arr.n)
+    for i in range(arr.n):
+        mem = stage_memory(arr, [(i, i + 1)], tp=pc.tp, dp=zero_group(pc), zero=pc.zero,
+                           sp=pc.sequence_parallel, b=pc.micro_batch_size, recompute=pc.recompute,
+                           attention=pc.attention, inflight=[0], reserve=0.0, act_rows=np.zeros(arr.n),
+                           precision="bf16-mixed")
+        mem = as_allocated(fix_stage_memory(mem, arr, [(i, i + 1)], pc, "bf16-mixed"), rt, "bf16-mixed")
+        if arr.params[i] > 0 and min(mem["params"], mem["grads"], mem["optimizer"]) <= 0.0:
+            return None   # a clipped row: its value is not its share of a rank's
+        states[i] = mem["params"] + mem["grads"] + mem["optimizer"]
+        gathered[i] = mem["gathered"]
+    return states, gathered
+
+
+def _rank_bound(terms, sigma: np.ndarray, weight: np.ndarray, w: float) -> float:
+    """The module docstring's bound for per-row states ``sigma``, ZeRO-3 buffer ``weight`` (two
+    largest per rank) and recompute working set ``w``; activations ``terms.coef.act_bytes``."""
+    co = terms.coef
+    n, S = terms.n, terms.n_virtual
+    alpha = np.asarray(co.act_bytes, float)
+    block = np.asarray(co.is_block, bool)
     first, cheapest = [], []
     forced_block, first_weight = [], []
     for v in range(S):
