@@ -19,8 +19,8 @@ the weights of its two largest rows. Every stage v holds at least its first row,
 * its two largest rows weigh at least the two largest of its stages' smallest first rows;
 * of the other ``n − S`` rows, at least ``n − S − (n − n_c)`` belong to any class c of ``n_c``
   equal rows (σ_c, α_c); each costs at least ``e_r = σ_c + min_{v ∈ r} φ_v α_c`` on rank r, and
-  they may be split between ranks (water-filling): the smallest ``L`` with
-  ``Σ_r max(0, L − F_r) / e_r ≥ n − S − (n − n_c)`` (a MoE table's 58 equal MoE rows of 63
+  rows are whole: the least ``max_r (F_r + k_r e_r)`` over counts with ``Σ k_r = n − S − (n −
+  n_c)``, each row to the rank it leaves lowest (a MoE table's 58 equal MoE rows of 63
   decide it; charging every extra row at the cheapest row's price let the embedding and dense
   rows stand in for all of them);
 * those rows are ``n − S`` distinct rows, so together they cost at least the ``n − S`` smallest
@@ -138,15 +138,17 @@ def _rank_bound(terms, sigma: np.ndarray, weight: np.ndarray, w: float) -> float
 
 
 def _water_level(F: np.ndarray, e: np.ndarray, extra: int) -> float:
-    """The smallest L with Σ_r max(0, L − F_r)/e_r ≥ extra (0 where a rank takes rows for free)."""
+    """The least possible max_r (F_r + k_r·e_r) over whole row counts k_r ≥ 0 with Σ k_r = extra
+    (rows are not cut in the program): each row in turn to the rank it leaves lowest, exact for
+    equal rows; 0 where a rank takes rows for free."""
     if extra <= 0 or np.any(e <= 0):
         return 0.0
-    order = np.argsort(F)
-    F, e = F[order], e[order]
-    # L between F[k] and F[k+1]: ranks 0..k absorb (L − F_j)/e_j rows
-    for k in range(len(F)):
-        inv = 1.0 / e[: k + 1]
-        level = (extra + float(np.sum(F[: k + 1] * inv))) / float(np.sum(inv))
-        if k + 1 == len(F) or level <= F[k + 1]:
-            return level
-    return float(F[-1])
+    import heapq
+    heap = [(float(f + c), float(c)) for f, c in zip(F, e)]
+    heapq.heapify(heap)
+    level = 0.0
+    for _ in range(extra):
+        load, c = heapq.heappop(heap)
+        level = max(level, load)
+        heapq.heappush(heap, (load + c, c))
+    return level
