@@ -50,6 +50,8 @@ class Costs:
         if c.precision != "bf16":   # FP8 rows (precision.fp8_row_times) depend on the shard too
             key += (c.precision, c.zero)
         q = self._quick.get(key)
+        if q is None and table is self.table:   # moesearch: distinct rows priced once (row_classes)
+            q = self._quick[key] = self._quick_by_class(c, rtp)
         if q is None:
             moe = plan_experts(arr, self.profile, c, "bf16-mixed", rtp)   # None: a dense model
             tau = plan_row_times(arr, self.profile, c, "bf16-mixed", rtp, moe).row_total_s
@@ -64,6 +66,21 @@ class Costs:
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
             return m * tmax + opt
         return (m - 1.0 / v) * tmax + total / v + opt
+
+    def _quick_by_class(self, c: Config, rtp):
+        """(Σ τ, max τ, Σ params) of ``c`` from the table's distinct rows (``row_classes``),
+        or None when its rows are all distinct (moesearch)."""
+        if not hasattr(self, "_classes"):
+            from autopar.search.row_classes import row_classes
+            rc = row_classes(self.table)
+            self._classes = (rc, table_arrays(rc.table)) if rc is not None else None
+        if self._classes is None:
+            return None
+        rc, arr = self._classes
+        moe = plan_experts(arr, self.profile, c, "bf16-mixed", rtp)
+        tau = plan_row_times(arr, self.profile, c, "bf16-mixed", rtp, moe).row_total_s
+        params = arr.params / c.tp if moe is None else moe.params
+        return (rc.total(tau), float(tau.max()), rc.total(params))
 
     # ---- level 1: the split program's data ----------------------------------------------------
     def terms(self, c: Config) -> Terms:

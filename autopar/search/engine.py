@@ -49,10 +49,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from autopar.search.fallback import FALLBACK_SHARE, balanced_fallback  # noqa: F401  (moesearch: engine's API)
 from autopar.search.frontier import Candidate, Frontier, SearchStats, objective_key
 from autopar.search.precision_space import search_precisions
 from autopar.search.space import Shape, check_fix_against, configurations, gpu_counts
-from costmodels.contracts.errors import AutoparError, NoFeasiblePlanError, PlanError
+from costmodels.contracts.errors import NoFeasiblePlanError, PlanError
 from costmodels.model.checks import check_plan
 from costmodels.profiles.runtime import load_runtime
 
@@ -152,9 +153,10 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     _check_request(objective, target_step_time_s, top)
     fix = dict(fix or {})
     check_fix_against(fix, gpus if objective == "step_time" else None)
+    deadline = t0 + time_limit_s   # the whole search's, balanced_fallback included
     frontier = Frontier(costs, objective=objective, top=top, target_step_time_s=target_step_time_s,
                         fixed_stages=fix.get("stages"), solve_limit_s=solve_limit_s,
-                        deadline=t0 + time_limit_s)
+                        deadline=deadline - FALLBACK_SHARE * time_limit_s)
     shape = Shape.of(costs.table)
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
@@ -175,7 +177,11 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
         raise NoFeasiblePlanError(_no_configuration_message(shape, gpus, global_batch, costs, fix,
                                                             allow_cross_node_tp, objective) + near)
     progress = progress or Progress(False)
-    optimal = frontier.run(progress) and frontier.proved()
+    finished = frontier.run(progress)
+    if not finished and frontier.results:   # plans on the way: the fallback's share goes to them
+        frontier.deadline = deadline
+        finished = frontier.run(progress)
+    optimal = finished and frontier.proved()
     progress.done()
     results = frontier.results
     from autopar.search.schedule_gain import schedule_gain
@@ -187,7 +193,7 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
     ctx = context or {}
     if not results and not optimal and objective == "step_time":
         results = balanced_fallback(costs, shape, gpus, global_batch, fix, allow_cross_node_tp,
-                                    max_micro_batch, zero_bubble, top)
+                                    max_micro_batch, zero_bubble, top, deadline=deadline, frontier=frontier)
     if not results:
         if not optimal:   # cut by the deadline, or CP-SAT runs that ended without an answer
             raise NoFeasiblePlanError(f"the search ran past its time limit ({time_limit_s:g} s) before "
@@ -213,37 +219,6 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                                                   zero_bubble=zero_bubble))
 
 
-def balanced_fallback(costs, shape: Shape, gpus: int, global_batch: int, fix: dict, allow_cross_node_tp: bool,
-                      max_micro_batch: int | None, zero_bubble: bool, top: int, budget_s: float = 60.0) -> list:
-    """When the deadline comes before CP-SAT has returned any split (the zero-bubble split
-    programs at pp ≥ 8 can take minutes each), still answer: configurations in order of their
-    quick bound, each on ``estimate``'s balanced split, for up to ``budget_s`` seconds (gpt3-175b
-    pinned to interleaved-zb: 8220 configurations, all in ~33 s; the first that fits is the
-    1843rd), best ``top`` that fit. Scored exactly, but neither split-optimised nor proved: the
-    result says ``optimal: false`` and each candidate's status is ``balanced-fallback``."""
-    configs = sorted(configurations(shape, gpus, global_batch, costs.profile.link_domain, fix,
-                                    allow_cross_node_tp, max_micro_batch, zero_bubble,
-                                    precisions=search_precisions(costs.profile, fix)),
-                     key=costs.quick_bound)
-    from costmodels.contracts.split import balanced_stages
-    scored, t0 = [], time.perf_counter()
-    for c in configs:
-        if time.perf_counter() - t0 > budget_s:
-            break
-        try:
-            plan = c.plan(balanced_stages(costs.table, c.pp * c.vpp))
-            pred = costs.evaluate(plan)
-        except AutoparError:
-            continue
-        if pred.get("fits", True):
-            scored.append((pred["step_time_s"], c, plan, pred))
-    scored.sort(key=lambda x: x[0])
-    out = [Candidate(c, plan, pred, t, "balanced-fallback") for t, c, plan, pred in scored[:top]]
-    for i, cand in enumerate(out):
-        cand.prediction["rank"] = i + 1
-    return out
-
-
 def _check_request(objective: str, target_step_time_s: float | None, top: int) -> None:
     if objective not in OBJECTIVES:
         raise PlanError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
@@ -260,10 +235,14 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
     many virtual stages, the stages checked once (the same one-line PlanError as 'autopar
     estimate')."""
     costs, fixed_stages, checked = frontier.costs, fix.get("stages"), False
+    from autopar.search.expert_bounds import StaticMemory
+    static = StaticMemory(costs)   # moesearch: states over HBM under any split, before any bound
     for g in counts:
         for c in configurations(shape, g, global_batch, costs.profile.link_domain, fix,
                                 allow_cross_node_tp, max_micro_batch, zero_bubble,
                                     precisions=search_precisions(costs.profile, fix)):
+            if frontier.stats.configurations % 256 == 255 and time.perf_counter() > frontier.deadline:
+                return   # moesearch: past the deadline the frontier stops unproved (run -> False)
             frontier.stats.configurations += 1
             if fixed_stages is not None:
                 if len(fixed_stages) != c.pp * c.vpp:
@@ -271,6 +250,10 @@ def _offer_configurations(frontier: Frontier, shape: Shape, counts, global_batch
                 if not checked:
                     check_plan(costs.table, c.plan(fixed_stages), g, global_batch)
                     checked = True
+            if static.over_hbm(c):
+                frontier.stats.pruned_memory += 1
+                frontier.memory_dropped.append((static.bound(c), c))
+                continue
             frontier.offer(c)
 
 

@@ -222,6 +222,8 @@ class Frontier:
         terms = self.costs.terms(c)
         self.stats.bounded += 1
         mlb = terms.memory_lower_bound()
+        from autopar.search.stage_memory import estimate_stage_bound, stage_memory_bound  # moesearch
+        mlb = max(mlb, stage_memory_bound(terms), estimate_stage_bound(self.costs, c, terms))
         if mlb > terms.hbm:
             self.stats.pruned_memory += 1
             self.memory_dropped.append((mlb, c))
