@@ -31,6 +31,7 @@ class Costs:
         self.global_batch = global_batch
         self.arr = table_arrays(table)
         self._quick: dict = {}
+        self._quick_parts: dict = {}
 
     def m(self, c: Config) -> int:
         return self.global_batch // (c.dp * c.micro_batch_size)
@@ -38,7 +39,22 @@ class Costs:
     # ---- level 0: cheap bound -------------------------------------------------------------
     def quick_bound(self, c: Config) -> float:
         """Lower bound on the step time of any split of ``c``: compute only, perfectly balanced,
-        no communication exposed except the tensor-parallel collectives (always on the path)."""
+        no communication exposed except the tensor-parallel collectives (always on the path).
+        Its parts but the schedule's are kept per configuration less (schedule, vpp): listing and
+        bounding every configuration was most of a throughput_per_gpu search (556k of them)."""
+        k0 = (c.dp, c.tp, c.pp, c.micro_batch_size, c.zero, c.recompute, c.sequence_parallel, c.attention,
+              c.placement, c.runtime, c.precision, c.cp, c.dp_shard, c.ep, c.etp)
+        parts = self._quick_parts.get(k0)
+        if parts is None:
+            parts = self._quick_parts[k0] = self._quick_bound_parts(c)
+        m, tmax, total, opt = parts
+        v = c.vpp
+        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
+            return m * tmax + opt
+        return (m - 1.0 / v) * tmax + total / v + opt
+
+    def _quick_bound_parts(self, c: Config) -> tuple[float, float, float, float]:
+        """(m, max(Στ/pp, max τ), Στ, optimizer step) of ``quick_bound``."""
         m = self.m(c)   # micro-batches per step: the same before and after cp is folded into dp
         table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
@@ -56,13 +72,10 @@ class Costs:
             q = (float(tau.sum()), float(tau.max()), params)
             self._quick[key] = q
         total, mx, params = q
-        v = c.vpp
         tmax = max(total / c.pp, mx)
         opt = optimizer_step_s(params / c.pp / optimizer_shards(zero_group(c), c.zero),
                                stack_profile(self.profile, rtp.kernel_stack))
-        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
-            return m * tmax + opt
-        return (m - 1.0 / v) * tmax + total / v + opt
+        return m, tmax, total, opt
 
     # ---- level 1: the split program's data ----------------------------------------------------
     def terms(self, c: Config) -> Terms:

@@ -251,7 +251,8 @@ class SplitModel:
         md.AddMaxEquality(self.T, self.Tr)
         # redundant cut (the integer bound of Terms.rank_time_bound, in rounded units): it does not
         # change the optimum, it closes the LP gap that identical blocks leave
-        cut = max(0, int(math.floor(self.t.rank_time_bound() / self.unit - self.n)))
+        rank_floor = max(self.t.rank_time_bound(), self.t.memory_floor_s() if self.vpp == 1 else 0.0)
+        cut = max(0, int(math.floor(rank_floor / self.unit - self.n)))
         md.Add(self.T >= cut)
         if self.vpp > 1 and self.sched is None:
             # interleaved: C_c = max_r t_{r,c}, the slowest chunk of column c; Cmax = max_c C_c
@@ -271,7 +272,7 @@ class SplitModel:
             # blocks): each rank's chunks sit in the columns, the columns hold every block
             md.Add(sum(self.C) >= self.T)
             md.Add(self.vpp * self.Cmax >= sum(self.C))
-            col = int(math.floor(self.t.column_sum_bound() / self.unit - self.n))
+            col = int(math.floor(max(self.t.column_sum_bound(), self.t.memory_floor_s()) / self.unit - self.n))
             md.Add(sum(self.C) >= max(0, col))
 
     # 6. memory: autopar.search.split_memory -----------------------------------------------
@@ -359,6 +360,11 @@ class SplitModel:
         stopped = stop_when_bound_passes(self, solver)
         code = solver.Solve(self.model)
         wall = time.perf_counter() - t0
+        res = self._result(solver, code, stopped, wall, t0)
+        res.det_s = float(solver.response_proto.deterministic_time)
+        return res
+
+    def _result(self, solver, code, stopped: list, wall: float, t0: float) -> SplitResult:
         cp = self.cp
         if code in (cp.OPTIMAL, cp.FEASIBLE):
             xs = [int(solver.Value(x)) for x in self.x]
