@@ -32,6 +32,7 @@ class Costs:
         self.arr = table_arrays(table)
         self._quick: dict = {}
         self._quick_parts: dict = {}
+        self._memory_coef: dict = {}
 
     def m(self, c: Config) -> int:
         return self.global_batch // (c.dp * c.micro_batch_size)
@@ -78,10 +79,25 @@ class Costs:
         return m, tmax, total, opt
 
     # ---- level 1: the split program's data ----------------------------------------------------
-    def terms(self, c: Config) -> Terms:
+    def memory_lower_bound(self, c: Config) -> float:
+        """``terms(c).memory_lower_bound()``, reading the bytes per row (model state σ, saved
+        activations α) of any configuration that differs from ``c`` only in (pp, vpp, schedule):
+        they do not depend on those (``coefficients._row_coefficients``), and most configurations
+        the search bounds are dropped on memory alone (throughput_per_gpu on 1024 GPUs: 65k of
+        67k), which then costs no coefficients of their own."""
+        key = (c.dp, c.tp, c.micro_batch_size, c.zero, c.recompute, c.sequence_parallel, c.attention,
+               c.placement, c.runtime, c.precision, c.cp, c.dp_shard, c.ep, c.etp)
+        coef = self._memory_coef.get(key)
+        if coef is None:
+            table, _, pc = self.priced(c)
+            coef = self._memory_coef[key] = row_coefficients(table, self.profile, pc)
+        return self.terms(c, coef=coef).memory_lower_bound()
+
+    def terms(self, c: Config, coef=None) -> Terms:
         """The cost model's coefficients of ``c`` (``row_coefficients``, in the search's recipe
         "bf16-mixed") with the schedule's in-flight count φ_v of every virtual stage v = j·pp + r
-        (chunk j of pipeline rank r) and the GPU's memory limits."""
+        (chunk j of pipeline rank r) and the GPU's memory limits. ``coef``: coefficients already
+        known (``memory_lower_bound``'s, for its bytes only)."""
         m = self.m(c)
         table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         inflight = [0] * (c.pp * c.vpp)
@@ -97,7 +113,7 @@ class Costs:
                       else [n for n, _ in max(states[r], key=lambda st: sum(n for n, _ in st))])
             for j, count in enumerate(counts):
                 inflight[stages[j]] = count
-        return Terms(config=c, coef=row_coefficients(table, self.profile, c), m=m,
+        return Terms(config=c, coef=coef or row_coefficients(table, self.profile, c), m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes,
                      hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)
 

@@ -229,13 +229,13 @@ class Frontier:
 
     def _bound(self, c: Config) -> None:
         """Level 0 → 1: the configuration's terms and its split-independent bounds."""
-        terms = self.costs.terms(c)
         self.stats.bounded += 1
-        mlb = terms.memory_lower_bound()
-        if mlb > terms.hbm:
+        mlb = self.costs.memory_lower_bound(c)   # (no coefficients of c's own for this)
+        if mlb > self.costs.profile.hbm_bytes:
             self.stats.pruned_memory += 1
             self.memory_dropped.append((mlb, c))
             return
+        terms = self.costs.terms(c)
         lb = terms.time_lower_bound()
         if not self._misses_target(lb):
             self.push(c, lb, 1, terms)
