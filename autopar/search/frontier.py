@@ -258,9 +258,14 @@ class Frontier:
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
+        if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
+            self._seed_ahead()
+            ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
         # the entry next in line: once CP-SAT proves every split of c sorts after it, c waits
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
+        if c in self.awaiting_cut and ub is not None:
+            stop = None   # the k-th plan's cut alone: its infeasibility is the proof it waited for
         if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
             stop *= 1 + STOP_MARGIN * DEFER_GROWTH ** self.deferrals.get(c, 0)
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
@@ -328,6 +333,15 @@ class Frontier:
             # a split that fits is known: a stop-cut infeasibility then means "after the next
             # entry", with no memory program to tell it from "no split fits" (split_stop)
             terms.fits_memory.setdefault(None, True)
+
+    def _seed_ahead(self, ahead: int = 64) -> None:
+        """Score the min-max splits of the next ``ahead`` configurations on the heap that have
+        terms (``_seed``) until ``top`` plans are known: real plans, so a valid k-th plan's cut."""
+        for _, _, level, c2, payload in heapq.nsmallest(ahead, self.heap):
+            if len(self.exact_keys) >= self.top:
+                return
+            if level == 1:
+                self._seed(c2, payload)
 
     def _seed_split(self, c: Config, stages) -> bool:
         """The evaluator's score of ``stages`` on ``c``, known as a real plan where it fits;
