@@ -299,6 +299,8 @@ class Frontier:
             # one more, longer try when its turn comes again (the proved bound keeps it in order):
             # large uneven interleavings can take CP-SAT a few seconds to prove
             self.retried.add(c)
+            if ub is None:   # its retry waits for a k-th plan's cut too (awaiting_cut below)
+                self.awaiting_cut.add(c)
             self._incumbent(c, res)
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
