@@ -119,7 +119,10 @@ class Frontier:
     drops it (memory bound above HBM, no split fits, too slow for the target); an entry popped
     at level 2 is the next-best plan. ``stats`` counts what happened, ``proved`` says whether
     the ranking is exact under the model. Every key is a lower bound on what the entry can still
-    become, so the plans come out best first."""
+    become, so the plans come out best first. Before a configuration's first split solve its
+    bound is raised by ``autopar.search.memory_blocks`` (memory's floor; it waits unsolved when
+    that puts it behind the next entry), and a solve that stalls before any k-th plan exists
+    waits for that plan's cut (``awaiting_cut``, ``_seed_ahead``)."""
 
     def __init__(self, costs, *, objective: str, top: int, target_step_time_s: float | None,
                  fixed_stages, solve_limit_s: float, deadline: float):
