@@ -59,7 +59,8 @@ def main() -> None:
               f"the memory bound, {st.solved} CP-SAT splits ({st.deferred} deferred behind a better bound, "
               f"{st.infeasible} infeasible, {st.pruned_bound} "
               f"proved unable to enter the top {args.top}, {st.not_proved} unproved), "
-              f"solver {st.solver_s:.2f} s")
+              f"{st.memory_floored} put back unsolved by the memory floor, "
+              f"solver {st.solver_s:.2f} s wall, {st.solver_det:.2f} CP-SAT deterministic units")
         print(f"  best: dp={best['dp']} tp={best['tp']} pp={best['pp']} vpp={best['vpp']} "
               f"mbs={best['micro_batch_size']} zero={best['zero']} recompute={best['recompute']} "
               f"sp={best['sequence_parallel']} {best['schedule']}: {best['step_time_s']:.3f} s/step, "

@@ -32,6 +32,8 @@ class Costs:
         self.global_batch = global_batch
         self.arr = table_arrays(table)
         self._quick: dict = {}
+        self._quick_parts: dict = {}
+        self._memory_coef: dict = {}
 
     def m(self, c: Config) -> int:
         return self.global_batch // (c.dp * c.micro_batch_size)
@@ -39,7 +41,22 @@ class Costs:
     # ---- level 0: cheap bound -------------------------------------------------------------
     def quick_bound(self, c: Config) -> float:
         """Lower bound on the step time of any split of ``c``: compute only, perfectly balanced,
-        no communication exposed except the tensor-parallel collectives (always on the path)."""
+        no communication exposed except the tensor-parallel collectives (always on the path).
+        Its parts but the schedule's are kept per configuration less (schedule, vpp): listing and
+        bounding every configuration was most of a throughput_per_gpu search (556k of them)."""
+        k0 = (c.dp, c.tp, c.pp, c.micro_batch_size, c.zero, c.recompute, c.sequence_parallel, c.attention,
+              c.placement, c.runtime, c.precision, c.cp, c.dp_shard, c.ep, c.etp)
+        parts = self._quick_parts.get(k0)
+        if parts is None:
+            parts = self._quick_parts[k0] = self._quick_bound_parts(c)
+        m, tmax, total, opt = parts
+        v = c.vpp
+        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
+            return m * tmax + opt
+        return (m - 1.0 / v) * tmax + total / v + opt
+
+    def _quick_bound_parts(self, c: Config) -> tuple[float, float, float, float]:
+        """(m, max(Στ/pp, max τ), Στ, optimizer step) of ``quick_bound``."""
         m = self.m(c)   # micro-batches per step: the same before and after cp is folded into dp
         table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         tp_tier = self.profile.group_link(c, "tp")   # the tier estimate prices TP on
@@ -59,13 +76,10 @@ class Costs:
             q = (float(tau.sum()), float(tau.max()), params)
             self._quick[key] = q
         total, mx, params = q
-        v = c.vpp
         tmax = max(total / c.pp, mx)
         opt = optimizer_step_s(params / c.pp / optimizer_shards(zero_group(c), c.zero),
                                stack_profile(self.profile, rtp.kernel_stack))
-        if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
-            return m * tmax + opt
-        return (m - 1.0 / v) * tmax + total / v + opt
+        return m, tmax, total, opt
 
     def _quick_by_class(self, c: Config, rtp):
         """(Σ τ, max τ, Σ params) of ``c`` from the table's distinct rows (``row_classes``),
@@ -83,10 +97,25 @@ class Costs:
         return (rc.total(tau), float(tau.max()), rc.total(params))
 
     # ---- level 1: the split program's data ----------------------------------------------------
-    def terms(self, c: Config) -> Terms:
+    def memory_lower_bound(self, c: Config) -> float:
+        """``terms(c).memory_lower_bound()``, reading the bytes per row (model state σ, saved
+        activations α) of any configuration that differs from ``c`` only in (pp, vpp, schedule):
+        they do not depend on those (``coefficients._row_coefficients``), and most configurations
+        the search bounds are dropped on memory alone (throughput_per_gpu on 1024 GPUs: 65k of
+        67k), which then costs no coefficients of their own."""
+        key = (c.dp, c.tp, c.micro_batch_size, c.zero, c.recompute, c.sequence_parallel, c.attention,
+               c.placement, c.runtime, c.precision, c.cp, c.dp_shard, c.ep, c.etp)
+        coef = self._memory_coef.get(key)
+        if coef is None:
+            table, _, pc = self.priced(c)
+            coef = self._memory_coef[key] = row_coefficients(table, self.profile, pc)
+        return self.terms(c, coef=coef).memory_lower_bound()
+
+    def terms(self, c: Config, coef=None) -> Terms:
         """The cost model's coefficients of ``c`` (``row_coefficients``, in the search's recipe
         "bf16-mixed") with the schedule's in-flight count φ_v of every virtual stage v = j·pp + r
-        (chunk j of pipeline rank r) and the GPU's memory limits."""
+        (chunk j of pipeline rank r) and the GPU's memory limits. ``coef``: coefficients already
+        known (``memory_lower_bound``'s, for its bytes only)."""
         m = self.m(c)
         table, arr, c = self.priced(c)   # cp: the rank's share, cp folded into dp (context_parallel)
         inflight = [0] * (c.pp * c.vpp)
@@ -102,7 +131,7 @@ class Costs:
                       else [n for n, _ in max(states[r], key=lambda st: sum(n for n, _ in st))])
             for j, count in enumerate(counts):
                 inflight[stages[j]] = count
-        return Terms(config=c, coef=row_coefficients(table, self.profile, c), m=m,
+        return Terms(config=c, coef=coef or row_coefficients(table, self.profile, c), m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes
                      + fixed_buffer_bytes(table, c, load_runtime(c.runtime)),   # long_sequence_memory.py
                      hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)

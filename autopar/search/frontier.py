@@ -38,7 +38,9 @@ class SearchStats:
     exact_resolves: int = 0         # split-backward schedules solved again with the exact program
     deferred: int = 0               # CP-SAT stopped once its bound passed the next entry's
     solver_s: float = 0.0
+    solver_det: float = 0.0         # CP-SAT's deterministic time over all solves (load-free)
     evaluator_s: float = 0.0
+    memory_floored: int = 0         # put back unsolved by the bound that sees memory (memory_blocks)
     ties_merged: int = 0            # plans shown once: same layout, other ZeRO stage, same step time
 
 
@@ -100,6 +102,12 @@ RETRY_FACTOR = 5
 # bench_search_scale: 0 → 121 and 114 solves, 3.5 and 13 s; 1 % → 69 solves, 2.2 and 9.6 s;
 # 3 % and 10 % slower again: each solve then proves more than the search needs)
 STOP_MARGIN = 0.01   # a configuration CP-SAT did not prove gets a second solve this many times longer
+# each time a configuration is deferred its margin grows this many times: one deferred again and
+# again is one whose bound lies far under its optimum (a memory-bound split), and proving it past
+# the next entry in 1 % steps re-solved it up to six times (gpt3-175b) — 259 of llama3-405b's 287
+# solves were such re-solves. Any margin keeps the search exact: the stop only ends a solve early.
+DEFER_GROWTH = 2.0
+CHEAP_DEFERRAL = 0.05   # CP-SAT deterministic units (~0.1 s of a quiet core)
 
 
 class Frontier:
@@ -111,7 +119,10 @@ class Frontier:
     drops it (memory bound above HBM, no split fits, too slow for the target); an entry popped
     at level 2 is the next-best plan. ``stats`` counts what happened, ``proved`` says whether
     the ranking is exact under the model. Every key is a lower bound on what the entry can still
-    become, so the plans come out best first."""
+    become, so the plans come out best first. Before a configuration's first split solve its
+    bound is raised by ``autopar.search.memory_blocks`` (memory's floor; it waits unsolved when
+    that puts it behind the next entry), and a solve that stalls before any k-th plan exists
+    waits for that plan's cut (``awaiting_cut``, ``_seed_ahead``)."""
 
     def __init__(self, costs, *, objective: str, top: int, target_step_time_s: float | None,
                  fixed_stages, solve_limit_s: float, deadline: float):
@@ -132,6 +143,8 @@ class Frontier:
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
         self._evaluated: dict = {}     # plan -> the evaluator's prediction
         self.seeded: set = set()       # configurations whose min-max split was scored (_seed)
+        self.awaiting_cut: set = set()  # unproved twice, solved again under the k-th plan's cut
+        self.deferrals: dict = {}      # configuration -> times its solve was deferred (DEFER_GROWTH)
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -219,11 +232,15 @@ class Frontier:
 
     def _bound(self, c: Config) -> None:
         """Level 0 → 1: the configuration's terms and its split-independent bounds."""
-        terms = self.costs.terms(c)
         self.stats.bounded += 1
-        mlb = terms.memory_lower_bound()
+        mlb = self.costs.memory_lower_bound(c)   # (no coefficients of c's own for this)
+        if mlb > self.costs.profile.hbm_bytes:
+            self.stats.pruned_memory += 1
+            self.memory_dropped.append((mlb, c))
+            return
+        terms = self.costs.terms(c)
         from autopar.search.stage_memory import estimate_stage_bound, stage_memory_bound  # moesearch
-        mlb = max(mlb, stage_memory_bound(terms), estimate_stage_bound(self.costs, c, terms))
+        mlb = max(stage_memory_bound(terms), estimate_stage_bound(self.costs, c, terms))
         if mlb > terms.hbm:
             self.stats.pruned_memory += 1
             self.memory_dropped.append((mlb, c))
@@ -236,17 +253,34 @@ class Frontier:
         """Level 1 → 2: CP-SAT places the split points, bounded by the k-th plan found so far."""
         from autopar.search.split_model import SplitModel
         from autopar.search.split_stop import some_split_fits
+        if terms.blocks is None and self.fixed_stages is None:
+            # before its first solve, the bound that sees memory (memory_blocks): where it puts
+            # the configuration behind the next entry, it waits there unsolved. (Before the
+            # zero-bubble graph bound: set_block_floor clears the bounds it would keep.)
+            terms.set_block_floor()
+            lb = terms.time_lower_bound()
+            if self._misses_target(lb):
+                return
+            if self.heap and objective_key(self.objective, c, lb) > self.heap[0][0]:
+                self.stats.memory_floored += 1
+                self.push(c, lb, 1, terms)
+                return
         from autopar.search.zb_bound import defer_by_graph_bound
         if defer_by_graph_bound(self, c, terms):   # issue 30: a zero-bubble op graph's LP bound first
             return
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
+        if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
+            self._seed_ahead()
+            ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1)
         # the entry next in line: once CP-SAT proves every split of c sorts after it, c waits
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
+        if c in self.awaiting_cut and ub is not None:
+            stop = None   # the k-th plan's cut alone: its infeasibility is the proof it waited for
         if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
-            stop *= 1 + STOP_MARGIN
+            stop *= 1 + STOP_MARGIN * DEFER_GROWTH ** self.deferrals.get(c, 0)
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
                            upper_bound_s=ub, stop_above_s=stop)
         if terms.split_backward and not some_split_fits(model):
@@ -260,6 +294,10 @@ class Frontier:
             # not out of time: its proved bound puts it behind the next entry; it is solved again
             # (from scratch, under the k-th plan's cut then in force) if that bound comes up
             self.stats.deferred += 1
+            # grown only while the deferring solves stay cheap: a wider margin asks CP-SAT to prove
+            # more, which the configurations of stalling bounds cannot (GPT 1T, dp32·pp12 vpp 6:
+            # its bound stalls near 68 s, and a margin past that left it unproved)
+            self.deferrals[c] = self.deferrals.get(c, 0) + 1 if res.det_s < CHEAP_DEFERRAL else 0
             self._incumbent(c, res)
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
@@ -274,6 +312,17 @@ class Frontier:
             # one more, longer try when its turn comes again (the proved bound keeps it in order):
             # large uneven interleavings can take CP-SAT a few seconds to prove
             self.retried.add(c)
+            if ub is None:   # its retry waits for a k-th plan's cut too (awaiting_cut below)
+                self.awaiting_cut.add(c)
+            self._incumbent(c, res)
+            self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
+            return
+        if (res.status != "optimal" and ub is None and c not in self.awaiting_cut
+                and res.bound_s is not None):
+            # unproved twice before any k-th plan existed: once one does, its cut often proves
+            # in one solve that no split enters the top k (GPT 1T, dp32·pp12 vpp 6: its bound
+            # stalls near 69.9 s, under the cut of 70.8 s it is infeasible), so it waits for it
+            self.awaiting_cut.add(c)
             self._incumbent(c, res)
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
@@ -297,18 +346,33 @@ class Frontier:
             return
         self.seeded.add(c)
         from autopar.search.incumbents import incumbent_split
-        self._seed_split(c, incumbent_split(terms))
+        if self._seed_split(c, incumbent_split(terms)):
+            # a split that fits is known: a stop-cut infeasibility then means "after the next
+            # entry", with no memory program to tell it from "no split fits" (split_stop)
+            terms.fits_memory.setdefault(None, True)
 
-    def _seed_split(self, c: Config, stages) -> None:
-        """The evaluator's score of ``stages`` on ``c``, known as a real plan where it fits."""
+    def _seed_ahead(self, ahead: int = 64) -> None:
+        """Score the min-max splits of the next ``ahead`` configurations on the heap that have
+        terms (``_seed``) until ``top`` plans are known: real plans, so a valid k-th plan's cut."""
+        for _, _, level, c2, payload in heapq.nsmallest(ahead, self.heap):
+            if len(self.exact_keys) >= self.top:
+                return
+            if level == 1:
+                self._seed(c2, payload)
+
+    def _seed_split(self, c: Config, stages) -> bool:
+        """The evaluator's score of ``stages`` on ``c``, known as a real plan where it fits;
+        whether it fits."""
         if stages is None:
-            return
+            return False
         try:
             pred = self._evaluate(c.plan(stages))
         except AutoparError:
-            return
+            return False
         if pred.get("fits", True):
             self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
+            return True
+        return False
 
     def _solve(self, c: Config, model):
         """Solve ``model``; where its objective was only a lower bound on the estimate (the fast
@@ -319,6 +383,7 @@ class Frontier:
         res = model.solve()
         self.stats.solved += 1
         self.stats.solver_s += res.wall_s
+        self.stats.solver_det += res.det_s
         if res.bound_only and res.status == "optimal":
             pred = self._evaluate(c.plan(res.stages))
             if pred["step_time_s"] > res.objective_s + res.slack_s:
@@ -329,6 +394,7 @@ class Frontier:
                 self.stats.solved += 1
                 self.stats.exact_resolves += 1
                 self.stats.solver_s += res.wall_s
+                self.stats.solver_det += res.det_s
         return res
 
     def _evaluate(self, plan) -> dict:

@@ -20,3 +20,4 @@ class SplitResult:
     # stopped because the proved bound passed ``SplitModel.stop_above_s`` (not out of time): the
     # configuration cannot be next, so its proof waits until its bound is the smallest again
     stopped: bool = False
+    det_s: float = 0.0             # CP-SAT's deterministic time (load-independent work measure)

@@ -34,6 +34,9 @@ class Terms:
     # dataclasses.replace, whose new hbm may answer differently
     fits_memory: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _bounds: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # (blocks, block time) of autopar.search.memory_blocks, once the search has asked for it
+    # (set_block_floor): how evenly memory lets the blocks spread
+    blocks: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def pp(self) -> int:
@@ -84,6 +87,18 @@ class Terms:
         return self.config.recompute == "full"
 
     # ---- bounds that hold for every split -----------------------------------------------------
+    def set_block_floor(self) -> None:
+        """Solve ``memory_blocks``' program once; the time bounds then include its floor."""
+        if self.blocks is None:
+            from autopar.search.memory_blocks import block_floor
+            self.blocks = block_floor(self) or (0, 0.0)
+            self._bounds.clear()
+
+    def memory_floor_s(self) -> float:
+        """``b·Σ_c y_c`` of ``memory_blocks`` (0 before ``set_block_floor``): a floor on the
+        slowest rank's time ``T`` (vpp = 1) or on the column sum ``Σ_c C_c`` (interleaved)."""
+        return self.blocks[0] * self.blocks[1] if self.blocks else 0.0
+
     def time_lower_bound(self) -> float:
         """``_time_lower_bound``, computed once (the search asks for it at every level)."""
         if "time" not in self._bounds:
@@ -107,7 +122,8 @@ class Terms:
             total += (max(s_ * gf, gf - float(co.fwd_window_s.sum()))
                       + max(s_ * gb, gb - float(co.zero_bwd_window_s.sum())))
         tsum = float(co.row_s.sum())
-        tstar = max(total / self.pp, self.rank_time_bound())
+        tstar = max(total / self.pp, self.rank_time_bound(),
+                    self.memory_floor_s() if self.vpp == 1 else 0.0)
         opt = co.optimizer_per_param_s * float(co.params.sum()) / self.pp
         if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
             return self._t_and_dp_bound(self.m - 1.0, tsum, total, tstar) + total + opt
@@ -116,7 +132,7 @@ class Terms:
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
         # at least the slowest rank's chunk in it), Σ_c C_c ≥ column_sum_bound (whole blocks per
         # chunk) and max_c C_c ≥ max(Σ_c C_c / vpp, max τ)
-        cols = self.column_sum_bound() * (1 - 1e-9)
+        cols = max(self.column_sum_bound(), self.memory_floor_s()) * (1 - 1e-9)
         fill = (self.pp - 1) * max(max(tstar, cols) / self.vpp, float(co.row_s.max()))
         return self._t_and_dp_bound(float(self.m), tsum, total, tstar, floor=cols) + fill + opt
 
