@@ -210,14 +210,24 @@ def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch)
     costs = Costs(t, small_profile(1e12), 8)
     solve, calls = split_model.SplitModel.solve, []
 
-    def first_unknown(self):
-        calls.append(1)
+    def unknown_under_a_cut(self):   # the first run, and every run under a k-th plan's cut
+        calls.append(self.t.config)
+        if len(calls) == 1 or self.upper_bound_s is not None:
+            return split_model.SplitResult("unknown", None, None, 0.0, None)
+        return solve(self)
+    monkeypatch.setattr(split_model.SplitModel, "solve", unknown_under_a_cut)
+    res = run_search(costs, gpus=2, global_batch=8, top=2)
+    assert res.plans and not res.optimal and res.stats.not_proved >= 1
+    calls.clear()
+
+    def once_unknown(self):    # ... or only on its first try: the end-of-search retry proves it
+        calls.append(self.t.config)
         if len(calls) == 1:
             return split_model.SplitResult("unknown", None, None, 0.0, None)
         return solve(self)
-    monkeypatch.setattr(split_model.SplitModel, "solve", first_unknown)
+    monkeypatch.setattr(split_model.SplitModel, "solve", once_unknown)
     res = run_search(costs, gpus=2, global_batch=8, top=2)
-    assert len(res.plans) == 2 and not res.optimal and res.stats.not_proved == 1
+    assert len(res.plans) == 2 and res.optimal and res.stats.not_proved == 0
     monkeypatch.setattr(split_model.SplitModel, "solve",
                         lambda self: split_model.SplitResult("unknown", None, None, 0.0, None))
     res = run_search(costs, gpus=2, global_batch=8, top=2)
