@@ -21,10 +21,12 @@ runs MoE with sequence parallelism over tp, each rank dispatching its slice of t
 
 Parameters on a GPU: ``dense/tp + experts/(ep·etp)``; the dp gradient sync moves them on the dp
 line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factors within
-(n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp, the
-experts over the expert-dp group ``dp·cp/ep``. The dispatch buffers (the received tokens of
-dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE row and
-micro-batch in flight, added to the row's saved activations.
+(n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp (HSDP:
+``dp_shard``), the experts over the expert-dp ranks inside that shard group
+(``expert_zero_group``: ``dp·cp/ep``, or ``max(1, dp_shard·cp/ep)`` under HSDP); ZeRO-3 gathers
+a row's local part, never the experts of other ep ranks. The dispatch buffers (the received
+tokens of dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE
+row and micro-batch in flight, added to the row's saved activations.
 
 The all-to-alls are counted in the breakdown's ``compute`` (they are on the critical path of the
 row and no key of ``BREAKDOWN_KEYS`` names them) and listed in the estimate's ``comm`` as kind
