@@ -58,7 +58,7 @@ def estimate_stage_bound(costs, c, terms) -> float:
     which ``estimate`` reads too), and no recompute working set. Both gather a MoE row's local ep
     shard under ZeRO-3 (deepseek-v3-like at ep8: 6.2 GiB for two rows; the estimate charged every
     expert, 42.9 GiB, before ``fix_stage_memory`` fixed it), so the two now differ only where the
-    estimate's clipping or optimizer bytes do. ``c``: the configuration as searched (cp unfolded)."""
+    estimate's clipping at 0 does. ``c``: the configuration as searched (cp unfolded)."""
     if terms.states is not None or terms.n_virtual > terms.n:
         return terms.reserve
     cache = costs.__dict__.setdefault("_estimate_rows", {})

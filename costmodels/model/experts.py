@@ -38,12 +38,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodels.model.allocator import optimizer_share
 from costmodels.model.compute import RowTimes
 from costmodels.model.context_parallel import zero_group
 from costmodels.model.expert_precision import fp8_expert_s
 from costmodels.model.memory import STATE_BYTES, model_state_bytes
 from costmodels.model.table_arrays import TableArrays
 from costmodels.profiles.hardware import HardwareProfile
+from costmodels.profiles.runtime import load_runtime
 from costmodels.profiles.topology import group_span
 
 
@@ -216,19 +218,22 @@ def local_params(arr: TableArrays, plan) -> np.ndarray:
     return (arr.params - ea.expert_params) / plan.tp + ea.expert_params / (ep * etp)
 
 
-def expert_state_bytes(arr: TableArrays, plan, precision: str) -> np.ndarray | None:
+def expert_state_bytes(arr: TableArrays, plan, precision: str, runtime=None) -> np.ndarray | None:
     """σ_i: weights + grads + optimizer state per row on one GPU, the dense part ZeRO-sharded
     over its shard group (dp, or HSDP's ``dp_shard``: ``zero_group``) and the experts over
-    ``expert_zero_group`` (None for a dense table)."""
+    ``expert_zero_group``, the optimizer's bytes the runtime's (``allocator.optimizer_share``,
+    as ``estimate``'s ``as_allocated`` charges them; ``runtime`` default: the plan's). None for
+    a dense table."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
     ep, etp = ep_degrees(plan)
+    share = optimizer_share(runtime or load_runtime(getattr(plan, "runtime", None)), precision)
     dense = (arr.params - ea.expert_params) / plan.tp
     experts = ea.expert_params / (ep * etp)
-    d = sum(model_state_bytes(1.0, zero_group(plan), plan.zero, precision))
-    e = sum(model_state_bytes(1.0, expert_zero_group(plan), plan.zero, precision))
-    return dense * d + experts * e
+    p, g, o = model_state_bytes(1.0, zero_group(plan), plan.zero, precision)
+    pe, ge, oe = model_state_bytes(1.0, expert_zero_group(plan), plan.zero, precision)
+    return dense * (p + g + o * share) + experts * (pe + ge + oe * share)
 
 
 def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) -> dict:
@@ -236,7 +241,8 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) 
     (it charged them as dense parameters, ``experts/tp`` sharded over ``zero_group``) and, under
     ZeRO-3, its gathered weights as a rank gathers them: the two largest rows' local parameters
     ``dense/tp + experts/(ep·etp)`` (it gathers its own ep shard's experts, never the others'),
-    the split program's ``weight_bytes`` buffer."""
+    the split program's ``weight_bytes`` buffer. Called on the breakdown before
+    ``allocator.as_allocated`` (which scales the optimizer bytes to the runtime's)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return mem
