@@ -146,14 +146,15 @@ def test_stage_memory_bound_is_under_every_split(schedule):
 
 def test_estimate_stage_bound_is_under_estimate():
     """``stage_memory.estimate_stage_bound`` never exceeds ``estimate``'s memory of a split, on
-    ZeRO-3 with ep (whose gathered rows the estimate charges whole) and the other stages, and it
-    goes above the program's bound where the two disagree."""
+    ZeRO-3 with ep and the other stages, and it equals the program's bound on ZeRO-3 without full
+    recompute (the estimate gathers a MoE row's local ep shard, as the program does:
+    ``experts.fix_stage_memory``; full recompute's working set is the program's alone)."""
     from autopar.search.stage_memory import estimate_stage_bound, stage_memory_bound
     t = moe()
     costs = Costs(t, H100, 64)
     configs = [c for c in configurations(Shape.of(t), 16, 64, H100.gpus_per_node) if c.ep > 1]
     rng = random.Random(11)
-    above = 0
+    same = 0
     for c in rng.sample(configs, 30):
         terms = costs.terms(c)
         b = estimate_stage_bound(costs, c, terms)
@@ -162,5 +163,7 @@ def test_estimate_stage_bound_is_under_estimate():
             cuts = sorted(rng.sample(range(1, n), S - 1))
             est = costs.evaluate(c.plan(tuple(zip([0] + cuts, cuts + [n]))))
             assert b <= est["memory_bytes"]["total"] * (1 + 1e-12), c
-        above += b > stage_memory_bound(terms) * (1 + 1e-9) and c.zero == 3
-    assert above
+        if c.zero == 3 and c.recompute != "full":
+            assert abs(b - stage_memory_bound(terms)) <= 1e-9 * b, c
+            same += 1
+    assert same

@@ -68,9 +68,8 @@ class StaticMemory:
         """Weights, gradients and optimizer state of the whole table as ``estimate`` charges them
         (``memory.stage_memory``, ``experts.fix_stage_memory``, ``allocator.as_allocated``), no
         activations: each is linear in a rank's parameters or clipped at 0 above, so the ranks'
-        sum is at least the whole table's. It differs from σ where the split program's and the
-        estimate's expert states differ (HSDP with ep: the estimate shards the experts' states
-        over ``dp_shard``, the program over dp), and only the estimate decides what fits."""
+        sum is at least the whole table's. It equals Σσ but where a row's value is clipped at 0
+        (``fix_stage_memory``'s ``max(0, …)``), and only the estimate decides what fits."""
         chunks = [(0, arr.n)]
         mem = stage_memory(arr, chunks, tp=c.tp, dp=zero_group(c), zero=c.zero, sp=c.sequence_parallel,
                            b=c.micro_batch_size, recompute=c.recompute, attention=c.attention, inflight=[0],

@@ -55,9 +55,10 @@ def estimate_stage_bound(costs, c, terms) -> float:
     fits): its per-row states and ZeRO-3 gathered rows read off ``memory.stage_memory`` and
     ``experts.fix_stage_memory`` one row at a time (linear where no row's value is clipped at 0,
     checked: else the bound is left out), its activations the program's (``row_coefficients``,
-    which ``estimate`` reads too), and no recompute working set. The two disagree for ep with
-    ZeRO-3: the estimate gathers a MoE row's every expert (deepseek-v3-like: 42.9 GiB for two rows
-    at ep8), the program the local shard (6.2 GiB). ``c``: the configuration as searched (cp unfolded)."""
+    which ``estimate`` reads too), and no recompute working set. Both gather a MoE row's local ep
+    shard under ZeRO-3 (deepseek-v3-like at ep8: 6.2 GiB for two rows; the estimate charged every
+    expert, 42.9 GiB, before ``fix_stage_memory`` fixed it), so the two now differ only where the
+    estimate's clipping at 0 does. ``c``: the configuration as searched (cp unfolded)."""
     if terms.states is not None or terms.n_virtual > terms.n:
         return terms.reserve
     cache = costs.__dict__.setdefault("_estimate_rows", {})

@@ -205,7 +205,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     params = on_gpu
     p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
-    state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision)
+    state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision, runtime)
     act = (activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                             plan.attention, precision, runtime.loss_saved_bytes)
            - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)

@@ -247,15 +247,16 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         else:
             infl = in_flight(plan.schedule, p, v, m, r)
             later = in_flight(plan.schedule, p, v, m - 1, r) if m > 1 else None
-        mems.append(as_allocated(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp,
+        mems.append(stage_memory(arr, [stages[c] for c in rank_chunks[r]], tp=plan.tp,
                                               dp=zero_group(plan),
                                  zero=plan.zero, sp=plan.sequence_parallel, b=plan.micro_batch_size,
                                  recompute=plan.recompute, attention=plan.attention, inflight=infl,
                                  reserve=profs[r].memory_reserve_bytes + fixed_buffer_bytes(table, plan, runtime),
                                  act_rows=co_r[r].act_bytes,   # (+ userbuffers etc.: long_sequence_memory.py)
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
-                                 w_inputs=w_held), runtime, precision))   # allocator.py
-        mems[-1] = fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, precision)
+                                 w_inputs=w_held))
+        mems[-1] = as_allocated(fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
+                                                 precision), runtime, precision)   # experts.py, allocator.py
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

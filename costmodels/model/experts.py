@@ -21,10 +21,12 @@ runs MoE with sequence parallelism over tp, each rank dispatching its slice of t
 
 Parameters on a GPU: ``dense/tp + experts/(ep·etp)``; the dp gradient sync moves them on the dp
 line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factors within
-(n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp, the
-experts over the expert-dp group ``dp·cp/ep``. The dispatch buffers (the received tokens of
-dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE row and
-micro-batch in flight, added to the row's saved activations.
+(n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp (HSDP:
+``dp_shard``), the experts over the expert-dp ranks inside that shard group
+(``expert_zero_group``: ``dp·cp/ep``, or ``max(1, dp_shard·cp/ep)`` under HSDP); ZeRO-3 gathers
+a row's local part, never the experts of other ep ranks. The dispatch buffers (the received
+tokens of dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE
+row and micro-batch in flight, added to the row's saved activations.
 
 The all-to-alls are counted in the breakdown's ``compute`` (they are on the critical path of the
 row and no key of ``BREAKDOWN_KEYS`` names them) and listed in the estimate's ``comm`` as kind
@@ -36,11 +38,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodels.model.allocator import optimizer_share
 from costmodels.model.compute import RowTimes
+from costmodels.model.context_parallel import zero_group
 from costmodels.model.expert_precision import fp8_expert_s
-from costmodels.model.memory import model_state_bytes
+from costmodels.model.memory import STATE_BYTES, model_state_bytes
 from costmodels.model.table_arrays import TableArrays
 from costmodels.profiles.hardware import HardwareProfile
+from costmodels.profiles.runtime import load_runtime
 from costmodels.profiles.topology import group_span
 
 
@@ -191,24 +196,53 @@ def with_expert_times(rt: RowTimes, moe: ExpertTerms) -> RowTimes:
                    bwd_w_s=rt.bwd_w_s + moe.bwd_w_s, recompute_s=rt.recompute_s + moe.recompute_s)
 
 
-def expert_state_bytes(arr: TableArrays, plan, precision: str) -> np.ndarray | None:
+def expert_zero_group(plan) -> int:
+    """Ranks a routed expert's ZeRO shard group spans: the expert-dp ranks (those holding the
+    same experts, ``dp·cp/ep`` of them, ep positions apart) inside the dense part's shard group.
+
+    Without HSDP that is the whole expert-dp group ``dp·cp/ep``. Under HSDP the shard group is
+    ``dp_shard·cp`` consecutive ranks (``zero_group``; cp folded in) and the ep group is carved
+    innermost, so a shard group holds ``dp_shard·cp/ep`` ranks of each ep position where ep
+    divides it (torchtitan's ``dp_shard_mod_ep`` mesh dimension, which it requires), and one
+    where ep spans the shard group or more: the experts are then replicated, not sharded. Where
+    neither divides the other the positions' counts differ by one: ``max(1, ⌊S/ep⌋)`` is the
+    fewest, the most loaded GPU's, which is what a memory estimate must charge."""
+    ep, _ = ep_degrees(plan)
+    return max(1, zero_group(plan) * int(getattr(plan, "cp", 1) or 1) // ep)
+
+
+def local_params(arr: TableArrays, plan) -> np.ndarray:
+    """Parameters of each row on one GPU: ``dense/tp + experts/(ep·etp)`` (``ExpertTerms.params``)."""
+    ea = expert_arrays(arr)
+    ep, etp = ep_degrees(plan)
+    return (arr.params - ea.expert_params) / plan.tp + ea.expert_params / (ep * etp)
+
+
+def expert_state_bytes(arr: TableArrays, plan, precision: str, runtime=None) -> np.ndarray | None:
     """σ_i: weights + grads + optimizer state per row on one GPU, the dense part ZeRO-sharded
-    over dp and the experts over dp·cp/ep (None for a dense table)."""
+    over its shard group (dp, or HSDP's ``dp_shard``: ``zero_group``) and the experts over
+    ``expert_zero_group``, the optimizer's bytes the runtime's (``allocator.optimizer_share``,
+    as ``estimate``'s ``as_allocated`` charges them; ``runtime`` default: the plan's). None for
+    a dense table."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
     ep, etp = ep_degrees(plan)
+    share = optimizer_share(runtime or load_runtime(getattr(plan, "runtime", None)), precision)
     dense = (arr.params - ea.expert_params) / plan.tp
     experts = ea.expert_params / (ep * etp)
-    edp = max(1, plan.dp * getattr(plan, "cp", 1) // ep)
-    d = sum(model_state_bytes(1.0, plan.dp, plan.zero, precision))
-    e = sum(model_state_bytes(1.0, edp, plan.zero, precision))
-    return dense * d + experts * e
+    p, g, o = model_state_bytes(1.0, zero_group(plan), plan.zero, precision)
+    pe, ge, oe = model_state_bytes(1.0, expert_zero_group(plan), plan.zero, precision)
+    return dense * (p + g + o * share) + experts * (pe + ge + oe * share)
 
 
 def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) -> dict:
     """``memory.stage_memory``'s breakdown with the routed experts' states as ep shards them
-    (it charged them as dense parameters, ``experts/tp`` sharded over dp)."""
+    (it charged them as dense parameters, ``experts/tp`` sharded over ``zero_group``) and, under
+    ZeRO-3, its gathered weights as a rank gathers them: the two largest rows' local parameters
+    ``dense/tp + experts/(ep·etp)`` (it gathers its own ep shard's experts, never the others'),
+    the split program's ``weight_bytes`` buffer. Called on the breakdown before
+    ``allocator.as_allocated`` (which scales the optimizer bytes to the runtime's)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return mem
@@ -216,12 +250,14 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) 
     pe = float(sum(ea.expert_params[s:e].sum() for s, e in chunks))
     if pe == 0.0:
         return mem
-    edp = max(1, plan.dp * getattr(plan, "cp", 1) // ep)
-    was = model_state_bytes(pe / plan.tp, plan.dp, plan.zero, precision)
-    now = model_state_bytes(pe / (ep * etp), edp, plan.zero, precision)
+    was = model_state_bytes(pe / plan.tp, zero_group(plan), plan.zero, precision)
+    now = model_state_bytes(pe / (ep * etp), expert_zero_group(plan), plan.zero, precision)
     out = dict(mem)
     for key, a, b in zip(("params", "grads", "optimizer"), was, now):
         out[key] = max(0.0, mem[key] - a + b)
+    if plan.zero >= 3 and mem["gathered"] > 0.0:
+        local = np.concatenate([local_params(arr, plan)[s:e] for s, e in chunks])
+        out["gathered"] = STATE_BYTES[precision][0] * float(np.sort(local)[::-1][:2].sum())
     out["total"] = sum(out[kk] for kk in ("params", "grads", "optimizer", "gathered", "activations", "reserve"))
     return out
 
