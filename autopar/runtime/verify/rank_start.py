@@ -1,0 +1,53 @@
+"""How ``serial.spawn`` starts its ranks: a fresh interpreter each (``spawn``, the default), or
+forked from one server that has imported torch and autopar once (``forkserver``).
+
+A fresh interpreter per rank pays torch's import (about 2 s of CPU) once per rank and per
+world; a world of 8 ranks on a 2-core host spends about 8 s of wall time on it before any
+work. ``AUTOPAR_RANK_START=forkserver`` (set by the test suite, ``tests/conftest.py``) starts
+the ranks from Python's fork server with ``PRELOAD`` imported: the server imports them once
+for the whole calling process, each rank is a fork of it. The fork server is started once
+per calling process and kept; its environment is the one it started with, so ``spawn``
+hands each rank the caller's current environment (``rank_environment``) and the rank sets
+it before anything else runs — a rank sees the same variables either way.
+
+Ranks get the same arguments, pickled the same way, and the same ``sys.path`` and working
+directory (multiprocessing's preparation data) under both methods; what differs is only that
+the preloaded modules are already imported, fresh (nothing has run in the server). The fork
+server is started single-threaded: importing these modules starts no thread.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+START_ENV = "AUTOPAR_RANK_START"
+METHODS = ("spawn", "forkserver")
+# what every rank imports anyway: torch, its process groups and pipelining, and autopar's
+# runner with the verify/sweep loops that the launcher's callers run
+PRELOAD = ["torch", "torch.distributed", "torch.distributed.pipelining",
+           "torch.distributed.checkpoint", "torch.distributed.fsdp", "autopar.runtime.apply",
+           "autopar.runtime.verify.serial", "autopar.runtime.verify.sweep", "autopar.models"]
+
+
+def start_method() -> str:
+    """``spawn`` unless ``AUTOPAR_RANK_START`` names ``forkserver`` (any other value: spawn)."""
+    method = os.environ.get(START_ENV, "spawn").strip().lower()
+    if method != "forkserver":
+        return "spawn"
+    # effective before the server's first start; the server then stays for this process
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    return method
+
+
+def rank_environment(method: str) -> dict | None:
+    """The environment a rank must set first: the caller's, under the fork server (whose own
+    is that of its start); None under spawn, where a rank inherits it."""
+    return dict(os.environ) if method == "forkserver" else None
+
+
+def apply_environment(env: dict | None) -> None:
+    """In the rank: make ``os.environ`` exactly the caller's (no-op for None)."""
+    if env is None:
+        return
+    os.environ.clear()
+    os.environ.update(env)
