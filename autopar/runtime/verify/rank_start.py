@@ -23,10 +23,14 @@ import os
 START_ENV = "AUTOPAR_RANK_START"
 METHODS = ("spawn", "forkserver")
 # what every rank imports anyway: torch, its process groups and pipelining, and autopar's
-# runner with the verify/sweep loops that the launcher's callers run
+# runner with the verify/sweep loops that the launcher's callers run, and what the runner's
+# first apply imports (the trace and fx rewrite: torch.export, aot_autograd's partitioners)
 PRELOAD = ["torch", "torch.distributed", "torch.distributed.pipelining",
-           "torch.distributed.checkpoint", "torch.distributed.fsdp", "autopar.runtime.apply",
-           "autopar.runtime.verify.serial", "autopar.runtime.verify.sweep", "autopar.models"]
+           "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch.export._trace",
+           "torch._functorch.aot_autograd", "torch._functorch.partitioners", "networkx",
+           "autopar.runtime.apply", "autopar.runtime.verify.serial", "autopar.runtime.verify.sweep",
+           "autopar.runtime.faults.rank_exit", "autopar.models", "autopar.models.gpt",
+           "autopar.models.llama", "autopar.models.moe", "autopar.trace", "autopar.trace.cut"]
 
 
 def start_method() -> str:
@@ -35,8 +39,18 @@ def start_method() -> str:
     if method != "forkserver":
         return "spawn"
     # effective before the server's first start; the server then stays for this process
-    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD + _also)
     return method
+
+
+_also: list[str] = []
+
+
+def preload_also(modules: list[str]) -> None:
+    """More modules for this process's fork server to import (before it starts), beside
+    ``PRELOAD``: a caller that knows its ranks import them (the suite: transformers' models).
+    Not an environment variable, so processes the caller starts do not inherit it."""
+    _also.extend(m for m in modules if m not in _also)
 
 
 def rank_environment(method: str) -> dict | None:
