@@ -53,15 +53,28 @@ def preload_also(modules: list[str]) -> None:
     _also.extend(m for m in modules if m not in _also)
 
 
+_CALLER = "AUTOPAR_RANK_START_CALLER"
+
+
 def rank_environment(method: str) -> dict | None:
     """The environment a rank must set first: the caller's, under the fork server (whose own
     is that of its start); None under spawn, where a rank inherits it."""
-    return dict(os.environ) if method == "forkserver" else None
+    return {**os.environ, _CALLER: str(os.getpid())} if method == "forkserver" else None
 
 
 def apply_environment(env: dict | None) -> None:
-    """In the rank: make ``os.environ`` exactly the caller's (no-op for None)."""
+    """In the rank: make ``os.environ`` exactly the caller's (no-op for None), and write to the
+    caller's stdout and stderr of now, as a spawned rank does (the server's are those of its
+    start: a terminal, or the capture of the test that started it), where they can be reopened."""
     if env is None:
         return
+    caller = env.pop(_CALLER, None)
     os.environ.clear()
     os.environ.update(env)
+    for fd in (1, 2) if caller else ():
+        try:
+            new = os.open(f"/proc/{caller}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        except OSError:   # a socket, or no /proc: the server's
+            continue
+        os.dup2(new, fd)
+        os.close(new)
