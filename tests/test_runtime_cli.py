@@ -23,10 +23,12 @@ def _run(args, timeout=240):
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_verify_pipeline_plan_from_a_plans_file(tmp_path, capsys):
+def test_verify_pipeline_plan_from_a_plans_file(tmp_path, capsys, monkeypatch):
     """``autopar verify`` (its ``main``, in this process: the ranks it spawns are the processes
-    under test; the ``python -m autopar.cli.main`` entry is the torchrun tests' below)."""
+    under test; the ``python -m autopar.cli.main`` entry is the torchrun tests' below). Its ranks
+    start as a user's do, each a fresh interpreter (``spawn``), not from the suite's fork server."""
     from autopar.cli.main import main
+    monkeypatch.setenv("AUTOPAR_RANK_START", "spawn")
     plans = tmp_path / "plans.json"
     plans.write_text(json.dumps({"version": 1, "model": "x", "global_batch": 4, "plans": [
         {"pp": 2, "schedule": "gpipe", "micro_batch_size": 1, "rank": 1}]}))

@@ -127,7 +127,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args):
+def _entry(rank: int, nproc: int, port: int, out_dir: str, fn, args, env=None):
+    from autopar.runtime.verify.rank_start import apply_environment
+    apply_environment(env)   # the caller's environment, when the rank is a fork server's child
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       AUTOPAR_PHASE_DIR=out_dir)   # what each rank is doing, read if it dies
@@ -151,11 +153,15 @@ def spawn(fn, nproc: int, *args, partial: bool = False) -> list:
     rank's result (``fn`` and its result must pickle). With ``partial``, a failed run returns
     the results of the ranks that finished (None for the others) and the error as the last item."""
     import torch.multiprocessing as mp
+
+    from autopar.runtime.verify import rank_start
+    method = rank_start.start_method()   # spawn; the test suite's fork server (rank_start)
     with tempfile.TemporaryDirectory() as out_dir:
         error = None
         try:
-            mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args),
-                               nprocs=nproc, join=True, start_method="spawn")
+            mp.start_processes(_entry, args=(nproc, free_port(), out_dir, fn, args,
+                                             rank_start.rank_environment(method)),
+                               nprocs=nproc, join=True, start_method=method)
         except Exception as e:  # noqa: BLE001
             # a rank that wrote its result and then died tearing down gloo (an abort in
             # destroy_process_group, seen about once in 7 runs on a loaded 2-core host) lost
