@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costmodels.calibration.cp_runs import cp_runtime  # noqa: E402
+from costmodels.calibration.cp_runs import cp_recompute, cp_runtime  # noqa: E402
 from costmodels.calibration.nemo_recipes import recipe_notes, row_notes  # noqa: E402
 from costmodels.contracts.errors import AutoparError  # noqa: E402
 from costmodels.contracts.plan import Plan  # noqa: E402
@@ -98,7 +98,7 @@ def _profile(gpu: str) -> str | None:
 
 def _plan(r: dict, runtime: str) -> Plan:
     tp, pp, vpp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["vpp"], 1)
-    rec = "full" if r["recompute"].startswith("full") else "none"
+    rec = cp_recompute(r)   # the CSV's, or what the run's source file states
     sp = tp > 1 and r["sequence_parallel"].startswith("true")
     return Plan(dp=_int(r["dp"]), tp=tp, pp=pp, vpp=vpp, cp=_int(r["cp"], 1),
                 micro_batch_size=_int(r["micro_batch"], 1), zero=_int(r["zero"], 0), recompute=rec,

@@ -7,6 +7,11 @@ for 8B, not stated for 405B): ``nemo_recipes.recipe_notes`` joins the copies, so
 with the switches its yaml set whichever CSV it is read from, and ``nemo_recipes.nemo_runtime``
 turns the notes into the ``megatron`` runtime (its docstring says what is read and what
 inferred). torchtitan and NeMo AutoModel rows run ``fsdp``.
+
+A row whose CSV leaves its recompute to a file it did not read gets it from that file where it
+has been read (``STATED_RECOMPUTE``, each with its source): the AutoModel Llama 3 70B run
+("per examples/llm_benchmark yaml (not read)") was priced without recompute and predicted at
+145 GiB on an 80 GB H100, a run that ran predicted not to fit.
 """
 from __future__ import annotations
 
@@ -18,3 +23,20 @@ def cp_runtime(framework: str, notes: str, tp: int) -> str:
     if "torchtitan" in framework or "AutoModel" in framework:
         return "fsdp"
     return nemo_runtime(notes, tp)[0]
+
+
+STATED_RECOMPUTE = {
+    # NVIDIA-NeMo/Automodel examples/llm_benchmark/llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml
+    # (commit f5b942f): the row's layout (64 ranks, tp 1, cp 2, dp 32, global batch 128, local
+    # batch 1, seq 8192, fsdp2) with ``distributed.activation_checkpointing: True``, i.e. every
+    # decoder layer checkpointed whole
+    "automodel-h100-llama3-70b-64": "full",
+}
+
+
+def cp_recompute(row: dict) -> str:
+    """The recompute a cp run ran: its CSV field, or what its source file states
+    (``STATED_RECOMPUTE``) where the CSV did not read it."""
+    if row.get("row_id") in STATED_RECOMPUTE:
+        return STATED_RECOMPUTE[row["row_id"]]
+    return "full" if row["recompute"].startswith("full") else "none"
