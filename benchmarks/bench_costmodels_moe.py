@@ -208,12 +208,15 @@ def markdown(scored: list[dict]) -> str:
         m = mape(scored, split)
         n = sum(1 for s in ok if s["split"] == split)
         L.append(f"\n**{split} MAPE {m:.1f} % over {n} rows**" + (" (target ≤ 12 %)" if split == "check" else ""))
+    unfit = [s["row_id"] for s in ok if not s["fits"]]   # every row ran: none should be here
+    L.append(f"\n**Runs predicted not to fit: {len(unfit)} of {len(ok)}** (every one ran; the "
+             "model must not predict that it does not fit)" + (": " + ", ".join(unfit) if unfit else ""))
     L += ["\n## Every scored row\n",
-          "| split | row | routing | plan | published s | predicted s | error |",
-          "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+          "| split | row | routing | plan | published s | predicted s | error | fits |",
+          "| --- | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for s in ok:
         L.append(f"| {s['split']} | {s['row_id']} | {s['routing']} | {s['plan']} | {s['published_s']:.2f} | "
-                 f"{s['predicted_s']:.2f} | {s['error_pct']:+.1f} % |")
+                 f"{s['predicted_s']:.2f} | {s['error_pct']:+.1f} % | {'yes' if s['fits'] else '**no**'} |")
     L += ["\n## Not scored\n", "| row | why |", "| --- | --- |"]
     L += [f"| {s['row_id']} | {s['skipped']} |" for s in scored if "skipped" in s]
     return "\n".join(L) + "\n"
