@@ -33,6 +33,8 @@ SPEC = "gpt:layers=4,hidden=32,heads=4,vocab=64,seq=16,dropout=0,tied=true"
 BIG = "gpt:layers=8,hidden=64,heads=4,vocab=128,seq=16,dropout=0,tied=true"
 SEED, GB, LR = 7, 8, 0.01
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+sys.path.insert(0, FIXTURES)
+from train_loop import serial_losses, train_steps  # noqa: E402  (tests/fixtures; in each rank too)
 
 
 def _llama_config():
@@ -46,30 +48,11 @@ def _llama_config():
 
 
 def _train(runner, opt, source, start, n):
-    out = []
-    for step in range(start, start + n):
-        x, y = source.make_batch(GB, seed=100 + step)
-        k = GB // runner.dp_size
-        sl = slice(runner.dp_rank * k, (runner.dp_rank + 1) * k)
-        out.append(runner.train_step(tuple(t[sl] for t in x), y[sl]))
-        opt.step()
-        opt.zero_grad()
-    return out
+    return train_steps(runner, opt, source, start, n, GB)
 
 
 def _serial(source, steps):
-    from autopar.runtime.assemble.materialize import init_serial
-    model = init_serial(source.build_meta(), seed=SEED)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    out = []
-    for step in range(steps):
-        x, y = source.make_batch(GB, seed=100 + step)
-        loss = source.loss(model(*x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        out.append(float(loss.detach()))
-    return out
+    return serial_losses(source, steps, GB, SEED, LR)
 
 
 def _memory(plan):
@@ -99,7 +82,6 @@ def _memory(plan):
 
 
 def _hf_loss(weights_dir):
-    sys.path.insert(0, FIXTURES)
     from hf_llama_rows import LlamaRows
 
     from autopar.models.source import meta_parameters, token_loss

@@ -147,34 +147,22 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
     return found
 
 
+def _upstream(node) -> list:
+    """``node`` and every node it is computed from (``fx_graph.walk``; none for a constant)."""
+    return walk([node], INPUTS)[0] if isinstance(node, fx.Node) else []
+
+
 def _from_input(node) -> bool:
     """Whether a mask node depends on one of the row's inputs (a mask the model computes from
     the data, e.g. from the ids, checked by the cp op each step); one built from buffers and
     constants alone (a causal mask the trace folded) is static: checked here, or left out."""
-    seen, todo = set(), [node]
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, fx.Node) or x in seen:
-            continue
-        seen.add(x)
-        if x.op == "placeholder":
-            return True
-        todo.extend(x.all_input_nodes)
-    return False
+    return any(x.op == "placeholder" for x in _upstream(node))
 
 
 def _reads_buffer(gm, node) -> bool:
     """Whether a mask node reads one of the row's buffers (a causal table sliced by the model)."""
-    buffers, seen, todo = dict(gm.named_buffers()), set(), [node]
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, fx.Node) or x in seen:
-            continue
-        seen.add(x)
-        if x.op == "get_attr" and x.target in buffers:
-            return True
-        todo.extend(x.all_input_nodes)
-    return False
+    buffers = dict(gm.named_buffers())
+    return any(x.op == "get_attr" and x.target in buffers for x in _upstream(node))
 
 
 def _handed_mask(gm, node, kind):
@@ -235,22 +223,18 @@ def _check_causal_buffer(gm, node, sdpa: bool = False) -> None:
     (a causal mask); a real one that is not is refused. ``sdpa``: ``node`` is SDPA's
     ``attn_mask`` itself (True / 0 where a query sees a key, so an additive one is 0 on and
     below the diagonal)."""
-    seen, todo = set(), [node] if sdpa else [node.args[1]] if len(node.args) > 1 else []
-    while todo:
-        x = todo.pop()
-        if not isinstance(x, fx.Node) or x in seen:
-            continue
-        seen.add(x)
-        if x.op == "get_attr":
-            t = gm.get_buffer(x.target) if x.target in dict(gm.named_buffers()) else None
-            if t is not None and not t.is_meta and t.dim() >= 2:
+    buffers = dict(gm.named_buffers())
+    start = node if sdpa else node.args[1] if len(node.args) > 1 else None
+    for x in _upstream(start):
+        if x.op == "get_attr" and x.target in buffers:
+            t = buffers[x.target]
+            if not t.is_meta and t.dim() >= 2:
                 m = t.reshape(-1, *t.shape[-2:])[0]
                 seen_where = (m == 0) if sdpa and m.is_floating_point() else (m != 0)
                 if not torch.equal(seen_where, torch.tril(torch.ones_like(m)) != 0):
                     raise PlanError(f"context parallel: the attention mask buffer '{x.target}' is not "
                                     "causal (lower-triangular); only causal attention runs under cp; "
                                     "use cp=1")
-        todo.extend(x.all_input_nodes)
 
 
 def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = False, mask=None,
