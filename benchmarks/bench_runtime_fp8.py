@@ -4,7 +4,7 @@ float8 linears, autopar/runtime/assemble/float8.py); prints both loss curves, wh
 stays within the tolerance below of the BF16 one, and the step-time ratio (median of the steps
 after warm-up, both runs on this GPU).
 
-    python benchmarks/bench_runtime_fp8.py [--model SPEC] [--steps 20] [--batch 8] [--precision fp8]
+    python benchmarks/bench_runtime_fp8.py [--model SPEC] [--steps 20] [--batch 8] [--precision fp8] [--compile]
 
 Tolerance (stated before any run): from step 6 on, every FP8 loss within 3 % of the BF16 loss of
 the same step, and their mean relative difference over the last 10 steps within 1 % (FP8 training
@@ -29,14 +29,18 @@ DEFAULT_MODEL = "llama:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=
 WARMUP = 5
 
 
-def run(spec: str, precision: str, steps: int, batch: int) -> tuple[list[float], list[float]]:
+def run(spec: str, precision: str, steps: int, batch: int,
+        compile: bool = False) -> tuple[list[float], list[float]]:
     import autopar
     from autopar.models import load_model
     source = load_model(spec)
     torch.manual_seed(0)
     plan = autopar.Plan(dp=1, micro_batch_size=batch, precision=precision)
-    runner = autopar.apply(source.build("cpu", seed=0), plan, loss_fn=source.loss, spec=spec,
-                           global_batch=batch)
+    t0 = time.perf_counter()
+    # parameters on meta, materialised row by row on the GPU (a CPU init of a 1 B model took minutes)
+    runner = autopar.apply(source.build_meta(attention="flash"), plan, loss_fn=source.loss, spec=spec,
+                           global_batch=batch, compile=compile)
+    t1 = time.perf_counter()
     opt = torch.optim.AdamW(runner.parameters(), lr=3e-4, fused=True)
     losses, times = [], []
     for step in range(steps):
@@ -49,6 +53,8 @@ def run(spec: str, precision: str, steps: int, batch: int) -> tuple[list[float],
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
         losses.append(float(loss))
+        print(f"{precision} step {step + 1}: loss {losses[-1]:.4f}, {times[-1] * 1e3:.1f} ms"
+              + (f" (built and applied in {t1 - t0:.1f} s)" if step == 0 else ""), flush=True)
     del runner, opt
     torch.cuda.empty_cache()
     return losses, times
@@ -60,6 +66,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--precision", default="fp8", choices=("fp8", "fp8-rowwise", "mxfp8"))
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile each row on both sides (as torchtitan runs Float8)")
     a = ap.parse_args(argv)
     from autopar.runtime.assemble.float8 import check_float8
     from costmodels.contracts.errors import AutoparError
@@ -69,10 +77,11 @@ def main(argv=None) -> int:
     except AutoparError as e:
         print(f"autopar: error: {e}")
         return 2
-    base, base_t = run(a.model, "bf16", a.steps, a.batch)
-    low, low_t = run(a.model, a.precision, a.steps, a.batch)
+    base, base_t = run(a.model, "bf16", a.steps, a.batch, a.compile)
+    low, low_t = run(a.model, a.precision, a.steps, a.batch, a.compile)
     rel = [abs(x - y) / abs(y) for x, y in zip(low, base)]
-    print(f"{torch.cuda.get_device_name()}, {a.model}, batch {a.batch}, {a.steps} steps")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.model}, batch {a.batch}, "
+          f"{a.steps} steps, {'compiled' if a.compile else 'eager'}")
     print("step  bf16 loss  fp8 loss  rel diff")
     for i, (y, x, r) in enumerate(zip(base, low, rel)):
         print(f"{i + 1:4d}  {y:9.4f}  {x:8.4f}  {r:8.2%}")
