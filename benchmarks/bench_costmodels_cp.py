@@ -24,10 +24,17 @@ torchtitan / AutoModel → ``fsdp``.
 **Speed-ups** (``speedup_rows``): NeMo's long-sequence tables (performance_long_sequence.md:
 Llama 2 7B on H100, Llama 3 8B on B200) give, per sequence length, the cp run and the best run
 without CP as TFLOP/s per GPU, i.e. a step-time ratio. Those runs are FP8, and both sides of
-the ratio are priced in FP8: the cp plan as published, against the best cp = 1 plan ``autopar
-search`` finds for the same GPUs and batch under the same Megatron runtime, with or without its
-TP-comm overlap (``_baseline_runtimes``; the baseline's own plan is not published; the search's
-default space, tp inside a node). A prediction within 10 % of the published ratio passes.
+the ratio are priced in FP8: the cp plan as published, with the distributed optimizer and
+sequence parallelism NeMo ran it with (``cp_runs.nemo_long_sequence_plan``; the CSV leaves both
+blank), against the best cp = 1 plan ``autopar search`` finds for the same GPUs and batch under
+the same Megatron runtime, with or without its TP-comm overlap (``_baseline_runtimes``; the
+baseline's own plan is not published anywhere: docs/validation-cp.md, "The baseline"; the
+search's default space, tp inside a node). A prediction within 10 % of the published ratio
+passes. Each side's predicted step is also set against the step its published TFLOP/s per GPU
+stands for (``costmodels.calibration.nemo_flops``: NeMo's own FLOP count), which says whether a
+miss is the cp run's or the baseline's; ``sweep_step_rows`` does the same for every run of the
+sweeps whose layout is published. A second reading, the source's own space (TP up to the query
+groups, across nodes: ``_query_group_baseline``), is printed, not scored.
 The ratio is of TFLOP/s PER GPU, so the baseline is also searched on fewer GPUs (each smaller
 whole-node count, ``baseline_counts``: one fixed-count search each, cut at 10 s) and the best
 per-GPU figure over the counts is printed beside the scored one. It is not scored: the published
