@@ -40,3 +40,21 @@ def cp_recompute(row: dict) -> str:
     if row.get("row_id") in STATED_RECOMPUTE:
         return STATED_RECOMPUTE[row["row_id"]]
     return "full" if row["recompute"].startswith("full") else "none"
+
+
+def nemo_long_sequence_plan(plan):
+    """A NeMo long-sequence sweep run (``nemolong-*`` rows of ``cp_runs.csv``, whose CSV leaves
+    the optimizer and sequence parallelism blank) with the settings NeMo ran it under:
+
+    * the distributed optimizer (ZeRO-1): NeMo-Framework-Launcher's base config of the model
+      (``launcher_scripts/conf/training/llama/llama2_7b.yaml``, commit 064e676: ``optim.name:
+      distributed_fused_adam``; NeMo 2's llama recipes build ``distributed_fused_adam_with_cosine_annealing``,
+      ``use_distributed_optimizer=True``);
+    * sequence parallelism wherever tp > 1: INFERRED, the runtime already infers TP-comm overlap
+      on at tp > 1 (``nemo_recipes.nemo_runtime``) and Megatron refuses that overlap without it
+      (Megatron-LM ``megatron/training/arguments.py``: "Tensor parallel communication/GEMM
+      overlap can happen only when sequence parallelism is enabled").
+
+    The searched no-CP baselines already draw both; priced without them, the cp runs held whole
+    activations per TP rank and most were predicted not to fit (runs that ran)."""
+    return plan.with_(zero=max(plan.zero, 1), sequence_parallel=plan.tp > 1)
