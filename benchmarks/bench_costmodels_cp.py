@@ -65,6 +65,7 @@ from cp_bench_rows import (  # benchmarks/, beside this script: the rows and the
     _published_steps,
     _runtime,
     _short,
+    _split,
     _sweep_plan,
     baseline_counts,
     step_rows,
@@ -132,7 +133,8 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
                     break
                 gpu_s = cand.prediction["step_time_s"] * n
                 x["counts"].append(dict(gpus=n, plan=cand.plan.label(), speedup=gpu_s / cp_gpu_s, proved=proved,
-                                        step=cand.prediction["step_time_s"], gpu_s=gpu_s))
+                                        step=cand.prediction["step_time_s"], gpu_s=gpu_s, split=_split(cand.plan),
+                                        agrees=_estimate_agrees(cand, tbl, hw, n, batch)))
                 if best is None or gpu_s < best[0]:
                     best = (gpu_s, n, cand.plan.label(), proved)
             if best is None:
@@ -149,6 +151,7 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
                 raise why
             # the scored reading: the baseline on the row's GPUs (module docstring, "Speed-ups")
             x["baseline"], x["proved"], x["predicted"] = same["plan"], same["proved"], same["speedup"]
+            x["baseline_split"] = same["split"]
             x["error"] = x["predicted"] / x["published"] - 1
             # where the miss is: each side's step against the step its published TFLOP/s stands for
             pub_cp, pub_base = _published_steps(r, rows, plan, batch)
@@ -166,6 +169,12 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
               + f" [{x['search_s']:.0f} s]", file=sys.stderr, flush=True)
         out.append(x)
     return out
+
+
+def _estimate_agrees(cand, tbl, hw, gpus: int, batch: int) -> bool:
+    """The search's plan, split included, re-priced by ``estimate``: fits, and the same step."""
+    e = estimate(tbl, hw, cand.plan, gpus, batch)
+    return e.fits and abs(e.step_time_s / cand.prediction["step_time_s"] - 1) < 1e-9
 
 
 def _query_group_baseline(spec, hw, gpus, batch, tbl, runtime, precision, time_limit_s, node_tp):
@@ -231,7 +240,8 @@ def main() -> int:
     if not args.quick:
         sp = speedup_rows()
         out += ["", "Speed-ups, the scored reading (the best no-CP plan `autopar search` finds on the row's GPUs,",
-                "TP inside a node). The last two columns split the miss: each side's predicted step against",
+                "TP inside a node; a pipelined one with its blocks per stage as the search split them, which",
+                "its label leaves out). The last two columns split the miss: each side's predicted step against",
                 "the step its published TFLOP/s per GPU stands for (speed-up error ≈ baseline − cp):", "",
                 "| sweep row | GPUs | cp plan | published speed-up | no-CP plan (search) | predicted | error "
                 "| cp step error | baseline step error |",
@@ -242,7 +252,8 @@ def main() -> int:
                            f"| – | – | {x.get('why', '')} | – | – |")
                 continue
             out.append(f"| {x['id']} | {x['gpus']} | {_short(x['plan'].label())} | {x['published']:.2f} "
-                       f"| {_short(x['baseline'])}{'' if x['proved'] else ' (not proved)'} | {x['predicted']:.2f} "
+                       f"| {_short(x['baseline'])}{x['baseline_split']}{'' if x['proved'] else ' (not proved)'} "
+                       f"| {x['predicted']:.2f} "
                        f"| {100 * x['error']:+.1f}% | {100 * x['cp_step_error']:+.1f}% "
                        f"| {100 * x['base_step_error']:+.1f}% |")
         out += ["", "The other readings of the baseline (not scored; docs/validation-cp.md, \"The baseline\"):", "",
@@ -267,7 +278,9 @@ def main() -> int:
                 f"{summary('error')}; TP up to the query groups: {summary('qg_error')}; best over whole-node "
                 f"counts: {summary('best_error')}; "
                 f"{sum(not c['proved'] for x in ok for c in x['counts'])} of "
-                f"{sum(len(x['counts']) for x in ok)} fixed-count searches cut by their time limit (not proved)",
+                f"{sum(len(x['counts']) for x in ok)} fixed-count searches cut by their time limit (not proved); "
+                f"{sum(c['agrees'] for x in ok for c in x['counts'])} of {sum(len(x['counts']) for x in ok)} "
+                "searched plans, split included, fit and step the same under `estimate` (search = estimate)",
                 "", "Every count searched (the speed-up if the baseline were that count's best plan):", ""]
         out += [f"* {x['id']}: " + "; ".join(f"{c['gpus']} GPUs {_short(c['plan'])} → {c['speedup']:.2f}"
                                              + ("" if c["proved"] else " (not proved)") for c in x["counts"])

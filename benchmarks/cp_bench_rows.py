@@ -46,6 +46,16 @@ def _short(label: str) -> str:
     return label.replace(" runtime:" + NEMO_RUNTIME + ",", " +").replace(" runtime:" + NEMO_RUNTIME, "")
 
 
+
+def _split(plan: Plan) -> str:
+    """A pipelined plan's blocks (layer-table rows) per stage as the search split them, e.g.
+    ", rows 20+14": the plan label leaves the split out, and the same layout re-created with the
+    default even split may not fit where the search's split does (docs/validation-cp.md, "The
+    search's own plan against estimate")."""
+    if plan.pp < 2 or not plan.stages:
+        return ""
+    return ", rows " + "+".join(str(end - start) for start, end in plan.stages)
+
 def _runtime(r: dict) -> str:
     return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
 
