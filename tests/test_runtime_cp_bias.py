@@ -83,31 +83,43 @@ def test_only_a_bias_that_varies_along_a_query_row_counts():
     assert biased_rows(torch.arange(4.0).view(1, 1, 4), "additive", 4) == 1      # key-only (BLOOM-style)
 
 
-def test_a_bias_table_read_from_a_buffer_is_refused_when_the_row_is_rewritten():
-    """A whole ALiBi mask precomputed into a buffer and passed to SDPA is refused statically."""
+@pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "written-out"])
+def test_a_bias_table_read_from_a_buffer_is_refused_and_a_causal_one_is_dropped(sdpa):
+    """A whole ALiBi mask precomputed into a buffer is refused when the row is rewritten (no
+    step needed); the same buffer without the bias (0 / -inf, the causal mask a trace folds)
+    runs, and is not handed to the op: the op applies causality itself."""
     import torch.nn as nn
     import torch.nn.functional as F
 
     from autopar.rewrite import FakeGroup, rewrite_row
+    from autopar.rewrite.cp_attention import ContextParallelAttention
 
     class Precomputed(nn.Module):
-        def __init__(self):
+        def __init__(self, slope):
             super().__init__()
             self.qkv = nn.Linear(D, 3 * D)
             pos = torch.arange(T_SERIAL)
-            rel = (pos[None, :] - pos[:, None]).float()
-            self.register_buffer("alibi", rel.masked_fill(rel > 0, float("-inf"))[None, None])
+            rel = slope * (pos[None, :] - pos[:, None]).float()
+            self.register_buffer("alibi", rel.masked_fill(pos[None, :] > pos[:, None], float("-inf"))[None, None])
 
         def forward(self, x):
             B, T, _ = x.shape
             q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.alibi[:, :, :T, :T])
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.alibi[:, :, :T, :T])
+            else:
+                y = torch.softmax(q @ k.transpose(-2, -1) + self.alibi[:, :, :T, :T], dim=-1) @ v
             return x + y.transpose(1, 2).reshape(B, T, D)
 
+    def rewritten(slope):
+        return rewrite_row(Precomputed(slope), kind="block", tp_rank=0, tp_size=1, tp_group=None,
+                           sequence_parallel=False, recompute="none", example_input=torch.randn(1, 8, D),
+                           context_parallel=dict(cp=CP, rank=0, group=FakeGroup(0, CP), name="blocks.0"))
+
     with pytest.raises(PlanError, match="position bias"):
-        rewrite_row(Precomputed(), kind="block", tp_rank=0, tp_size=1, tp_group=None,
-                    sequence_parallel=False, recompute="none", example_input=torch.randn(1, 8, D),
-                    context_parallel=dict(cp=CP, rank=0, group=FakeGroup(0, CP), name="blocks.0"))
+        rewritten(1.0)
+    [op] = [m for m in rewritten(0.0).modules() if isinstance(m, ContextParallelAttention)]
+    assert op.causal and op.mask_kind is None
 
 
 @pytest.mark.parametrize("facts, kernel", [

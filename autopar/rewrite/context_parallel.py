@@ -29,6 +29,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from autopar.rewrite.cp_attention import ContextParallelAttention, cp_positions, cp_select_rows
+from autopar.rewrite.cp_mask_check import biased_rows
 from autopar.trace.fx_graph import INPUTS, USERS, is_activation_matmul, is_softmax, nearest, walk
 from costmodels.contracts.errors import PlanError
 
@@ -118,7 +119,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True,
-                     mask=_handed_mask(gm, mask, "attend"), name=name)
+                     mask=_handed_mask(gm, mask, "attend", name), name=name)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -139,7 +140,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             else:
                 with g.inserting_before(m2):
                     k = g.call_method("transpose", (kt, -2, -1))
-            handed = [h for m in masks if (h := _handed_mask(gm, *m)) is not None]
+            handed = [h for m in masks if (h := _handed_mask(gm, *m, name)) is not None]
             _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found,
                      mask=handed[0] if handed else None, name=name, more=handed[1:])
             found += 1
@@ -166,17 +167,39 @@ def _reads_buffer(gm, node) -> bool:
     return any(x.op == "get_attr" and x.target in buffers for x in _upstream(node))
 
 
-def _handed_mask(gm, node, kind):
+def _handed_mask(gm, node, kind, name: str = ""):
     """(mask node, kind, whole) to hand the cp op, or None: a mask from the inputs is checked each
     step for hidden tokens (padding); one the graph builds without a buffer (positions, constants:
     a sliding window, a prefix mask) is also compared with causal (``cp_mask_check``); an additive
-    or SDPA one (it may be float) read from a buffer is still checked for a position bias (ALiBi
-    slopes are a buffer); a ``masked_fill`` one read from a buffer alone was checked statically
-    (``_check_causal_buffer``) and is not handed over."""
+    or SDPA one (it may be float) read from a buffer and the positions is still checked for a
+    position bias each step (ALiBi's slopes are a buffer); one read from buffers and constants
+    alone is checked for a bias now (``_check_bias_buffer``; a ``masked_fill`` one for causality,
+    ``_check_causal_buffer``) and is not handed over: a causal mask the trace folded from the
+    first local positions is dropped from the graph, as the cp attention applies causality itself."""
     if not isinstance(node, fx.Node):
         return None
     whole = not _reads_buffer(gm, node)
-    return (node, kind, whole) if whole or kind != "fill" or _from_input(node) else None
+    if whole or _from_input(node):
+        return node, kind, whole
+    if kind == "fill":
+        return None
+    if any(x.op == "call_function" and x.target in (cp_positions, cp_select_rows) for x in _upstream(node)):
+        return node, kind, False   # buffers and positions (ALiBi's slopes × distances): checked per step
+    _check_bias_buffer(gm, node, name)   # buffers / constants alone: checked now, left to dead code
+    return None
+
+
+def _check_bias_buffer(gm, node, name: str) -> None:
+    """An additive or SDPA mask computed from buffers and constants alone (a causal mask the trace
+    folded, a precomputed ALiBi table): refused when one of its tables of two or more dims adds
+    different values to the keys a query sees (``cp_mask_check.biased_rows``)."""
+    buffers = dict(gm.named_buffers())
+    for x in _upstream(node):
+        t = buffers.get(x.target) if x.op == "get_attr" else None
+        if isinstance(t, torch.Tensor) and not t.is_meta and t.dim() >= 2 and biased_rows(t, "additive", t.size(-1)):
+            raise PlanError(f"context parallel: the attention of '{name}' adds the table '{x.target}' to its "
+                            "scores, a position bias (ALiBi, relative) that the cp attention (causal by global "
+                            "position, no bias) cannot apply; use cp=1 for this model")
 
 
 def _no_dropout(p) -> None:
