@@ -122,6 +122,34 @@ def test_a_bias_table_read_from_a_buffer_is_refused_and_a_causal_one_is_dropped(
     assert op.causal and op.mask_kind is None
 
 
+def test_transformers_falcon_with_alibi_is_refused_when_its_block_is_rewritten():
+    """transformers' Falcon with ``alibi=True``, cut by tracing for cp rank 0: the trace folds its
+    ALiBi into a constant table added to the scores, which the rewrite refuses naming the block.
+    (In a 2-rank gloo world the previous tree ran it 4.9e-4 loss / 3.0e-2 parameter off serial.)
+    The pre-launch probe runs on meta copies, so this is the ranks' rewrite, as the Runner's."""
+    T = pytest.importorskip("transformers")
+    from autopar.rewrite import FakeGroup, rewrite_row
+    from autopar.runtime.assemble.prelaunch import check_before_launch
+    from autopar.runtime.assemble.stages import row_inputs
+    from autopar.runtime.step.context import local_example, rows_for_cp_rank
+    torch.manual_seed(0)
+    cfg = T.FalconConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                         alibi=True, max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0)
+    cfg._attn_implementation = "eager"
+    model, plan = T.FalconForCausalLM(cfg), Plan(cp=CP)
+    ids = (torch.zeros(1, 16, dtype=torch.long),)
+    ready = check_before_launch(model, plan, example_inputs=ids)
+    local = local_example(ids, plan)
+    rows = rows_for_cp_rank(model, ready.rows, local, plan, 0)
+    x = row_inputs(rows, local, ready.stages, range(len(ready.stages)))
+    i = rows.kinds.index("block")
+    with pytest.raises(PlanError, match="position bias") as e:
+        rewrite_row(rows.modules[i], kind="block", tp_rank=0, tp_size=1, tp_group=None, sequence_parallel=False,
+                    recompute="none", example_input=x[i],
+                    context_parallel=dict(cp=CP, rank=0, group=FakeGroup(0, CP), name=rows.names[i]))
+    assert "'transformer.h.0'" in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("facts, kernel", [
     (dict(real_group=False, device_type="cpu", backend=None, sdpa=True, api=True, switch=None), "shape-probe"),
     (dict(real_group=True, device_type="meta", backend="gloo", sdpa=True, api=True, switch=None), "shape-probe"),
