@@ -6,7 +6,8 @@
 # bench). Each step has its own time limit so that one slow step cannot cost the others; every
 # output lands in OUTDIR, and each step prints as it goes (a step killed at its limit keeps its lines).
 # First run (one H200, 2026-11-28): only the profile finished; the FP8 bench and both validates
-# reached their limits before printing a result. The likely cost: each built its model on the
+# reached their limits before printing a result: the bench's one-process apply started gloo and
+# trained on the CPU (fixed: apply starts NCCL where CUDA is), and each built its model on the
 # CPU first (the bench's 1.1 B model took 60 s to initialise on the 2-core dev machine, and
 # validate builds one per plan); both now start built-in models on meta and materialise them on
 # the GPU, and the bench prints every step.

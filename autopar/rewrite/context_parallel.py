@@ -29,6 +29,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from autopar.rewrite.cp_attention import ContextParallelAttention, cp_positions, cp_select_rows
+from autopar.rewrite.cp_mask_check import biased_rows
 from autopar.trace.fx_graph import INPUTS, USERS, is_activation_matmul, is_softmax, nearest, walk
 from costmodels.contracts.errors import PlanError
 
@@ -118,7 +119,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             causal = causal or mask is not None
             _no_dropout(n.kwargs.get("dropout_p", n.args[4] if len(n.args) > 4 else 0.0))
             _replace(gm, n, (q, k, v), causal, n.kwargs.get("scale"), cp, rank, group, found, sdpa=True,
-                     mask=_handed_mask(gm, mask, "attend"), name=name)
+                     mask=_handed_mask(gm, mask, "attend", name), name=name)
             found += 1
         elif is_softmax(gm, n):
             m1 = nearest(n, INPUTS, is_activation_matmul, limit=64)
@@ -126,7 +127,7 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             if m1 is None or m2 is None:
                 continue
             between, _ = walk([m1], lambda x, n=n: [u for u in x.users if order.get(u, 1 << 30) < order[n]])
-            scale, causal, mask = _scores(gm, between, m1)
+            scale, causal, masks = _scores(gm, between, m1)
             after, _ = walk([n], lambda x, m2=m2: [u for u in x.users if order.get(u, 1 << 30) < order[m2]])
             for x in after:
                 if x.op == "call_module" and isinstance(gm.get_submodule(x.target), torch.nn.Dropout):
@@ -139,8 +140,9 @@ def _attention(gm: fx.GraphModule, cp: int, rank: int, group, name: str = "") ->
             else:
                 with g.inserting_before(m2):
                     k = g.call_method("transpose", (kt, -2, -1))
+            handed = [h for m in masks if (h := _handed_mask(gm, *m, name)) is not None]
             _replace(gm, m2, (q, k, v), causal, scale, cp, rank, group, found,
-                     mask=_handed_mask(gm, mask[0], mask[1]) if mask else None, name=name)
+                     mask=handed[0] if handed else None, name=name, more=handed[1:])
             found += 1
     g.eliminate_dead_code(is_impure_node=lambda x: x.is_impure()
                           or (x.op == "call_module" and hasattr(gm.get_submodule(x.target), "group")))
@@ -165,15 +167,39 @@ def _reads_buffer(gm, node) -> bool:
     return any(x.op == "get_attr" and x.target in buffers for x in _upstream(node))
 
 
-def _handed_mask(gm, node, kind):
+def _handed_mask(gm, node, kind, name: str = ""):
     """(mask node, kind, whole) to hand the cp op, or None: a mask from the inputs is checked each
     step for hidden tokens (padding); one the graph builds without a buffer (positions, constants:
-    a sliding window, a prefix mask) is also compared with causal (``cp_mask_check``); one read
-    from a buffer alone was checked statically (``_check_causal_buffer``) and is not handed over."""
+    a sliding window, a prefix mask) is also compared with causal (``cp_mask_check``); an additive
+    or SDPA one (it may be float) read from a buffer and the positions is still checked for a
+    position bias each step (ALiBi's slopes are a buffer); one read from buffers and constants
+    alone is checked for a bias now (``_check_bias_buffer``; a ``masked_fill`` one for causality,
+    ``_check_causal_buffer``) and is not handed over: a causal mask the trace folded from the
+    first local positions is dropped from the graph, as the cp attention applies causality itself."""
     if not isinstance(node, fx.Node):
         return None
     whole = not _reads_buffer(gm, node)
-    return (node, kind, whole) if whole or _from_input(node) else None
+    if whole or _from_input(node):
+        return node, kind, whole
+    if kind == "fill":
+        return None
+    if any(x.op == "call_function" and x.target in (cp_positions, cp_select_rows) for x in _upstream(node)):
+        return node, kind, False   # buffers and positions (ALiBi's slopes × distances): checked per step
+    _check_bias_buffer(gm, node, name)   # buffers / constants alone: checked now, left to dead code
+    return None
+
+
+def _check_bias_buffer(gm, node, name: str) -> None:
+    """An additive or SDPA mask computed from buffers and constants alone (a causal mask the trace
+    folded, a precomputed ALiBi table): refused when one of its tables of two or more dims adds
+    different values to the keys a query sees (``cp_mask_check.biased_rows``)."""
+    buffers = dict(gm.named_buffers())
+    for x in _upstream(node):
+        t = buffers.get(x.target) if x.op == "get_attr" else None
+        if isinstance(t, torch.Tensor) and not t.is_meta and t.dim() >= 2 and biased_rows(t, "additive", t.size(-1)):
+            raise PlanError(f"context parallel: the attention of '{name}' adds the table '{x.target}' to its "
+                            "scores, a position bias (ALiBi, relative) that the cp attention (causal by global "
+                            "position, no bias) cannot apply; use cp=1 for this model")
 
 
 def _no_dropout(p) -> None:
@@ -193,11 +219,12 @@ def _is_transpose(n: fx.Node) -> bool:
     return False
 
 
-def _scores(gm, between, m1) -> tuple[list, bool, tuple | None]:
-    """(scale factors, causal, mask) of the nodes between the scores matmul and the softmax: each
-    factor ``(operator.mul | operator.truediv, a number or a scalar node)``; mask: (the mask
-    node, "fill" (True = hidden) or "additive") for the runtime's padding check, or None."""
-    scale, causal, mask = [], False, None
+def _scores(gm, between, m1) -> tuple[list, bool, list]:
+    """(scale factors, causal, masks) of the nodes between the scores matmul and the softmax: each
+    factor ``(operator.mul | operator.truediv, a number or a scalar node)``; masks: (the mask
+    node, "fill" (True = hidden) or "additive") of each mask or bias applied, for the runtime's
+    checks (``cp_mask_check``)."""
+    scale, causal, mask = [], False, []
     for x in between:
         if x is m1:
             continue
@@ -211,10 +238,10 @@ def _scores(gm, between, m1) -> tuple[list, bool, tuple | None]:
             _check_causal_buffer(gm, x)
             causal = True
             if len(x.args) > 1 and isinstance(x.args[1], fx.Node):
-                mask = (x.args[1], "fill")
+                mask.append((x.args[1], "fill"))
         elif t in (operator.add, torch.add, "add") and any(isinstance(a, fx.Node) for a in other):
             causal = True
-            mask = (next(a for a in other if isinstance(a, fx.Node)), "additive")
+            mask.append((next(a for a in other if isinstance(a, fx.Node)), "additive"))
     return scale, causal, mask
 
 
@@ -233,12 +260,12 @@ def _check_causal_buffer(gm, node, sdpa: bool = False) -> None:
                 seen_where = (m == 0) if sdpa and m.is_floating_point() else (m != 0)
                 if not torch.equal(seen_where, torch.tril(torch.ones_like(m)) != 0):
                     raise PlanError(f"context parallel: the attention mask buffer '{x.target}' is not "
-                                    "causal (lower-triangular); only causal attention runs under cp; "
-                                    "use cp=1")
+                                    "causal (lower-triangular) or adds a position bias (ALiBi) where it is; only "
+                                    "causal attention without a bias runs under cp; use cp=1")
 
 
 def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = False, mask=None,
-             name: str = "") -> None:
+             name: str = "", more=()) -> None:
     """``node`` (the attention's output) computed by a new ContextParallelAttention on
     ``qkv``; ``scale``: None (1/√d), a number, or factors from ``_scores``; ``mask``: (node,
     kind) of the mask the model applied, handed to the op so each step checks it hides no
@@ -249,6 +276,7 @@ def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = Fals
     op = ContextParallelAttention(group, cp, rank, causal, None, sdpa=sdpa)
     op.mask_kind, op.where = (mask[1] if mask else None), name
     op.mask_whole = bool(mask[2]) if mask and len(mask) > 2 else False
+    op.more_masks = [(m[1], bool(m[2])) for m in more]   # further masks / biases: checked with the first
     gm.add_submodule(module, op)
     with gm.graph.inserting_before(node):
         if isinstance(scale, list):   # factors: a number, or a node computing it (√d of a size)
@@ -257,6 +285,7 @@ def _replace(gm, node, qkv, causal, scale, cp, rank, group, i, sdpa: bool = Fals
                 value = gm.graph.call_function(op, (value, f)) if isinstance(value, fx.Node) or \
                     isinstance(f, fx.Node) else op(value, f)
             scale = value
-        new = gm.graph.call_module(module, (*qkv, scale) + ((mask[0],) if mask else ()))
+        new = gm.graph.call_module(module, (*qkv, scale) + ((mask[0],) if mask else ())
+                                   + tuple(m[0] for m in more))
     node.replace_all_uses_with(new)
     gm.graph.erase_node(node)

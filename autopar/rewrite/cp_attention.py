@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autopar.rewrite.cp_mask_check import hidden_diagonal, refuse_masks  # noqa: F401  (hidden_diagonal re-exported)
-from autopar.rewrite.cp_torch_ring import torch_ring_attention, torch_ring_usable
+from autopar.rewrite.cp_mask_check import hidden_diagonal, refuse_terms  # noqa: F401  (hidden_diagonal re-exported)
+from autopar.rewrite.cp_torch_ring import SHAPE_PROBE, TORCH_RING, kernel_for, torch_ring_attention
 
 _arange = torch.arange   # the real one: ``global_positions`` patches torch.arange while a model is cut
 
@@ -108,25 +108,28 @@ class ContextParallelAttention(nn.Module):
         self.sdpa = sdpa   # the model called F.scaled_dot_product_attention: CUDA runs torch's (cp_torch_ring)
         self.mask_kind, self.where = None, ""   # the model's own mask, checked each step (hidden_diagonal)
         self.mask_whole = False   # a mask the graph builds: also compared with causal (cp_mask_check)
+        self.more_masks: list[tuple[str, bool]] = []   # (kind, whole) of further masks the core applies
 
     def extra_repr(self) -> str:
         return f"cp={self.cp}, rank={self.rank}, causal={self.causal}, scale={self.scale}"
 
-    def forward(self, q, k, v, scale=None, mask=None):
+    def forward(self, q, k, v, scale=None, mask=None, *more):
         T = q.size(-2)
         if mask is not None and self.mask_kind and isinstance(self.group, dist.ProcessGroup) \
                 and q.device.type != "meta":
-            refuse_masks(mask, self.mask_kind, load_balanced_positions(T, self.cp, self.rank, device=q.device),
-                         self.group, self.cp, self.where, self.mask_whole)
+            terms = [(mask, self.mask_kind, self.mask_whole)] + [
+                (m, kind, whole) for m, (kind, whole) in zip(more, self.more_masks)]
+            refuse_terms(terms, load_balanced_positions(T, self.cp, self.rank, device=q.device),
+                         self.group, self.cp, self.where)
         if k.size(-3) != q.size(-3):   # grouped-query attention handed over unrepeated (SDPA's enable_gqa)
             k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
-        real = isinstance(self.group, dist.ProcessGroup) and q.device.type != "meta"
-        if real and self.sdpa and torch_ring_usable(q, self.group):
+        kernel = kernel_for(q, self.group, self.sdpa)   # cp_torch_ring.choose_kernel
+        if kernel == TORCH_RING:
             scale = scale if scale is not None else self.scale
             return torch_ring_attention(q, k, v, self.group, self.causal,
                                         float(scale) if scale is not None else None)
-        if real:
+        if kernel != SHAPE_PROBE:
             k = GatherSeq.apply(k, self.group, k.dim() - 2)
             v = GatherSeq.apply(v, self.group, v.dim() - 2)
         else:   # the rewrite's shape probe (FakeGroup / meta): the gathered shape

@@ -28,6 +28,9 @@ _MESHES: dict = {}
 _ENABLED = False
 
 
+TORCH_RING, ALL_GATHER, SHAPE_PROBE = "torch-ring", "all-gather", "shape-probe"
+
+
 def _torch_cp():
     """torch's context-parallel attention module, or None where this torch lacks it."""
     try:
@@ -38,12 +41,33 @@ def _torch_cp():
     return _attention if all(hasattr(_attention, n) for n in needed) else None
 
 
+def choose_kernel(*, real_group: bool, device_type: str, backend: str | None, sdpa: bool,
+                  api: bool, switch: str | None) -> str:
+    """Which attention ``ContextParallelAttention`` runs, from plain facts (no tensor, no group,
+    so it is unit-tested on CPU): ``SHAPE_PROBE`` for the rewrite's probe (a FakeGroup, or meta
+    tensors: only the gathered shape), ``TORCH_RING`` — torch's own — where the model called SDPA
+    and q is on CUDA over an NCCL group with the API present and ``AUTOPAR_CP_TORCH_RING``
+    (``switch``) not "0", else ``ALL_GATHER`` (``cp_attention``: gloo, CPU, a written-out core).
+    ``cp = 1`` never reaches here from the Runner: it rewrites rows only for ``plan.cp > 1``
+    (``assemble.stages``), so one GPU runs the model's own attention."""
+    if not real_group or device_type == "meta":
+        return SHAPE_PROBE
+    if sdpa and device_type == "cuda" and backend == "nccl" and api and switch != "0":
+        return TORCH_RING
+    return ALL_GATHER
+
+
+def kernel_for(q: torch.Tensor, group, sdpa: bool) -> str:
+    """``choose_kernel`` for the query tensor ``q`` and the cp ``group`` of a forward."""
+    real = isinstance(group, dist.ProcessGroup)
+    return choose_kernel(real_group=real, device_type=q.device.type,
+                         backend=dist.get_backend(group) if real else None, sdpa=sdpa,
+                         api=_torch_cp() is not None, switch=os.environ.get("AUTOPAR_CP_TORCH_RING"))
+
+
 def torch_ring_usable(q: torch.Tensor, group) -> bool:
-    """Whether the cp attention of ``q`` runs as torch's (module docstring): CUDA, NCCL, the
-    API present, not switched off by ``AUTOPAR_CP_TORCH_RING=0``."""
-    return (q.is_cuda and isinstance(group, dist.ProcessGroup)
-            and os.environ.get("AUTOPAR_CP_TORCH_RING", "1") != "0"
-            and dist.get_backend(group) == "nccl" and _torch_cp() is not None)
+    """Whether the cp attention of an SDPA call on ``q`` runs as torch's (``choose_kernel``)."""
+    return kernel_for(q, group, sdpa=True) == TORCH_RING
 
 
 def torch_ring_attention(q, k, v, group, causal: bool, scale: float | None) -> torch.Tensor:

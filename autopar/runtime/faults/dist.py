@@ -42,7 +42,8 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
     """Initialise the default process group from torchrun's environment when none exists.
 
     Raises PlanError (one line, before any collective) when there is no torchrun environment
-    and the plan needs more than one process. A plan of one process runs without torchrun.
+    and the plan needs more than one process. A plan of one process runs without torchrun, on
+    NCCL where CUDA is available (before: gloo, so a one-GPU run silently trained on the CPU).
     """
     global _TIMEOUT
     _TIMEOUT = datetime.timedelta(seconds=timeout_s or DEFAULT_TIMEOUT_S)
@@ -51,8 +52,12 @@ def ensure_initialized(world_needed: int, timeout_s: float | None = None) -> Non
     timeout = _TIMEOUT
     missing = [k for k in _TORCHRUN_ENV if k not in os.environ]
     if missing:
-        if world_needed == 1:
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+        if world_needed == 1:   # one process: on a GPU NCCL (so the Runner's device is CUDA), else gloo
+            backend = backend_for_device()
+            if backend == "nccl":
+                from autopar.runtime.step.gpu_defaults import set_env
+                set_env()   # on the current CUDA device, which the Runner then uses
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                                     timeout=timeout)
             return
         raise PlanError(f"autopar.apply needs {world_needed} processes but was not launched by "
