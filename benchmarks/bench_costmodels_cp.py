@@ -5,6 +5,8 @@ sweep's no-CP baseline.
     python benchmarks/bench_costmodels_cp.py            # both tables; rewrites docs/validation-cp.md's results
     python benchmarks/bench_costmodels_cp.py --quick    # the step-time table only (no searches), prints only
 
+The rows and the helpers they share with the searches below are in benchmarks/cp_bench_rows.py.
+
 **Split.** Nothing is fitted here: the cp model (``costmodels.model.context_parallel``) adds
 no constant, and every constant it uses was fitted before on other rows (docs/validation.md:
 the mpt-1b calibration rows and Korthikanti's Table 5). So the calibration set of this benchmark
@@ -47,8 +49,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
-import re
 import sys
 import time
 from pathlib import Path
@@ -56,118 +56,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costmodels.calibration.cp_runs import cp_recompute, cp_runtime, nemo_long_sequence_plan  # noqa: E402
-from costmodels.calibration.nemo_flops import nemo_llama_flops, step_from_tflops  # noqa: E402
-from costmodels.calibration.nemo_recipes import recipe_notes, row_notes  # noqa: E402
+from cp_bench_rows import (  # benchmarks/, beside this script: the rows and their shared helpers
+    DATA,
+    PRESET,
+    _baseline_runtimes,
+    _int,
+    _profile,
+    _published_steps,
+    _runtime,
+    _short,
+    _split,
+    _sweep_plan,
+    baseline_counts,
+    step_rows,
+    sweep_step_rows,
+    table,
+)
+
 from costmodels.contracts.errors import AutoparError  # noqa: E402
-from costmodels.contracts.plan import Plan  # noqa: E402
 from costmodels.model.estimate import estimate  # noqa: E402
-
-DATA = Path("/work/shared/validation")
-NEMO_RUNTIME = "megatron:overlap_grad_reduce,overlap_param_gather"
-GPU_PROFILE = {"H100 80GB SXM": "h100-80g-sxm", "B200": "b200-180g-sxm"}
-PRESET = {"llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-405b": "llama3-405b",
-          # Llama 2 7B (Touvron et al. 2023: 32 layers, 4096 hidden, 32 heads, MHA, ffn 11008, vocab 32000)
-          "llama2-7b": "llama:layers=32,hidden=4096,heads=32,kv_heads=32,ffn=11008,vocab=32000"}
-_TABLES: dict = {}
-
-
-def table(spec: str, seq: int):
-    from autopar.trace import table_for
-    key = (spec, seq)
-    if key not in _TABLES:
-        _TABLES[key] = table_for(spec, micro_batch=1, seq=seq)
-    return _TABLES[key]
-
-
-def _int(x, default=None):
-    m = re.match(r"\s*(\d+)", x or "")
-    return int(m.group(1)) if m else default
-
-
-def _short(label: str) -> str:
-    """A plan label without NeMo's default runtime (its extra switches kept, after a +)."""
-    return label.replace(" runtime:" + NEMO_RUNTIME + ",", " +").replace(" runtime:" + NEMO_RUNTIME, "")
-
-
-def _runtime(r: dict) -> str:
-    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
-
-
-@functools.cache
-def _notes() -> dict:
-    """The yaml notes of every copy of a NeMo run (``nemo_recipes.recipe_notes``)."""
-    return recipe_notes(DATA / "dgxc_nemo_h100.csv", DATA / "cp_runs.csv", DATA / "fp8_runs.csv")
-
-
-def _profile(gpu: str) -> str | None:
-    return next((v for k, v in GPU_PROFILE.items() if gpu.startswith(k)), None)
-
-
-def _plan(r: dict, runtime: str) -> Plan:
-    tp, pp, vpp = _int(r["tp"], 1), _int(r["pp"], 1), _int(r["vpp"], 1)
-    rec = cp_recompute(r)   # the CSV's, or what the run's source file states
-    sp = tp > 1 and r["sequence_parallel"].startswith("true")
-    return Plan(dp=_int(r["dp"]), tp=tp, pp=pp, vpp=vpp, cp=_int(r["cp"], 1),
-                micro_batch_size=_int(r["micro_batch"], 1), zero=_int(r["zero"], 0), recompute=rec,
-                sequence_parallel=sp,
-                schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime)
-
-
-def step_rows() -> list[dict]:
-    """Every scoreable cp row (module docstring), each with its prediction."""
-    out, seen = [], set()
-    for r in csv.DictReader(open(DATA / "dgxc_nemo_h100.csv")):
-        if _int(r["cp"], 1) < 2:
-            continue
-        plan = _plan(r, _runtime(r))
-        out.append(dict(id=r["row_id"], source="dgxc_nemo_h100", spec=r["model_spec"], seq=int(r["seq"]),
-                        hw=r["hardware"], gpus=int(r["gpus"]), batch=int(r["global_batch"]), plan=plan,
-                        published=float(r["published_step_s"])))
-        seen.add((r["model_spec"].split(":")[0], int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp))
-    for r in csv.DictReader(open(DATA / "cp_runs.csv")):
-        hw, spec = _profile(r["gpu"]), PRESET.get(r["model"])
-        if (_int(r["cp"], 1) < 2 or r["precision"] != "bf16" or hw is None or spec is None
-                or not r["step_time_s"] or not r["dp"] or _int(r["layers"]) not in (None, table(spec, 4096).layers)):
-            continue
-        plan = _plan(r, _runtime(r))
-        if (spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp) in seen:
-            continue
-        seen.add((spec, int(r["gpus"]), plan.dp, plan.tp, plan.pp, plan.cp))
-        out.append(dict(id=r["row_id"], source="cp_runs", spec=spec, seq=int(r["seq"]), hw=hw,
-                        gpus=int(r["gpus"]), batch=int(r["global_batch"]), plan=plan,
-                        published=float(r["step_time_s"])))
-    for x in out:
-        try:
-            e = estimate(table(x["spec"], x["seq"]), x["hw"], x["plan"], x["gpus"], x["batch"])
-            x["predicted"], x["fits"] = e.step_time_s, e.fits
-            x["error"] = e.step_time_s / x["published"] - 1
-        except AutoparError as err:
-            x["predicted"], x["error"], x["why"] = None, None, str(err)
-        try:   # the same GPUs with cp folded into dp (cp = 1): what of the error is cp's own
-            twin = x["plan"].with_(dp=x["plan"].dp * x["plan"].cp, cp=1)
-            x["twin_error"] = estimate(table(x["spec"], x["seq"]), x["hw"], twin, x["gpus"],
-                                       x["batch"]).step_time_s / x["published"] - 1
-        except AutoparError:   # e.g. a batch dp·cp does not divide
-            x["twin_error"] = None
-    return out
-
-
-NODE_GPUS = 8   # a whole node of the sweeps' GPUs (DGX H100, DGX B200): the smallest baseline count
-
-
-def baseline_counts(gpus: int) -> list[int]:
-    """The GPU counts the no-CP baseline may use: the row's, then halving to whole nodes
-    (``NODE_GPUS``). NeMo's baseline is "the most performant configuration without CP given the
-    memory capacity" and the table compares TFLOP/s PER GPU, so a baseline on fewer GPUs than the
-    cp run is within the published definition (16 sequences do not need 256 GPUs)."""
-    out, c = [], gpus
-    while c >= NODE_GPUS and c % NODE_GPUS == 0 or c == gpus:
-        out.append(c)
-        if c % 2:
-            break
-        c //= 2
-    return out
 
 
 def _best_at(spec, hw, gpus, batch, tbl, runtimes, precision, time_limit_s, cross_node_tp=False):
@@ -226,7 +133,8 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
                     break
                 gpu_s = cand.prediction["step_time_s"] * n
                 x["counts"].append(dict(gpus=n, plan=cand.plan.label(), speedup=gpu_s / cp_gpu_s, proved=proved,
-                                        step=cand.prediction["step_time_s"], gpu_s=gpu_s))
+                                        step=cand.prediction["step_time_s"], gpu_s=gpu_s, split=_split(cand.plan),
+                                        agrees=_estimate_agrees(cand, tbl, hw, n, batch)))
                 if best is None or gpu_s < best[0]:
                     best = (gpu_s, n, cand.plan.label(), proved)
             if best is None:
@@ -243,6 +151,7 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
                 raise why
             # the scored reading: the baseline on the row's GPUs (module docstring, "Speed-ups")
             x["baseline"], x["proved"], x["predicted"] = same["plan"], same["proved"], same["speedup"]
+            x["baseline_split"] = same["split"]
             x["error"] = x["predicted"] / x["published"] - 1
             # where the miss is: each side's step against the step its published TFLOP/s stands for
             pub_cp, pub_base = _published_steps(r, rows, plan, batch)
@@ -262,51 +171,10 @@ def speedup_rows(time_limit_s: float = 10.0) -> list[dict]:
     return out
 
 
-def _sweep_plan(r: dict, runtime: str) -> Plan:
-    """A long-sequence sweep's cp run as NeMo ran it: the published degrees, NeMo's distributed
-    optimizer and sequence parallelism at tp > 1 (``cp_runs.nemo_long_sequence_plan``; the CSV
-    leaves both blank), in the row's number format (FP8: both sides of the ratio are priced so)."""
-    return nemo_long_sequence_plan(_plan(r, runtime)).with_(precision="fp8" if "fp8" in r["precision"] else "bf16")
-
-
-def _tflops(r: dict) -> float | None:
-    """The TFLOP/s per GPU a long-sequence row publishes ("with CP: 1,624 TFLOPS/GPU ...")."""
-    m = re.search(r"([\d,.]+)\s*TFLOPS", r["published"])
-    return float(m.group(1).replace(",", "")) if m else None
-
-
-def _published_steps(r: dict, rows: list[dict], plan: Plan, batch: int) -> tuple[float, float | None]:
-    """The cp run's and its no-CP baseline's step times that the published TFLOP/s per GPU stand
-    for (NeMo's FLOP count, ``costmodels.calibration.nemo_flops``), on the cp plan's world; the
-    baseline's None where none ran (Llama 3 8B at 1M tokens)."""
-    shape = table(PRESET[r["model"]], 4096)
-    flops = nemo_llama_flops(batch, int(r["seq"]), shape.layers, shape.hidden, shape.heads, shape.kv_heads,
-                             int(r["ffn"]), shape.vocab)
-    base = next(b for b in rows if b["row_id"] == r["pair_row_id"])
-    world = plan.world_size
-    base_tflops = _tflops(base)
-    return (step_from_tflops(flops, _tflops(r), world),
-            step_from_tflops(flops, base_tflops, world) if base_tflops else None)
-
-
-def sweep_step_rows() -> list[dict]:
-    """Every NeMo long-sequence run whose layout is published (the cp runs and the short-sequence
-    cp = 1 runs; not the no-CP baselines, whose layout is not): predicted step against the step
-    its TFLOP/s per GPU stands for. Check rows (FP8, nothing fitted); not in the MAPE above,
-    whose rows publish a step time."""
-    rows = list(csv.DictReader(open(DATA / "cp_runs.csv")))
-    out = []
-    for r in rows:
-        if not r["row_id"].startswith("nemolong") or r["row_id"].endswith("-nocp") or _tflops(r) is None:
-            continue
-        hw, spec = _profile(r["gpu"]), PRESET[r["model"]]
-        plan = _sweep_plan(r, _runtime(r))
-        seq, batch = int(r["seq"]), int(r["global_batch"])
-        pub, _ = _published_steps(r, rows, plan, batch)
-        e = estimate(table(spec, seq), hw, plan, plan.world_size, batch)
-        out.append(dict(id=r["row_id"], hw=hw, plan=plan, published=pub, predicted=e.step_time_s,
-                        error=e.step_time_s / pub - 1, fits=e.fits, memory=e.memory_bytes["total"]))
-    return out
+def _estimate_agrees(cand, tbl, hw, gpus: int, batch: int) -> bool:
+    """The search's plan, split included, re-priced by ``estimate``: fits, and the same step."""
+    e = estimate(tbl, hw, cand.plan, gpus, batch)
+    return e.fits and abs(e.step_time_s / cand.prediction["step_time_s"] - 1) < 1e-9
 
 
 def _query_group_baseline(spec, hw, gpus, batch, tbl, runtime, precision, time_limit_s, node_tp):
@@ -321,15 +189,6 @@ def _query_group_baseline(spec, hw, gpus, batch, tbl, runtime, precision, time_l
     if cand is not None and cand.prediction["step_time_s"] * gpus < node_tp["gpu_s"]:
         return dict(plan=cand.plan.label(), gpu_s=cand.prediction["step_time_s"] * gpus), proved
     return dict(plan=node_tp["plan"], gpu_s=node_tp["gpu_s"]), node_tp["proved"]
-
-
-def _baseline_runtimes(runtime: str) -> list[str]:
-    """The runtimes the no-CP baseline may run under: the cp run's, and without TP-comm overlap
-    where the cp run has it (a switch of the configuration NeMo tunes for the baseline: its
-    userbuffers hold ``seq / cp`` tokens per GPU, costmodels/model/long_sequence_memory.py)."""
-    if ",tp_comm_overlap" not in runtime:
-        return [runtime]
-    return [runtime, runtime.replace(",tp_comm_overlap", "")]
 
 
 DOC = ROOT / "docs" / "validation-cp.md"
@@ -381,7 +240,8 @@ def main() -> int:
     if not args.quick:
         sp = speedup_rows()
         out += ["", "Speed-ups, the scored reading (the best no-CP plan `autopar search` finds on the row's GPUs,",
-                "TP inside a node). The last two columns split the miss: each side's predicted step against",
+                "TP inside a node; a pipelined one with its blocks per stage as the search split them, which",
+                "its label leaves out). The last two columns split the miss: each side's predicted step against",
                 "the step its published TFLOP/s per GPU stands for (speed-up error ≈ baseline − cp):", "",
                 "| sweep row | GPUs | cp plan | published speed-up | no-CP plan (search) | predicted | error "
                 "| cp step error | baseline step error |",
@@ -392,7 +252,8 @@ def main() -> int:
                            f"| – | – | {x.get('why', '')} | – | – |")
                 continue
             out.append(f"| {x['id']} | {x['gpus']} | {_short(x['plan'].label())} | {x['published']:.2f} "
-                       f"| {_short(x['baseline'])}{'' if x['proved'] else ' (not proved)'} | {x['predicted']:.2f} "
+                       f"| {_short(x['baseline'])}{x['baseline_split']}{'' if x['proved'] else ' (not proved)'} "
+                       f"| {x['predicted']:.2f} "
                        f"| {100 * x['error']:+.1f}% | {100 * x['cp_step_error']:+.1f}% "
                        f"| {100 * x['base_step_error']:+.1f}% |")
         out += ["", "The other readings of the baseline (not scored; docs/validation-cp.md, \"The baseline\"):", "",
@@ -417,7 +278,9 @@ def main() -> int:
                 f"{summary('error')}; TP up to the query groups: {summary('qg_error')}; best over whole-node "
                 f"counts: {summary('best_error')}; "
                 f"{sum(not c['proved'] for x in ok for c in x['counts'])} of "
-                f"{sum(len(x['counts']) for x in ok)} fixed-count searches cut by their time limit (not proved)",
+                f"{sum(len(x['counts']) for x in ok)} fixed-count searches cut by their time limit (not proved); "
+                f"{sum(c['agrees'] for x in ok for c in x['counts'])} of {sum(len(x['counts']) for x in ok)} "
+                "searched plans, split included, fit and step the same under `estimate` (search = estimate)",
                 "", "Every count searched (the speed-up if the baseline were that count's best plan):", ""]
         out += [f"* {x['id']}: " + "; ".join(f"{c['gpus']} GPUs {_short(c['plan'])} → {c['speedup']:.2f}"
                                              + ("" if c["proved"] else " (not proved)") for c in x["counts"])
