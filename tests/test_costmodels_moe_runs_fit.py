@@ -120,3 +120,32 @@ def test_full_recompute_holds_one_blocks_dispatch_buffers_not_every_blocks():
     full = estimate(table, prof, Plan(dp=8, ep=8, zero=1, recompute="full"), 8, 8).memory_bytes["activations"]
     buf = float(expert_terms(arr, prof, Plan(dp=8, ep=8), "full", 1.0).work_buffer_bytes.max())
     assert full < none and full >= buf
+
+
+def test_search_memory_equals_estimate_with_these_mechanisms():
+    """The split program charges what ``estimate`` charges for a fixed split: full recompute's
+    working set with a MoE block's dispatch buffers, the folded expert-dp group and ep placement
+    (megatron at tp 2, etp 1) and AutoModel's options."""
+    import random
+
+    from autopar.search.costs import Costs
+    from autopar.search.space import Shape, configurations
+    from autopar.search.split_model import SplitModel
+
+    t = moe_table(4, 1024, 16, 4, 2816, 32000, 2048, experts=64, top_k=2, expert_ffn=2048, shared=1)
+    prof, gpus, batch = load_profile("h100-80g-sxm"), 32, 128
+    costs, rng, n = Costs(t, prof, batch), random.Random(3), len(t.rows)
+    picked = []
+    for rt in ("megatron:overlap_grad_reduce", "fsdp:deepep,te,bf16_states,bf16_loss,fake_balanced_gate"):
+        cs = [c for c in configurations(Shape.of(t), gpus, batch, prof.gpus_per_node,
+                                        fix={"runtime": rt, "recompute": "full"}) if c.ep > 1]
+        folded = [c for c in cs if c.tp > c.etp]
+        assert folded
+        picked += rng.sample(folded, 2) + rng.sample(cs, 2)
+    for c in picked:
+        S = c.pp * c.vpp
+        cuts = sorted(rng.sample(range(1, n), S - 1))
+        stages = tuple(zip([0] + cuts, cuts + [n]))
+        total = estimate(t, prof, c.plan(stages), gpus, batch).memory_bytes["total"]
+        mem = SplitModel(costs.terms(c), objective="memory", fixed_stages=stages).solve()
+        assert total - 1 <= mem.objective_s <= total + 4 * n + 8, (c, mem.objective_s, total)
