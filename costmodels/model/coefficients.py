@@ -225,7 +225,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=state, act_bytes=act,
-        act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention),
+        act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention)
+        + (0.0 if moe is None else moe.work_buffer_bytes),   # + a MoE block's dispatch buffers (experts.py)
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero),
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
@@ -249,7 +250,8 @@ def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: st
     """The Mixture-of-Experts terms of ``plan`` (``costmodels.model.experts``), None for a dense model."""
     return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
                         zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node),
-                        stack_key(runtime))   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
+                        stack_key(runtime),   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
+                        consecutive=bool(runtime.moe_route_consecutive))   # AutoModel's fake balanced gate
 
 
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,

@@ -256,7 +256,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
                                  w_inputs=w_held))
         mems[-1] = as_allocated(fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
-                                                 precision), runtime, precision)   # experts.py, allocator.py
+                                                 precision, co_r[r].act_none_bytes),
+                                runtime, precision)   # experts.py, allocator.py
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

@@ -23,10 +23,16 @@ Parameters on a GPU: ``dense/tp + experts/(ep·etp)``; the dp gradient sync move
 line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factors within
 (n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp (HSDP:
 ``dp_shard``), the experts over the expert-dp ranks inside that shard group
-(``expert_zero_group``: ``dp·cp/ep``, or ``max(1, dp_shard·cp/ep)`` under HSDP); ZeRO-3 gathers
+(``expert_zero_group``: ``dp·cp·(tp/etp)/ep``, or ``max(1, dp_shard·cp·(tp/etp)/ep)`` under
+HSDP: with etp < tp the tp ranks holding the same experts are expert-dp ranks too); ZeRO-3 gathers
 a row's local part, never the experts of other ep ranks. The dispatch buffers (the received
 tokens of dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE
-row and micro-batch in flight, added to the row's saved activations.
+row and micro-batch in flight, added to the row's saved activations. Under full recompute a
+block keeps only its input: its dispatch buffers are freed after its forward and rebuilt when it
+is recomputed, so they are held for one block at a time, in the recompute working set (the
+largest block's saved bytes plus its buffers: ``work_buffer_bytes``, ``working_set_extra``),
+never per micro-batch in flight. (Charging them per row and micro-batch put the NeMo AutoModel
+Qwen3-30B-A3B run, whose yaml checkpoints every block, at 131 GiB on an 80 GB H100; it ran.)
 
 The all-to-alls are counted in the breakdown's ``compute`` (they are on the critical path of the
 row and no key of ``BREAKDOWN_KEYS`` names them) and listed in the estimate's ``comm`` as kind
@@ -42,7 +48,7 @@ from costmodels.model.allocator import optimizer_share
 from costmodels.model.compute import RowTimes
 from costmodels.model.context_parallel import zero_group
 from costmodels.model.expert_precision import fp8_expert_s
-from costmodels.model.memory import STATE_BYTES, model_state_bytes
+from costmodels.model.memory import STATE_BYTES, model_state_bytes, recompute_working_bytes
 from costmodels.model.table_arrays import TableArrays
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.runtime import load_runtime
@@ -87,12 +93,30 @@ def ep_degrees(plan) -> tuple[int, int]:
     return int(getattr(plan, "ep", 1) or 1), int(getattr(plan, "etp", 1) or 1)
 
 
+FOLDING_RUNTIMES = ("megatron", "fsdp")
+
+
+def _folds_tp(plan) -> bool:
+    """Whether the plan's runtime builds a separate expert mesh (etp, then ep, then expert-dp,
+    innermost first) that takes the ``tp/etp`` ranks of a tp group an expert is not sharded over
+    into its ep group: Megatron-core (``megatron/core/parallel_state.py``, NVIDIA/Megatron-LM
+    00caa53: the expert ``RankGenerator(tp=expert_tensor_parallel_size, ep=..., dp=...)`` on
+    the same tp-…-pp order, so at etp 1 an ep group is ``ep`` consecutive ranks) and torchtitan
+    (the ``fsdp`` profile; its ParallelDims at etp 1: "[partial dp + all tp -> ep]"). autopar's
+    own runtime keeps each tp rank's ep group at its tp coordinate (``autopar/runtime/step/
+    experts.py``), ep ranks ``tp`` apart."""
+    name = str(getattr(plan, "runtime", None) or "autopar").split(":")[0]
+    return name in FOLDING_RUNTIMES
+
+
 def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:
     """(ep ranks on one node, nodes the ep group spans): ep is carved from dp·cp innermost, so
     its stride is the product of the dimensions inside cp / dp in ``mesh_order``."""
-    ep, _ = ep_degrees(plan)
+    ep, etp = ep_degrees(plan)
     order = plan.mesh_order() if hasattr(plan, "mesh_order") else ("tp", "cp", "dp", "pp")
     sizes = {"tp": plan.tp, "cp": getattr(plan, "cp", 1), "dp": plan.dp, "pp": plan.pp}
+    if etp < plan.tp and _folds_tp(plan):   # the expert mesh: etp innermost, then ep (_folds_tp)
+        sizes["tp"] = etp
     inner = []
     for d in order:
         if d in ("cp", "dp"):
@@ -102,14 +126,18 @@ def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:
     return group_span(placement, {**sizes, "ep": ep}, "ep", gpus_per_node)
 
 
-def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None):
+def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None, experts=None):
     """(bytes each GPU sends, seconds) of one all-to-all over the ep group, ``nbytes`` the whole
     buffer of one GPU (module docstring). ``top_k`` (per row) given: the runtime sends a token
     once per destination node over the NICs and fans it out over NVLink there (DeepEP's
     dispatch, the runtime profile's ``[moe] dispatch_once_per_node``): the inter-node bytes are
     those of the expected distinct remote nodes a token's k experts sit on, with the experts
     spread evenly over the N nodes of the ep group, ``(N − 1)·(1 − (1 − 1/N)^k)`` copies
-    instead of ``k·(ep − n_in)/ep``."""
+    instead of ``k·(ep − n_in)/ep``. ``experts`` (per row) given as well: the router sends a
+    token to ``k`` consecutive expert ids starting at a multiple of ``k`` (NeMo AutoModel's
+    ``FakeBalancedGate``: expert ``(t·k + j) mod E`` for token ``t``), which sit on
+    ``⌈k / (E/N)⌉`` nodes (one when a node's ``E/N`` experts hold whole runs of ``k``), each
+    remote with probability ``(N − 1)/N``: ``⌈k·N/E⌉·(N − 1)/N`` copies."""
     ep, _ = ep_degrees(plan)
     nbytes = np.asarray(nbytes, dtype=float)
     if ep <= 1:
@@ -122,6 +150,9 @@ def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None):
     if top_k is not None and nodes > 1:
         k = np.maximum(np.asarray(top_k, dtype=float), 1.0)
         copies = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+        if experts is not None:   # k consecutive experts: the nodes a run of k spans
+            per_node = np.maximum(np.asarray(experts, dtype=float) / nodes, 1.0)
+            copies = np.minimum(np.ceil(k / per_node), nodes) * (nodes - 1) / nodes
         inter = np.minimum(inter, nbytes / k * copies)
     alpha = inter_a if ep > n_in else intra_a
     t = alpha + np.maximum(intra / intra_b, inter / inter_b)
@@ -139,17 +170,20 @@ class ExpertTerms:
     a2a_bytes: np.ndarray      # fwd + bwd (+ recompute) all-to-all bytes each GPU sends
     a2a_s: np.ndarray          # their seconds
     params: np.ndarray         # parameters on one GPU: dense/tp + experts/(ep·etp)
-    buffer_bytes: np.ndarray   # dispatch buffers, per micro-batch in flight
+    buffer_bytes: np.ndarray   # dispatch buffers kept for the backward, per micro-batch in flight
+    work_buffer_bytes: np.ndarray   # the same buffers while one block runs (full recompute's working set)
 
 
 def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
                  imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0),
-                 dedup: bool = False, runtime_name: str | None = None) -> ExpertTerms | None:
+                 dedup: bool = False, runtime_name: str | None = None,
+                 consecutive: bool = False) -> ExpertTerms | None:
     """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
     table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
     which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
     ep shard. ``runtime_name``: the FP8 stack (``precision.stack_key``) that runs an FP8 plan's
-    experts in FP8 (``costmodels.model.expert_precision``; None: BF16 experts)."""
+    experts in FP8 (``costmodels.model.expert_precision``; None: BF16 experts). ``consecutive``:
+    the router picks ``k`` consecutive experts (``all_to_all_s``; with ``dedup`` only)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
@@ -159,7 +193,8 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     moe = ea.experts > 0
     v = ea.dispatch_bytes * k / tp
     top_k = ea.routed_tokens / (arr.table.micro_batch * arr.table.seq) if dedup else None
-    one_b, one_s = all_to_all_s(v * imbalance, plan, profile, top_k)
+    one_b, one_s = all_to_all_s(v * imbalance, plan, profile, top_k,
+                                ea.experts if (dedup and consecutive) else None)
     passes = 2.0
     rec_pass = 2.0 if recompute == "full" else 0.0
     peak = profile.peak_flops_per_s(arr.table.act_dtype_bytes)
@@ -186,7 +221,8 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     return ExpertTerms(fwd_s=fwd, bwd_s=bwd, bwd_w_s=gemm, recompute_s=rec,
                        a2a_bytes=(2 * passes + rec_pass) * one_b,
                        a2a_s=(2 * passes + rec_pass) * one_s, params=params,
-                       buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0))
+                       buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0) * (recompute != "full"),
+                       work_buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0))
 
 
 def with_expert_times(rt: RowTimes, moe: ExpertTerms) -> RowTimes:
@@ -206,9 +242,20 @@ def expert_zero_group(plan) -> int:
     divides it (torchtitan's ``dp_shard_mod_ep`` mesh dimension, which it requires), and one
     where ep spans the shard group or more: the experts are then replicated, not sharded. Where
     neither divides the other the positions' counts differ by one: ``max(1, ⌊S/ep⌋)`` is the
-    fewest, the most loaded GPU's, which is what a memory estimate must charge."""
-    ep, _ = ep_degrees(plan)
-    return max(1, zero_group(plan) * int(getattr(plan, "cp", 1) or 1) // ep)
+    fewest, the most loaded GPU's, which is what a memory estimate must charge.
+
+    With ``etp < tp`` the ``tp/etp`` ranks of a tp group that hold the same expert shard are
+    expert-dp ranks too, so the group is ``tp/etp`` times larger: Megatron-core sizes it
+    ``world/(etp·ep·pp)`` (``megatron/core/parallel_state.py``, NVIDIA/Megatron-LM 00caa53,
+    ``initialize_model_parallel``: ``expert_data_parallel_size = world_size //
+    expert_tensor_model_pipeline_parallel_size``), torchtitan's ``dp_shard_mod_ep`` takes the tp
+    ranks when etp = 1 (``expert_tensor_parallel_degree``: "[partial dp + all tp -> ep]"), and
+    autopar's runtime reduces the experts over the tp ranks as well (``autopar/runtime/step/
+    experts.py``). Charging ``dp·cp/ep`` put Grok-1 at tp 4, etp 1, ep 8 on 512 H100 at 85 GiB
+    (the expert optimizer shards 4× too large); it ran."""
+    ep, etp = ep_degrees(plan)
+    fold = max(1, plan.tp // etp)
+    return max(1, zero_group(plan) * int(getattr(plan, "cp", 1) or 1) * fold // ep)
 
 
 def local_params(arr: TableArrays, plan) -> np.ndarray:
@@ -236,16 +283,23 @@ def expert_state_bytes(arr: TableArrays, plan, precision: str, runtime=None) -> 
     return dense * (p + g + o * share) + experts * (pe + ge + oe * share)
 
 
-def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) -> dict:
+def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str,
+                     work_rows: np.ndarray | None = None) -> dict:
     """``memory.stage_memory``'s breakdown with the routed experts' states as ep shards them
     (it charged them as dense parameters, ``experts/tp`` sharded over ``zero_group``) and, under
     ZeRO-3, its gathered weights as a rank gathers them: the two largest rows' local parameters
     ``dense/tp + experts/(ep·etp)`` (it gathers its own ep shard's experts, never the others'),
     the split program's ``weight_bytes`` buffer. Called on the breakdown before
-    ``allocator.as_allocated`` (which scales the optimizer bytes to the runtime's)."""
+    ``allocator.as_allocated`` (which scales the optimizer bytes to the runtime's).
+    ``work_rows`` (``RowCoefficients.act_none_bytes``: a block's saved bytes with its dispatch
+    buffers): full recompute's working set is the largest block's of these, where
+    ``stage_memory`` charged the largest block's saved bytes alone (``working_set_extra``)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return mem
+    if work_rows is not None and plan.recompute == "full":
+        extra = working_set_extra(arr, chunks, plan, work_rows)
+        mem = {**mem, "activations": mem["activations"] + extra, "total": mem["total"] + extra}
     ep, etp = ep_degrees(plan)
     pe = float(sum(ea.expert_params[s:e].sum() for s, e in chunks))
     if pe == 0.0:
@@ -262,6 +316,17 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str) 
     return out
 
 
+def working_set_extra(arr: TableArrays, chunks, plan, work_rows: np.ndarray) -> float:
+    """Full recompute's working set with the recomputed block's dispatch buffers
+    (``work_rows``, module docstring) less what ``memory.recompute_working_bytes`` charged
+    without them: the largest block of ``chunks`` by each."""
+    blocks = [work_rows[s:e][arr.is_block[s:e]] for s, e in chunks]
+    with_buffers = max((float(b.max()) for b in blocks if b.size), default=0.0)
+    without = recompute_working_bytes(arr, plan.tp, plan.sequence_parallel, plan.micro_batch_size,
+                                      "full", plan.attention, list(chunks))
+    return max(0.0, with_buffers - without)
+
+
 def ep_comm(table, profile: HardwareProfile, plan, chunks, m: int) -> list[dict]:
     """The estimate's ``comm`` entry of the expert all-to-alls of the slowest rank's ``chunks``
     over a step of ``m`` micro-batches (none without ep or experts)."""
@@ -273,7 +338,7 @@ def ep_comm(table, profile: HardwareProfile, plan, chunks, m: int) -> list[dict]
         return []
     rt = load_runtime(plan.runtime)
     t = expert_terms(arr, profile, plan, plan.recompute, rt.moe_load_imbalance,
-                     dedup=bool(rt.moe_dispatch_once_per_node))
+                     dedup=bool(rt.moe_dispatch_once_per_node), consecutive=bool(rt.moe_route_consecutive))
     nbytes = m * float(sum(t.a2a_bytes[s:e].sum() for s, e in chunks))
     secs = m * float(sum(t.a2a_s[s:e].sum() for s, e in chunks))
     n_in, nodes = ep_span(plan, profile.gpus_per_node)

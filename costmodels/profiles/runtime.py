@@ -139,6 +139,7 @@ class RuntimeProfile:
     moe_load_imbalance: float = 1.0             # busiest ep rank's routed tokens / the mean
                                                 # (costmodels.model.experts); 1.0: balanced
     moe_dispatch_once_per_node: int = 0         # 1: a token crosses the NICs once per node (DeepEP)
+    moe_route_consecutive: int = 0              # 1: a token's k experts are k consecutive ids (experts.py)
     loss_saved_bytes: float | None = None
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient

@@ -37,7 +37,8 @@ FIGURES = {
     "context_parallel": {"overlap": ("cp_overlap", 0.0, 1.0, False),
                          "all_gather_kv": ("cp_all_gather", 0, 1, True)},
     "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
-            "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True)},
+            "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True),
+            "route_consecutive": ("moe_route_consecutive", 0, 1, True)},
 }
 
 

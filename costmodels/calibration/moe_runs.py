@@ -1,0 +1,111 @@
+"""What each open MoE run (``validation/moe_runs.csv``) ran where its CSV row leaves a setting to
+its stack's default or to a file the CSV did not read: the expert tensor parallelism and the
+recompute, each with its source (file and commit).
+
+**Expert tensor parallelism when the row leaves ``etp`` blank** is the stack's default, not 1:
+
+* Megatron-core / NeMo (every dgxc and NeMo row): ``--expert-tensor-parallel-size`` unset is the
+  dense tensor-parallel size. ``megatron/training/arguments.py`` (NVIDIA/Megatron-LM
+  000c4ac24f61159c138b0975def722c65245983c, ``validate_args``: ``if
+  args.expert_tensor_parallel_size is None: args.expert_tensor_parallel_size =
+  args.tensor_model_parallel_size``) and ``megatron/core/parallel_state.py``
+  (00caa53af30912914981c86f39db123961678bbd, ``initialize_model_parallel``, the same default
+  before it builds the expert mesh; NeMo passes its ``expert_tensor_parallel_size`` there). The
+  Megatron-core of NeMo 1's 24.09 container predates the flag and shards each expert's linears
+  over the tp group (its expert layers take the tp world size unless the deprecated
+  ``moe_extended_tp`` is set): the same sharding. So the v24.11.1 / v25.04.02 Grok-1 rows
+  (tp 4, etp blank) run ``etp = 4``.
+* torchtitan: ``expert_tensor_parallel_degree`` defaults to 1 (``torchtitan/config/job_config.py``,
+  torchtitan 0.2.2: "1 means disabled"; with ``tp > 1`` its ep then borrows the tp ranks).
+* NeMo AutoModel: no expert tensor parallelism at all; its MoE parallelizer asserts tp = 1
+  (``nemo_automodel/components/moe/parallelizer.py``, NVIDIA-NeMo/Automodel 8d9bfb90e,
+  ``parallelize_model``): 1.
+
+Megatron's default is applied only to Megatron / NeMo rows (``stack_of``), never to torchtitan's
+or AutoModel's.
+
+**Recompute the CSV did not read** (``STATED_RECOMPUTE``): the NeMo AutoModel performance summary
+(``docs/performance-summary.md``, NVIDIA-NeMo/Automodel 8d9bfb90e, the commit that last changed
+its MoE rows; the same figures as the cb97654 copy the CSV cites) points at
+``examples/benchmark/configs/*.yaml`` of the same commit. The DeepSeek-V3 256- and 1024-GPU and
+Qwen3-30B-A3B yamls have each row's layout (global batch, local batch, pp, ep, pp micro-batch,
+sequence) and set ``parallelizer.activation_checkpointing: true``, which ``apply_ac`` turns
+into ``checkpoint_wrapper`` around every decoder block (whole-block recompute: autopar's
+``full``). The CSV's other rows state their recompute (``none``) or leave it to a recipe nobody
+read (NeMo 2 rows): those stay at ``none``, the least memory-saving reading.
+
+**NeMo AutoModel's precision and loss** (``AUTOMODEL_OPTIONS``): the same commit's model code
+casts the whole model to bf16 before the yaml's ``torch.optim.Adam`` is built on it, so weights,
+gradients and Adam's moments are all bf16 (8 bytes per parameter, not mixed precision's 16), and
+its loss takes the bf16 logits without an fp32 upcast. Priced as mixed precision with fp32
+logits, the Qwen3-30B-A3B run on 8 H100 needed 84 GiB even with its recompute. Its yamls' backend
+runs attention, linear layers and RMSNorm on Transformer Engine (``attn / linear / rms_norm:
+te``): the ``transformer-engine`` kernel stack, whose constants were fitted on NeMo's dense H100
+runs (none on these rows). And its page states "Fake balanced gate is enabled" (every yaml:
+``fake_balanced_gate: true``): the gate sends token ``t`` to the ``k`` consecutive experts from
+``t·k`` (``FAKE_GATE_OPTION``), which DeepEP delivers to one node, not to the 4.6 nodes of
+DeepSeek-V3's random top-8 over 8 nodes (``costmodels.model.experts.all_to_all_s``).
+"""
+from __future__ import annotations
+
+import re
+
+_AUTOMODEL_YAMLS = "NVIDIA-NeMo/Automodel 8d9bfb90e examples/benchmark/configs/"
+
+STATED_RECOMPUTE = {
+    # deepseek_v3_te_deepep.yaml: global_batch_size 512, local_batch_size 8, pp_size 4
+    # (interleaved1f1b, pp_microbatch_size 1), ep_size 64, seq_len 4096;
+    # parallelizer.activation_checkpointing: true
+    "automodel-h100-deepseek-v3-256": ("full", _AUTOMODEL_YAMLS + "deepseek_v3_te_deepep.yaml"),
+    # deepseek_v3_te_deepep_1024.yaml: global_batch_size 8192, local_batch_size 8, pp_size 4,
+    # ep_size 64, seq_len 4096; parallelizer.activation_checkpointing: true
+    "automodel-h100-deepseek-v3-1024": ("full", _AUTOMODEL_YAMLS + "deepseek_v3_te_deepep_1024.yaml"),
+    # qwen3_moe_30b_te_deepep.yaml: global_batch_size 512, local_batch_size 4, pp_size 1,
+    # ep_size 8, seq_len 4096; parallelizer.activation_checkpointing: true
+    "automodel-h100-qwen3-30b-a3b-8": ("full", _AUTOMODEL_YAMLS + "qwen3_moe_30b_te_deepep.yaml"),
+}
+
+
+# What NeMo AutoModel's MoE benchmarks run beside FSDP2 and DeepEP (the ``fsdp`` runtime's options,
+# each with its source in runtime-profiles/fsdp.toml): the whole model cast to bf16 before
+# torch.optim.Adam is built on it (bf16 moments, no fp32 master) and MaskedCrossEntropy with
+# ``fp32_upcast: false`` (every yaml of examples/benchmark/configs at 8d9bfb90e).
+AUTOMODEL_OPTIONS = ("te", "bf16_states", "bf16_loss")
+# and, where the row's page states "Fake balanced gate is enabled" (every yaml: fake_balanced_gate:
+# true), its routing: each token to k consecutive experts (fsdp.toml [options.fake_balanced_gate])
+FAKE_GATE_OPTION = "fake_balanced_gate"
+
+
+def stack_of(framework: str) -> str:
+    """``megatron``, ``torchtitan`` or ``automodel``: the software that ran a row, from its
+    ``framework`` column (NeMo 1 and 2 both run Megatron-core)."""
+    if "AutoModel" in framework:
+        return "automodel"
+    if "torchtitan" in framework:
+        return "torchtitan"
+    if "Megatron" in framework or "NeMo" in framework:
+        return "megatron"
+    raise ValueError(f"moe_runs: no stack known for framework {framework!r}")
+
+
+def _int(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def row_etp(row: dict) -> int:
+    """The expert tensor-parallel size a row ran: its ``etp`` column where stated, else its
+    stack's default (module docstring): Megatron / NeMo ``tp``, torchtitan and AutoModel 1."""
+    stated = _int(row.get("etp", ""))
+    if stated is not None:
+        return stated
+    tp = _int(row.get("tp", "")) or 1
+    return tp if stack_of(row["framework"]) == "megatron" else 1
+
+
+def row_recompute(row: dict) -> str:
+    """The recompute a row ran: what its source file states (``STATED_RECOMPUTE``) where the CSV
+    did not read it, ``full`` where the CSV says so, else ``none``."""
+    if row["row_id"] in STATED_RECOMPUTE:
+        return STATED_RECOMPUTE[row["row_id"]][0]
+    return "full" if row.get("recompute", "").startswith("full") else "none"
