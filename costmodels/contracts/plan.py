@@ -24,6 +24,10 @@ search, runtime and exporters all read):
 * ``ep`` — expert parallel degree: each MoE layer's experts are sharded over ``ep`` ranks taken
   from the ``dp·cp`` ranks (Megatron's and torchtitan's placement), so ``ep`` divides ``dp·cp``;
   dense parts are unaffected. ``etp`` — tensor parallel degree of each expert, dividing ``tp``.
+  With ``etp < tp`` the ``tp/etp`` freed ranks fold into the expert groups: the cost model
+  places the ep group innermost over them for the megatron and fsdp runtimes (Megatron's expert
+  rank generator; ``costmodels.model.experts.ep_span``) and shards the expert states over
+  ``dp·cp·(tp/etp)/ep`` ranks; the contract's rule stays ``ep`` divides ``dp·cp``.
 * ``precision`` — the matmuls' number format: ``bf16`` (today's behaviour), ``fp8``
   (per-tensor scaling, delayed or current as the runtime profile says), ``fp8-rowwise``,
   ``mxfp8`` (block scaling, Blackwell). Independent of ``estimate``'s memory recipe
