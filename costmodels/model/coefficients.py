@@ -63,6 +63,7 @@ import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.allocator import fragmentation, optimizer_share
+from costmodels.model.async_tp_fusion import unfused_bwd_reduce_scatter_s
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RowTimes, host_block_floor, row_times, runs_on_cpu
@@ -155,6 +156,7 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
            plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           getattr(plan, "vpp", 1),   # interleaving widens the dp window (profiles.interleaved_dp_window)
            getattr(plan, "precision", "bf16"),
            getattr(plan, "dp_shard", None),   # HSDP's shard group (context_parallel)
            getattr(plan, "ep", 1), getattr(plan, "etp", 1))   # expert parallelism (experts.py)
@@ -272,7 +274,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
-    return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
+                                           plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)
+    return overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
