@@ -34,6 +34,7 @@ def test_interleaved_dp_window_widens_only_where_chunks_sync_on_their_own():
     flat = Plan(dp=8, pp=4, micro_batch_size=1, zero=1, runtime=MEGATRON)
     inter = flat.with_(vpp=2, schedule="interleaved-1f1b")
     assert rt.dp_sync_per_chunk == 1 and load_runtime("megatron").dp_sync_per_chunk == 0
+    assert load_runtime("autopar").dp_sync_per_chunk == 1   # torch pipelining: last_backward per stage
     assert interleaved_window_factor(flat, 1) == 1.0
     assert interleaved_window_factor(inter, 1) == 4 - 3 / 2
     assert interleaved_window_factor(inter, 0) == 1.0

@@ -30,7 +30,9 @@ and per step, per parameter on the GPU (linear in a stage's ``Π = Σ π_i``)::
 ``s`` the compute slowdown (the share of a hidden collective's time compute loses to it: the
 GPU's fitted figure, else the runtime's, ``collective_slowdown``),
 ``ov_d`` / ``ov_z`` the shares of compute the dp sync / ZeRO collectives hide in (the hardware
-profile's ``overlap(zero)`` for autopar's runtime)::
+profile's ``overlap(zero)`` for autopar's runtime; ``ov_d`` times pp − (pp−1)/vpp under
+interleaving where the runtime syncs each chunk after its own last backward,
+``costmodels/profiles/interleaved_dp_window.py``)::
 
     β_i  = (1 − s)·ov_d·(bwd_i + recompute_i)     f_i = (1 − s)·ov_z·fwd_i
     βz_i = (1 − s)·ov_z·(bwd_i + recompute_i)     the windows, already net of the slowdown
