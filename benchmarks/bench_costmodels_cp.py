@@ -83,7 +83,7 @@ def _short(label: str) -> str:
 
 
 def _runtime(r: dict) -> str:
-    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
+    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1), _int(r["pp"], 1), _int(r["vpp"], 1))
 
 
 @functools.cache

@@ -1,7 +1,8 @@
-"""Issue 28's two overlap corrections: under interleaved 1F1B a model chunk's gradients sync
-after its own last backward (Megatron-core, torch pipelining), so the dp sync hides behind more
-of the backward; torch's micro-pipeline TP (torchtitan async TP) fuses only the collectives a
-matmul consumes or produces alone, so a block's backward reduce-scatters stay exposed."""
+"""Issue 28's overlap corrections: under interleaved 1F1B a model chunk's gradients sync after
+its own last backward (Megatron-core, torch pipelining), so the dp sync hides behind more of the
+backward; Megatron's overlap_p2p_comm hides the interleaved sends (NeMo 2 always sets it there);
+torch's micro-pipeline TP (torchtitan async TP) fuses only the collectives a matmul consumes or
+produces alone, so a block's backward reduce-scatters stay exposed."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,10 @@ from autopar.search.costs import Costs
 from autopar.search.precision_space import search_precisions
 from autopar.search.space import Shape, configurations
 from autopar.search.split_model import SplitModel, time_unit
+from costmodels.calibration.nemo_recipes import with_p2p_overlap
 from costmodels.contracts.plan import Plan
 from costmodels.model.async_tp_fusion import unfused_bwd_reduce_scatter_s
-from costmodels.model.coefficients import plan_row_times
+from costmodels.model.coefficients import collective_slowdown, plan_row_times, row_coefficients
 from costmodels.model.comm import collective_time
 from costmodels.model.estimate import estimate
 from costmodels.model.table_arrays import table_arrays
@@ -69,11 +71,30 @@ def test_async_tp_leaves_the_blocks_backward_reduce_scatters_exposed():
     assert not load_runtime("megatron:tp_comm_overlap").tp_bwd_reduce_scatter_exposed
 
 
+def test_interleaved_sends_hide_where_the_recipe_overlaps_them():
+    base = Plan(dp=2, pp=4, micro_batch_size=1, zero=1, runtime=MEGATRON)
+    inter = base.with_(vpp=2, schedule="interleaved-1f1b")
+    p2p = inter.with_(runtime=MEGATRON + ",overlap_p2p_comm")
+    s = collective_slowdown(H100, load_runtime(p2p.runtime))
+    plain, hidden = row_coefficients(TABLE, H100, inter), row_coefficients(TABLE, H100, p2p)
+    assert plain.cut_p2p_s[1:].min() > 0 and 0 < s < 1
+    np.testing.assert_allclose(hidden.cut_p2p_s, s * plain.cut_p2p_s, rtol=1e-12)
+    # without interleaving Megatron batches its sends: exposed as before
+    np.testing.assert_array_equal(row_coefficients(TABLE, H100, base.with_(runtime=p2p.runtime)).cut_p2p_s,
+                                  row_coefficients(TABLE, H100, base).cut_p2p_s)
+    # NeMo 2's callback sets it for every interleaved run; NeMo 1 only where the yaml says so
+    assert with_p2p_overlap(MEGATRON, "", "NeMo 2 (Megatron-core + TE)", 4, 2).endswith(",overlap_p2p_comm")
+    assert with_p2p_overlap(MEGATRON, "", "NeMo 2 (Megatron-core + TE)", 4, 1) == MEGATRON
+    assert with_p2p_overlap(MEGATRON, "", "NeMo 1 (Megatron-core + TE)", 4, 2) == MEGATRON
+    assert with_p2p_overlap(MEGATRON, "", "NeMo 24.09", 4, 2) == MEGATRON   # a container, not NeMo 2
+    assert with_p2p_overlap("megatron", "overlap_p2p_comm true", "NeMo 1", 8, 12) == "megatron:overlap_p2p_comm"
+
+
 def test_objective_equals_estimate_for_interleaved_megatron_and_async_tp():
     gpus, batch = 64, 256
     costs = Costs(TABLE, H100, batch)
     rng = random.Random(5)
-    for fix, want in (({"runtime": MEGATRON}, lambda c: c.vpp > 1 and c.dp > 1),
+    for fix, want in (({"runtime": MEGATRON + ",overlap_p2p_comm"}, lambda c: c.vpp > 1 and c.dp > 1),
                       ({"runtime": "fsdp:async_tp"}, lambda c: c.tp > 1 and c.sequence_parallel)):
         configs = [c for c in configurations(Shape.of(TABLE), gpus, batch, H100.link_domain, fix=fix,
                                              precisions=search_precisions(H100, fix)) if want(c)]

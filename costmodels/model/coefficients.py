@@ -79,6 +79,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     zero_row_collectives,
 )
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
+from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
@@ -182,6 +183,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
+    p2p_s = p2p_s * p2p_exposed_share(plan, runtime, s)   # Megatron's overlap_p2p_comm (interleaved_p2p_overlap.py)
     on_gpu = arr.params / tp if moe is None else moe.params   # parameters on one GPU
     weights = STATE_BYTES[precision][0] * on_gpu * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)

@@ -43,6 +43,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     tp_bwd_reduce_scatter_exposed = { value = 1, source = "..." }  # 1: of a block's backward TP
                                                     # collectives only the all-gathers are pipelined
                                                     # (costmodels/model/async_tp_fusion.py)
+    pp_p2p_overlap = { value = 1, source = "..." }  # 1: interleaved pipeline sends run beside the
+                                                    # chunk compute (costmodels/model/interleaved_p2p_overlap.py)
     compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
                                                     # communication (NCCL kernels share the SMs);
                                                     # only where the hardware profile has no
@@ -162,6 +164,7 @@ class RuntimeProfile:
     tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
     dp_sync_per_chunk: int = 0                  # 1: per-chunk gradient sync under interleaving (interleaved_dp_window)
     tp_bwd_reduce_scatter_exposed: int = 0      # 1: blocks' backward RS not pipelined (async_tp_fusion)
+    pp_p2p_overlap: int = 0                     # 1: interleaved sends hidden (interleaved_p2p_overlap)
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
