@@ -13,7 +13,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
   overlap as the yaml says — in this row or in another copy of the same run in
   ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
   unstated at tp > 1, inferred on; NeMo 2 FP8 rows reduce gradients in bf16, as NeMo's
-  performance scripts set for FP8 only, ``_nemo_fp8_runtime``); torchtitan and the
+  performance scripts set for FP8 only, ``_nemo_fp8_runtime``; interleaved NeMo 2 runs, and
+  NeMo 1 runs whose yaml says so, overlap their pipeline sends, ``nemo_recipes.with_p2p_overlap``);
+  torchtitan and the
   torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
   pair, for the pair's plan) states async TP; Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
