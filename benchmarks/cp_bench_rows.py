@@ -57,7 +57,8 @@ def _split(plan: Plan) -> str:
     return ", rows " + "+".join(str(end - start) for start, end in plan.stages)
 
 def _runtime(r: dict) -> str:
-    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1))
+    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1), _int(r["pp"], 1),
+                      _int(r["vpp"], 1))
 
 
 @functools.cache

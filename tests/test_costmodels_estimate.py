@@ -121,7 +121,11 @@ def test_estimate_equals_its_pieces(plan, gpus, batch):
     ranks = [[chunks[c] for c in range(len(stages)) if c % plan.pp == r] for r in range(plan.pp)]
     pipe, _ = pipeline_time([[c.total_s for c in cs] for cs in ranks], m, plan.vpp)
     s = prof.collective_slowdown      # the GPU's: a hidden sync still costs s of its time
-    bwd = [(1 - s) * sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]
+    # interleaved: each chunk syncs after its own last backward, the window is pp - (pp-1)/vpp
+    # micro-batch backwards (costmodels/profiles/interleaved_dp_window.py)
+    chunked = plan.schedule == "interleaved-1f1b" and plan.vpp > 1
+    w = (1 - s) * (prof.overlap(plan.zero) * ((plan.pp - (plan.pp - 1) / plan.vpp) if chunked else 1.0))
+    bwd = [w * sum(c.bwd_s + c.recompute_s for c in cs) for cs in ranks]
     params = [sum(c.params for c in cs) for cs in ranks]
     sync = [dp_sync(params[r], plan, prof, tiers["dp"])[2] for r in range(plan.pp)]
     dp_exp = max(max(0.0, s * sync[r], sync[r] - bwd[r] - sum(bwd[:r])) for r in range(plan.pp))

@@ -15,14 +15,15 @@ has been read (``STATED_RECOMPUTE``, each with its source): the AutoModel Llama 
 """
 from __future__ import annotations
 
-from costmodels.calibration.nemo_recipes import nemo_runtime
+from costmodels.calibration.nemo_recipes import nemo_runtime, with_p2p_overlap
 
 
-def cp_runtime(framework: str, notes: str, tp: int) -> str:
-    """The runtime spec of a cp run (module docstring)."""
+def cp_runtime(framework: str, notes: str, tp: int, pp: int = 1, vpp: int = 1) -> str:
+    """The runtime spec of a cp run (module docstring); NeMo's interleaved sends overlapped as
+    its recipe set (``nemo_recipes.with_p2p_overlap``)."""
     if "torchtitan" in framework or "AutoModel" in framework:
         return "fsdp"
-    return nemo_runtime(notes, tp)[0]
+    return with_p2p_overlap(nemo_runtime(notes, tp)[0], notes, framework, pp, vpp)
 
 
 STATED_RECOMPUTE = {

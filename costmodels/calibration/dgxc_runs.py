@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes
+from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes, with_p2p_overlap
 from costmodels.calibration.open_runs import OpenRun
 from costmodels.calibration.validation import VALIDATION_DIR, read_csv
 from costmodels.contracts.plan import Plan
@@ -44,7 +44,8 @@ def runtime_of(row: dict[str, str]) -> str:
         opts.append("distributed_fused_adam")
     if "grad_sync_dtype bf16" in notes:
         opts.append("bf16_grad_reduce")
-    return "megatron" + (":" + ",".join(opts) if opts else "")
+    return with_p2p_overlap("megatron" + (":" + ",".join(opts) if opts else ""), notes, row.get("framework", ""),
+                            int(row["pp"] or 1), int(row["vpp"] or 1))   # interleaved sends (nemo_recipes)
 
 
 def dgxc_runs(directory: Path | None = None) -> list[OpenRun]:
@@ -65,7 +66,9 @@ def dgxc_runs(directory: Path | None = None) -> list[OpenRun]:
                     schedule=r["schedule"] if int(r["pp"]) > 1 else "1f1b", runtime=runtime_of(r))
         if cp > 1:   # context parallelism (nemo branch): the run's yaml switches read from its
             # copies in cp_runs.csv / fp8_runs.csv (nemo_recipes.recipe_notes), cp in the plan
-            plan = plan.with_(cp=cp, runtime=nemo_runtime(row_notes(r, copies), plan.tp)[0])
+            notes = row_notes(r, copies)
+            rt = with_p2p_overlap(nemo_runtime(notes, plan.tp)[0], notes, r.get("framework", ""), plan.pp, plan.vpp)
+            plan = plan.with_(cp=cp, runtime=rt)
         step = float(r["published_step_s"])
         calib = DGXC_CALIBRATION.get(r["hardware"]) == r["model"]
         out.append(OpenRun(

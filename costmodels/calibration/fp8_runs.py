@@ -13,7 +13,9 @@ How rows become plans (a rule of this harness, stated, not fitted):
   overlap as the yaml says — in this row or in another copy of the same run in
   ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
   unstated at tp > 1, inferred on; NeMo 2 FP8 rows reduce gradients in bf16, as NeMo's
-  performance scripts set for FP8 only, ``_nemo_fp8_runtime``); torchtitan and the
+  performance scripts set for FP8 only, ``_nemo_fp8_runtime``; interleaved NeMo 2 runs, and
+  NeMo 1 runs whose yaml says so, overlap their pipeline sends, ``nemo_recipes.with_p2p_overlap``);
+  torchtitan and the
   torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
   pair, for the pair's plan) states async TP; Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
@@ -50,7 +52,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes
+from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes, with_p2p_overlap
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
@@ -168,6 +170,8 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
                    else _titan_runtime(r, tp))
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
         vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
+        if stack == "megatron":   # the interleaved sends NeMo overlapped (nemo_recipes.with_p2p_overlap)
+            runtime = with_p2p_overlap(runtime, row_notes(r, notes), fw, pp, vpp)
         dp = gpus // (tp * pp * cp)
         mb = int(r["micro_batch"])
         gb = int(_f(r["global_batch"]) or dp * mb)
@@ -189,7 +193,8 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         plans = tuple(p.with_(precision=_precision(r)) for p in bplans)
         pair = by_id.get(r["pair_row_id"])
         if stack in ("fsdp", "megatron") and pair is not None:   # the BF16 run with its own switches
-            brt = _titan_runtime(pair, tp) if stack == "fsdp" else nemo_runtime(row_notes(pair, notes), tp)[0]
+            brt = _titan_runtime(pair, tp) if stack == "fsdp" else with_p2p_overlap(
+                nemo_runtime(row_notes(pair, notes), tp)[0], row_notes(pair, notes), pair["framework"], pp, vpp)
             bplans = tuple(p.with_(runtime=brt) for p in bplans)
         step = _f(r["step_time_s"])
         tok = _f(r["tokens_per_s_per_gpu"])

@@ -36,6 +36,7 @@ import re
 from pathlib import Path
 
 NEMO_BASE = ("overlap_grad_reduce", "overlap_param_gather")
+_NEMO2 = re.compile(r"NeMo 2(?!\d)")   # "NeMo 2 (...)", "NeMo 2.0"; not the container "NeMo 24.09"
 _UB = re.compile(r"ub_tp_comm_overlap\s*[:=]?\s*(true|false)", re.IGNORECASE)
 
 
@@ -58,6 +59,19 @@ def nemo_runtime(notes: str, tp: int, base: tuple[str, ...] = NEMO_BASE) -> tupl
     if "grad_sync_dtype bf16" in (notes or ""):
         opts.append("bf16_grad_reduce")
     return "megatron" + (":" + ",".join(opts) if opts else ""), inferred
+
+
+def with_p2p_overlap(runtime: str, notes: str, framework: str, pp: int, vpp: int) -> str:
+    """``runtime`` with ``overlap_p2p_comm`` where the run interleaved (pp > 1, vpp > 1) and its
+    recipe overlapped the pipeline sends: every NeMo 2 run (``MegatronCommOverlapCallback`` sets
+    ``overlap_p2p_comm = True`` for vp > 1, nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py),
+    a NeMo 1 run only where its yaml says ``overlap_p2p_comm true`` (NeMo 1's default is false);
+    costmodels/model/interleaved_p2p_overlap.py prices it."""
+    if pp <= 1 or vpp <= 1 or "overlap_p2p_comm" in runtime:
+        return runtime
+    if not (_NEMO2.search(framework or "") or "overlap_p2p_comm true" in (notes or "")):
+        return runtime
+    return runtime + (",overlap_p2p_comm" if ":" in runtime else ":overlap_p2p_comm")
 
 
 _README = re.compile(r"(v\d+\.\d+\.\d+).*?(\w+/README\w*\.md)")

@@ -30,7 +30,9 @@ and per step, per parameter on the GPU (linear in a stage's ``Π = Σ π_i``)::
 ``s`` the compute slowdown (the share of a hidden collective's time compute loses to it: the
 GPU's fitted figure, else the runtime's, ``collective_slowdown``),
 ``ov_d`` / ``ov_z`` the shares of compute the dp sync / ZeRO collectives hide in (the hardware
-profile's ``overlap(zero)`` for autopar's runtime)::
+profile's ``overlap(zero)`` for autopar's runtime; ``ov_d`` times pp − (pp−1)/vpp under
+interleaving where the runtime syncs each chunk after its own last backward,
+``costmodels/profiles/interleaved_dp_window.py``)::
 
     β_i  = (1 − s)·ov_d·(bwd_i + recompute_i)     f_i = (1 − s)·ov_z·fwd_i
     βz_i = (1 − s)·ov_z·(bwd_i + recompute_i)     the windows, already net of the slowdown
@@ -63,6 +65,7 @@ import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.allocator import fragmentation, optimizer_share
+from costmodels.model.async_tp_fusion import unfused_bwd_reduce_scatter_s
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RowTimes, host_block_floor, row_times, runs_on_cpu
@@ -76,6 +79,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     zero_row_collectives,
 )
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
+from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
@@ -155,6 +159,7 @@ def row_coefficients(table: LayerTable, profile: HardwareProfile, plan,
     key = (arr, profile, plan.dp, plan.tp, plan.pp, plan.micro_batch_size, plan.zero,
            plan.recompute, plan.sequence_parallel, plan.attention, plan.placement, precision, runtime,
            plan.schedule,   # the schedule: split-backward ones may move the dp window (dp_window_for)
+           getattr(plan, "vpp", 1),   # interleaving widens the dp window (profiles.interleaved_dp_window)
            getattr(plan, "precision", "bf16"),
            getattr(plan, "dp_shard", None),   # HSDP's shard group (context_parallel)
            getattr(plan, "ep", 1), getattr(plan, "etp", 1))   # expert parallelism (experts.py)
@@ -178,6 +183,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     s = collective_slowdown(profile, runtime)
     dov, zov = (1.0 - s) * runtime.dp_window_for(plan, hw), (1.0 - s) * runtime.zero_window(hw)
     p2p_b, p2p_s = cut_p2p(arr, b, tp, profile.group_link(plan, "pp") if plan.pp > 1 else None)
+    p2p_s = p2p_s * p2p_exposed_share(plan, runtime, s)   # Megatron's overlap_p2p_comm (interleaved_p2p_overlap.py)
     on_gpu = arr.params / tp if moe is None else moe.params   # parameters on one GPU
     weights = STATE_BYTES[precision][0] * on_gpu * fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
     gather_b, gather_s = np.zeros(arr.n), np.zeros(arr.n)
@@ -274,7 +280,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
-    return overlapped(rt, runtime, tp)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
+                                           plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)
+    return overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,

@@ -17,7 +17,9 @@ For virtual stage ``c`` (rows [s, e)) and one micro-batch, with ``k = b/b0``::
          C_j the slowest j-th chunk over ranks — pipeline's docstring)
     dp_exposed = max_r max(0, t_dp,r − overlap_r) (+ autopar's ZeRO-1 broadcasts, never hidden,
                  ``zero1_broadcast``),  overlap_r = ov · (backward (+recompute) of one micro-batch
-                 on rank r + the backward of ranks 0..r−1 that still follows it)
+                 on rank r + the backward of ranks 0..r−1 that still follows it; ov times
+                 pp − (pp−1)/vpp under interleaving where each chunk syncs after its own last
+                 backward: costmodels/profiles/interleaved_dp_window.py)
     step_time  = pipeline time + dp_exposed + optimizer step (Adam, memory-bound, compute.py)
 
     tokens_per_s   = global_batch · seq / step_time

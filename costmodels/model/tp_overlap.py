@@ -35,11 +35,14 @@ def exposed(comm: np.ndarray, window: np.ndarray, tp: int) -> np.ndarray:
     return first + np.maximum(0.0, comm - first - np.asarray(window, dtype=float))
 
 
-def overlapped(rt: RowTimes, runtime, tp: int) -> RowTimes:
+def overlapped(rt: RowTimes, runtime, tp: int, bwd_unfused_s=None) -> RowTimes:
     """``rt`` with its TP collective times cut to what the runtime's overlap leaves exposed
-    (module docstring); ``rt`` itself when the runtime does not overlap them."""
+    (module docstring); ``rt`` itself when the runtime does not overlap them.
+    ``bwd_unfused_s``: per row, backward collective seconds the overlap cannot pipeline (torch's
+    micro-pipeline TP, ``async_tp_fusion``): they stay exposed whole."""
     if not getattr(runtime, "tp_comm_overlap", 0) or tp <= 1 or not rt.tp_fwd_s.any():
         return rt
+    keep = np.zeros_like(rt.tp_bwd_s) if bwd_unfused_s is None else np.minimum(bwd_unfused_s, rt.tp_bwd_s)
     return dataclasses.replace(rt, tp_fwd_s=exposed(rt.tp_fwd_s, rt.fwd_s, tp),
-                               tp_bwd_s=exposed(rt.tp_bwd_s, rt.bwd_s, tp),
+                               tp_bwd_s=keep + exposed(rt.tp_bwd_s - keep, rt.bwd_s, tp),
                                tp_recompute_s=exposed(rt.tp_recompute_s, rt.recompute_s, tp))

@@ -37,6 +37,14 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
                                                     # SHARD_GRAD_OP); 0: once after the optimizer step
     tp_comm_overlap = { value = 1, source = "..." }  # 1: TP collectives pipelined with the GEMMs
                                                     # in tp chunks (costmodels/model/tp_overlap.py)
+    dp_sync_per_chunk = { value = 1, source = "..." }  # 1: under interleaving each model chunk's
+                                                    # gradients sync after its own last backward
+                                                    # (costmodels/profiles/interleaved_dp_window.py)
+    tp_bwd_reduce_scatter_exposed = { value = 1, source = "..." }  # 1: of a block's backward TP
+                                                    # collectives only the all-gathers are pipelined
+                                                    # (costmodels/model/async_tp_fusion.py)
+    pp_p2p_overlap = { value = 1, source = "..." }  # 1: interleaved pipeline sends run beside the
+                                                    # chunk compute (costmodels/model/interleaved_p2p_overlap.py)
     compute_slowdown = { value = 0.1, source = "..." }  # compute time lost per second of hidden
                                                     # communication (NCCL kernels share the SMs);
                                                     # only where the hardware profile has no
@@ -99,6 +107,7 @@ from typing import Any
 from costmodels.contracts.errors import ProfileError
 from costmodels.contracts.files import tomllib
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES
+from costmodels.profiles.interleaved_dp_window import interleaved_window_factor
 from costmodels.profiles.runtime_fields import (  # noqa: F401  (ALL_* and FIGURES re-exported)
     ALL_PRECISIONS,
     ALL_SCHEDULES,
@@ -154,6 +163,9 @@ class RuntimeProfile:
     precisions: tuple[str, ...] = ALL_PRECISIONS
     kernel_stack: str = ""                      # costmodels.model.kernel_stack ("": the GPU profile's own)
     tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
+    dp_sync_per_chunk: int = 0                  # 1: per-chunk gradient sync under interleaving (interleaved_dp_window)
+    tp_bwd_reduce_scatter_exposed: int = 0      # 1: blocks' backward RS not pipelined (async_tp_fusion)
+    pp_p2p_overlap: int = 0                     # 1: interleaved sends hidden (interleaved_p2p_overlap)
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
@@ -184,7 +196,7 @@ class RuntimeProfile:
         if (self.split_backward_dp_after_step and plan.schedule in SPLIT_BACKWARD_SCHEDULES
                 and plan.zero <= 1 and plan.dp > 1):
             return 0.0
-        return self.dp_window(hw_overlap)
+        return self.dp_window(hw_overlap) * interleaved_window_factor(plan, self.dp_sync_per_chunk)
 
     def zero_window(self, hw_overlap: float) -> float:
         """Share of compute the ZeRO gathers and reduce-scatters hide in."""
