@@ -223,6 +223,9 @@ class Frontier:
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
+        if ub is None and c not in self.awaiting_cut:   # dense: a k-th plan's cut before CP-SAT
+            self._seed_ahead()
+            ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
             self._seed_ahead()
             ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
