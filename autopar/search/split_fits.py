@@ -125,16 +125,16 @@ def _memory_balanced(terms) -> tuple[tuple[int, int], ...] | None:
     return best
 
 
+def candidates(terms) -> list:
+    """The candidate splits of ``certified_fit``, the min-max split of the row times first."""
+    if terms.states is not None or terms.n_virtual > terms.n or terms.n_virtual < 1:
+        return []
+    from autopar.search.incumbents import incumbent_split
+    out = [incumbent_split(terms), _filled_from_the_end(terms, float(terms.hbm)), _memory_balanced(terms)]
+    return [c for c in out if c is not None]
+
+
 def certified_fit(terms) -> bool:
     """Whether a candidate split (module docstring) fits: True proves some split fits; False
     proves nothing."""
-    if terms.states is not None or terms.n_virtual > terms.n or terms.n_virtual < 1:
-        return False
-    from autopar.search.incumbents import incumbent_split
-    cands = []
-    st = incumbent_split(terms)
-    if st is not None:
-        cands.append(st)
-    cands.append(_filled_from_the_end(terms, float(terms.hbm)))
-    cands.append(_memory_balanced(terms))
-    return any(c is not None and fits(terms, c) for c in cands)
+    return any(fits(terms, c) for c in candidates(terms))
