@@ -75,6 +75,7 @@ class Frontier:
         self.deferrals: dict = {}      # configuration -> times its solve was deferred (DEFER_GROWTH)
         from autopar.search.twins import Twins
         self.twins = Twins(costs)      # dense: ZeRO twins of one objective share their proofs
+        self._early_seeds = 0          # dense: seed-ahead scans before a k-th plan is known
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -225,7 +226,8 @@ class Frontier:
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
-        if ub is None and c not in self.awaiting_cut:   # dense: a k-th plan's cut before CP-SAT
+        if ub is None and c not in self.awaiting_cut and self._early_seeds < 8:
+            self._early_seeds += 1   # dense: a k-th plan's cut before CP-SAT (a few heap scans)
             self._seed_ahead()
             ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
