@@ -73,6 +73,9 @@ class Frontier:
         self.awaiting_cut: set = set()  # unproved twice, solved again under the k-th plan's cut
         self.second_chances: set = set()   # unproved configurations solved once more at the end
         self.deferrals: dict = {}      # configuration -> times its solve was deferred (DEFER_GROWTH)
+        from autopar.search.twins import Twins
+        self.twins = Twins(costs)      # dense: ZeRO twins of one objective share their proofs
+        self._early_seeds = 0          # dense: seed-ahead scans before a k-th plan is known
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -223,6 +226,10 @@ class Frontier:
         self._seed(c, terms)
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
+        if ub is None and c not in self.awaiting_cut and self._early_seeds < 8:
+            self._early_seeds += 1   # dense: a k-th plan's cut before CP-SAT (a few heap scans)
+            self._seed_ahead()
+            ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
             self._seed_ahead()
             ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
@@ -234,6 +241,9 @@ class Frontier:
             stop = None   # the k-th plan's cut alone: its infeasibility is the proof it waited for
         if stop is not None:   # a margin: fewer re-solves of one configuration in small steps
             stop *= 1 + STOP_MARGIN * DEFER_GROWTH ** self.deferrals.get(c, 0)
+        if ub is not None and not terms.split_backward and self.twins.proved_out(self, c, terms, ub):
+            self.stats.pruned_bound += 1   # dense: a twin with no more bytes has no split under the cut
+            return
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
                            upper_bound_s=ub, stop_above_s=stop)
         if terms.split_backward and not some_split_fits(model):
@@ -257,6 +267,7 @@ class Frontier:
         if res.status == "infeasible":
             if ub is not None:        # no split fits *and* beats the k-th plan: out
                 self.stats.pruned_bound += 1
+                self.twins.record(terms, ub)
                 return
             self.stats.infeasible += 1
             self.memory_dropped.append((terms.memory_lower_bound(), c))

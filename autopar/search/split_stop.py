@@ -62,6 +62,11 @@ def some_split_fits(sm) -> bool:
     assumed to fit (deferred, as safe)."""
     cache = sm.t.fits_memory
     if sm.fixed_stages not in cache:
+        from autopar.search.split_fits import certified_fit, fits  # dense: a fitting split, no CP-SAT
+        uniform = not hasattr(sm, "ts")   # not a pooled program (pool_split: memory per pool)
+        if uniform and (fits(sm.t, sm.fixed_stages) if sm.fixed_stages is not None else certified_fit(sm.t)):
+            cache[sm.fixed_stages] = True
+            return True
         cache[sm.fixed_stages] = sm.fit_check().solve().status != "infeasible"
     return cache[sm.fixed_stages]
 

@@ -101,15 +101,13 @@ def _rank_bound(terms, sigma: np.ndarray, weight: np.ndarray, w: float) -> float
     n, S = terms.n, terms.n_virtual
     alpha = np.asarray(co.act_bytes, float)
     block = np.asarray(co.is_block, bool)
-    first, cheapest = [], []
-    forced_block, first_weight = [], []
-    for v in range(S):
-        lo, hi = v, n - S + v + 1
-        cost = sigma + terms.inflight[v] * alpha
-        first.append(float(cost[lo:hi].min()))
-        cheapest.append(float(cost.min()))
-        forced_block.append(bool(block[lo:hi].all()))
-        first_weight.append(float(weight[lo:hi].min()))
+    # stage v's first row lies in the window [v, n − S + v]: all S windows at once (dense: the
+    # loop over stages was a third of gpt3-175b's bounding time), the same values as one by one
+    window = np.arange(S)[:, None] + np.arange(n - S + 1)[None, :]
+    phi_v = np.asarray(terms.inflight[:S], float)[:, None]
+    first = (sigma[window] + phi_v * alpha[window]).min(axis=1).tolist()
+    forced_block = block[window].all(axis=1).tolist()
+    first_weight = weight[window].min(axis=1).tolist()
     F, phi_min = [], []
     for r in range(terms.pp):
         vs = terms.stages_of(r)
