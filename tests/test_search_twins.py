@@ -38,3 +38,33 @@ def test_a_twin_with_no_more_bytes_fits_every_split_the_other_fits_at_the_same_t
                 assert pa["step_time_s"] == pb["step_time_s"], (a, b, st)
                 assert pa["fits"] or not pb["fits"], (a, b, st)
     assert pairs >= 4
+
+
+def test_a_twin_outside_the_searched_space_is_never_solved():
+    """A ZeRO twin the space lacks (a stage the runtime does not have, or one --fix excludes) is
+    no plan: solving it would hand its split on as one (megatron has no ZeRO-2: the search once
+    failed with "runtime ... has no ZeRO-2" through such a twin)."""
+    import time
+
+    from autopar.search.frontier import Frontier
+    t = gpt_table(6, 64, 4, 256, 64, model="gpt:layers=6,hidden=64,heads=4,vocab=256,seq=64")
+    costs = Costs(t, BASE, 16)
+    pairs = 0
+    for b in [c for c in configurations(Shape.of(t), 4, 16, 8, {"tp": 1}) if c.pp >= 2]:
+        tb = costs.terms(b)
+        for z in range(3):
+            a = dataclasses.replace(b, zero=z)
+            if z == b.zero or signature(costs.terms(a)) != signature(tb) \
+                    or not no_more_memory(costs.terms(a), tb):
+                continue
+            pairs += 1
+            fr = Frontier(costs, objective="step_time", top=1, target_step_time_s=None,
+                          fixed_stages=None, solve_limit_s=5.0, deadline=time.perf_counter() + 30)
+            fr.offered = {b}
+            cut = 3 * costs.quick_bound(b)
+            assert not fr.twins.proved_out(fr, b, tb, cut)
+            assert a not in fr.twins.tried and not fr.known
+            fr.offered = {a, b}   # inside the space the twin is solved
+            fr.twins.proved_out(fr, b, tb, cut)
+            assert a in fr.twins.tried
+    assert pairs >= 2

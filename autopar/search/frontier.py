@@ -76,6 +76,7 @@ class Frontier:
         from autopar.search.twins import Twins
         self.twins = Twins(costs)      # dense: ZeRO twins of one objective share their proofs
         self._early_seeds = 0          # dense: seed-ahead scans before a k-th plan is known
+        self.offered: set = set()      # every configuration of the searched space (twins stay inside it)
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -97,6 +98,7 @@ class Frontier:
 
     def offer(self, c: Config) -> None:
         """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
+        self.offered.add(c)
         lb = self.costs.quick_bound(c)
         if not self._misses_target(lb):
             self.push(c, lb, 0)

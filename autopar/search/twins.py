@@ -85,7 +85,9 @@ class Twins:
             if z == c.zero:
                 continue
             twin = dataclasses.replace(c, zero=z)
-            if twin in self.tried:
+            # only a twin of the searched space: a ZeRO stage the runtime lacks, or one --fix
+            # excludes, is no plan (the solve below may hand its split on as a real plan)
+            if twin in self.tried or twin not in frontier.offered:
                 continue
             try:
                 tt = self.costs.terms(twin)
