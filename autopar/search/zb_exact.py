@@ -37,7 +37,11 @@ import time
 from autopar.search.split_result import SplitResult
 from autopar.search.zb_stage_costs import StageCosts
 
-NODE_LIMIT = 200_000   # past this many nodes, CP-SAT's program takes over (never hit on the benches)
+# past this many nodes (or SOLVE_WALL_S), CP-SAT's program takes over: where few micro-batches
+# fill a deep pipeline (gpt3-175b, zb-v, pp 8, m 12) the bubble leaves the rooms loose and the
+# tree grows past 70,000 nodes (216 s) while CP-SAT proves the same stop in 0.5 s
+NODE_LIMIT = 2_000
+SOLVE_WALL_S = 5.0
 REL = 1e-9             # float tolerance of a bound against an incumbent
 
 
@@ -135,7 +139,8 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         from autopar.search.zb_memory import RankMemory
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
-    bb = ZbBranchAndBound(terms, upper_bound_s=cut, wall_limit_s=max(0.05, left), fits=fits, memory=memory)
+    bb = ZbBranchAndBound(terms, upper_bound_s=cut, wall_limit_s=max(0.05, min(left, SOLVE_WALL_S)), fits=fits,
+                          memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1

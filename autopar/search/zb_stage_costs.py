@@ -124,6 +124,7 @@ class StageCosts:
         # memory: the estimate's per rank (zb_memory), once the search gives the tables for it
         self.memory = None        # zb_memory.RankMemory
         self._mem: dict = {}
+        self._info: dict = {}
         from costmodels.model.schedule_program import program
         self._first_op = [0] * self.pp   # each rank's first op in the program of m_sim
         seen = set()
@@ -184,25 +185,43 @@ class StageCosts:
             worst = max(worst, e)
         return worst
 
-    def _data_parallel_bound(self, fixed, free) -> float:
-        """A lower bound on ``_data_parallel`` from the complete ranks: exact where every rank up
-        to it is complete; else its terms that do not hide behind the backward."""
+    def _rank_info(self, r: int, fixed) -> tuple:
+        """A complete rank's sums, kept per (rank, stages): optimizer step, parameters, backward
+        window, dp sync, the dp terms no backward hides (``dp_rank_cost``: its head less the
+        tail, and the after-part), and whether it is over the GPU's memory."""
+        vs = self.ranks[r]
+        key = (r,) + tuple(fixed[v][4] * (self.n + 1) + fixed[v][5] for v in vs)
+        got = self._info.get(key)
+        if got is not None:
+            return got
+        part = lambda pref: self._sum(pref, fixed, vs)  # noqa: E731
+        head = after = bk = dt = 0.0
+        if self.dp:
+            co, s_ = self.co, self.co.slowdown
+            bk, dt = part(self.pBk), part(self.pDt)
+            if not self.legacy:
+                mn = min(part(self.pDt1) + (1.0 - s_) * co.dp_latency_s, (1.0 - s_) * co.dp_bucket_s)
+                head = mn + part(self.pDts) + s_ * co.dp_latency_s
+                after = part(self.pDa) + co.dp_after_latency_s * (part(self.pPi) >= 1)
+        got = self._info[key] = (part(self.pOt), part(self.pP), bk, dt, head, after,
+                                 self.over_memory(r, fixed))
+        return got
+
+    def _data_parallel_bound(self, infos) -> float:
+        """A lower bound on ``_data_parallel`` from the complete ranks (``infos[r]``, None where
+        free): exact where every rank up to it is complete; else the terms no backward hides."""
         if not self.dp:
             return 0.0
-        co, s_ = self.co, self.co.slowdown
+        lat = self.co.dp_latency_s
         worst, before, known = 0.0, 0.0, True
-        for r, vs in enumerate(self.ranks):
-            if free[r]:
+        for info in infos:
+            if info is None:
                 known = False
                 continue
-            before += sum(self.pBk[fixed[v][5]] - self.pBk[fixed[v][4]] for v in vs)
-            dt = sum(self.pDt[fixed[v][5]] - self.pDt[fixed[v][4]] for v in vs)
-            e = max(0.0, dt + co.dp_latency_s - before) if known else 0.0
+            before += info[2]
+            e = max(0.0, info[3] + lat - before) if known else 0.0
             if not self.legacy:
-                part = lambda pref, vs=vs: self._sum(pref, fixed, vs)  # noqa: E731
-                mn = min(part(self.pDt1) + (1.0 - s_) * co.dp_latency_s, (1.0 - s_) * co.dp_bucket_s)
-                head = max(e, mn + part(self.pDts) + s_ * co.dp_latency_s)
-                e = head + part(self.pDa) + co.dp_after_latency_s * (part(self.pPi) >= 1)
+                e = max(e, info[4]) + info[5]
             worst = max(worst, e)
         return worst
 
@@ -231,12 +250,13 @@ class StageCosts:
             else:
                 free[self.rank_of[v]] += 1
         head_free = fixed[self.S - 1] is None
-        done = [r for r in range(pp) if not free[r]]
-        if any(self.over_memory(r, fixed) for r in done):
+        infos = [None if free[r] else self._rank_info(r, fixed) for r in range(pp)]
+        done = [info for info in infos if info is not None]
+        if any(info[6] for info in done):
             return None   # a complete rank over the GPU's memory
-        o_lb = max([self.o_mean] + [self._sum(self.pOt, fixed, self.ranks[r]) for r in done])
-        p_max = max([self.p_mean] + [self._sum(self.pP, fixed, self.ranks[r]) for r in done])
-        extra = o_lb + max(self._data_parallel_bound(fixed, free), self._dp_floor(p_max))
+        o_lb = max([self.o_mean] + [info[0] for info in done])
+        p_max = max([self.p_mean] + [info[1] for info in done])
+        extra = o_lb + max(self._data_parallel_bound(infos), self._dp_floor(p_max))
         if upper == float("inf"):
             return tfix, free, float("inf"), left, None, None, extra
         t_ub = (upper - extra) / self.m * (1 + 1e-9)
