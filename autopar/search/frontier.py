@@ -243,8 +243,8 @@ class Frontier:
             self.memory_dropped.append((terms.memory_lower_bound(), c))
             return
         res = None
-        if terms.split_backward and self.fixed_stages is None:   # issue 30: whole blocks, exactly
-            from autopar.search.zb_exact import solve_split
+        if terms.v_placement and terms.split_backward and self.fixed_stages is None:
+            from autopar.search.zb_exact import solve_split  # issue 30: whole blocks, exactly
             res = solve_split(self, c, terms, ub, stop)
         res = res or self._solve(c, model)
         if res.stopped:
