@@ -254,7 +254,11 @@ class Frontier:
             self.stats.infeasible += 1
             self.memory_dropped.append((terms.memory_lower_bound(), c))
             return
-        res = self._solve(c, model)
+        res = None
+        if terms.v_placement and terms.split_backward and self.fixed_stages is None:
+            from autopar.search.zb_exact import solve_split  # issue 30: whole blocks, exactly
+            res = solve_split(self, c, terms, ub, stop)
+        res = res or self._solve(c, model)
         if res.stopped:
             # not out of time: its proved bound puts it behind the next entry; it is solved again
             # (from scratch, under the k-th plan's cut then in force) if that bound comes up

@@ -37,6 +37,8 @@ class SearchStats:
     evaluator_s: float = 0.0
     memory_floored: int = 0         # put back unsolved by the bound that sees memory (memory_blocks)
     ties_merged: int = 0            # plans shown once: same layout, other ZeRO stage, same step time
+    exact_splits: int = 0           # zero-bubble splits by branch-and-bound (issue 30: zb_exact)
+    exact_nodes: int = 0            # its nodes, all configurations together
 
 
 def _ties(a: tuple, b: tuple) -> bool:
