@@ -12,7 +12,7 @@ solves it again at its retry budget, where the same proof takes 1.02–1.05 unit
 Measured on DeepSeek-V3-like, 1024 H100, batch 4096 (the MoE must-show of issue 27): 23 of the
 search's 93 CP-SAT solves (23.1 of 92 units, a quarter of the command's CPU time) were such
 solves, all on ZeRO-3 interleaved layouts (dp512·pp2, dp256·pp4; 145 variables, 7,861 Booleans
-after encoding). ``allow_load_probing`` raises a budget under ``FLOOR_DET`` to it: the solves
+after encoding). ``allow_load_probing`` raises a budget of 1.0 to 1.25 units to 1.25: the solves
 that failed in probing alone now finish, and one that fails anyway costs at most 0.25 unit more.
 The search stays exact: a budget decides only how soon a proof comes, never what it proves.
 """
@@ -24,7 +24,9 @@ FLOOR_DET = LOAD_PROBING_DET + SEARCH_DET
 
 
 def allow_load_probing(solver) -> None:
-    """Raise ``solver``'s deterministic budget to ``FLOOR_DET`` where it is under it."""
+    """Raise ``solver``'s deterministic budget to ``FLOOR_DET`` where it is at least the probing
+    cap but under ``FLOOR_DET`` (the search's 2 s first solves, the memory fit checks). A budget
+    set smaller on purpose (a test's, a quick probe's) is left as it is."""
     p = solver.parameters
-    if p.max_deterministic_time < FLOOR_DET:
+    if LOAD_PROBING_DET <= p.max_deterministic_time < FLOOR_DET:
         p.max_deterministic_time = FLOOR_DET

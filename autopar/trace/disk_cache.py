@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -44,11 +45,9 @@ def cache_dir() -> Path:
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
     """SHA-256 of the source of every module of ``autopar`` and ``costmodels`` (paths and bytes)."""
-    import autopar
-    import costmodels
     h = hashlib.sha256()
-    for pkg in (autopar, costmodels):
-        root = Path(pkg.__file__).resolve().parent
+    for name in ("autopar", "costmodels"):   # found, not imported (the trace sits below autopar's top)
+        root = Path(importlib.util.find_spec(name).origin).resolve().parent
         for path in sorted(root.rglob("*.py")):
             h.update(str(path.relative_to(root.parent)).encode())
             h.update(b"\0")
