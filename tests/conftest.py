@@ -9,12 +9,16 @@ The suite's own server (this process's, not its subprocesses') also imports tran
 that the zoo, experts, context parallel and scale worlds build (about 4 s once, instead of per rank).
 
 ``AUTOPAR_RANK_START`` already set (``=spawn``) wins: the whole suite with fresh interpreters.
+``AUTOPAR_NO_CACHE=1``: the suite never reads or writes the trace's disk cache.
 """
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("AUTOPAR_RANK_START", "forkserver")
+# the trace's disk cache (autopar.trace.disk_cache) is off in the suite, its subprocesses included:
+# nothing is written into a home; tests/test_trace_disk_cache.py turns it on in a tmp directory
+os.environ["AUTOPAR_NO_CACHE"] = "1"
 
 from autopar.runtime.verify import rank_start  # noqa: E402
 

@@ -64,6 +64,17 @@ def add_model_args(p, seq: bool = True) -> None:
     if seq:
         p.add_argument("--seq", type=int_arg(limit="seq"), default=None,
                        help="sequence length (default: the model's own)")
+    p.add_argument("--no-cache", action=_NoCache, nargs=0,   # moespeed: autopar.trace.disk_cache
+                   help="trace the model again rather than read its table from the disk cache "
+                        "(~/.cache/autopar; AUTOPAR_NO_CACHE=1 does the same)")
+
+
+class _NoCache(argparse.Action):
+    """``--no-cache``: sets AUTOPAR_NO_CACHE=1, which ``autopar.trace.disk_cache`` reads."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        os.environ["AUTOPAR_NO_CACHE"] = "1"
+        setattr(namespace, self.dest, True)
 
 
 def add_progress_arg(p) -> None:

@@ -218,7 +218,9 @@ def trace_model(source, micro_batch: int = 1, leaf_modules=()) -> LayerTable:
 @functools.lru_cache(maxsize=32)
 def _table_cached(spec: str, micro_batch: int, seq: int | None, leaf_modules: tuple) -> LayerTable:
     from autopar.models import load_model
-    return trace_model(load_model(spec, seq=seq), micro_batch, leaf_modules)
+    from autopar.trace.disk_cache import cached_trace  # moespeed: built-in models' tables on disk
+    return cached_trace(spec, micro_batch, seq, leaf_modules,
+                        lambda: trace_model(load_model(spec, seq=seq), micro_batch, leaf_modules))
 
 
 def table_for(spec: str, micro_batch: int = 1, seq: int | None = None, leaf_modules=()) -> LayerTable:
