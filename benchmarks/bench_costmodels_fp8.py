@@ -83,8 +83,9 @@ def report(results, skipped, scales, path):
             f"borrowed from {'/'.join(BORROW[(hw, st)])}"
         L.append(f"| {hw} | {st} | {s} | {frm} |")
     L += ["", "## Every scorable row", "",
-          "| row | role | GPU | stack | run | published s | predicted s | error | speed-up pub. | pred. | error |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| row | role | GPU | stack | run | published s | predicted s | error | speed-up pub. | pred. | error "
+          "| fits (GiB) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in results:
         r = x["run"]
         if "refused" in x:
@@ -94,7 +95,8 @@ def report(results, skipped, scales, path):
         pub = f"{r.published_step_s:.3f}" if r.published_step_s else "-"
         L.append(f"| {r.row_id} | {r.role} | {r.hardware} | {r.stack} | {r.label} | {pub} | "
                  f"{x['fp8_s']:.3f} | {pct(x['error']) if 'error' in x else '-'} | {r.published_speedup or '-'} | "
-                 f"{x['speedup']:.3f} | {pct(x['speedup_error']) if 'speedup_error' in x else '-'} |")
+                 f"{x['speedup']:.3f} | {pct(x['speedup_error']) if 'speedup_error' in x else '-'} | "
+                 f"{'yes' if x['fits'] else 'NO'} ({x['memory_gib']:.1f}) |")
     L += ["", "## Summary (check rows)", "",
           "| GPU × stack | FP8 rows | MAPE | bias | paired | speed-up MAPE | worst | within 8 % |",
           "|---|---|---|---|---|---|---|---|"]
@@ -109,6 +111,11 @@ def report(results, skipped, scales, path):
         L.append(f"| {' '.join(key)} | {len(e)} | {pct(sum(map(abs, e)) / len(e)) if e else '-'} | "
                  f"{pct(sum(e) / len(e)) if e else '-'} | {len(s)} | {pct(sum(map(abs, s)) / len(s)) if s else '-'} | "
                  f"{pct(max(s, key=abs)) if s else '-'} | {sum(abs(v) <= 0.08 for v in s)}/{len(s)} |")
+    scored = [x for x in results if "refused" not in x]
+    unfit = [x["run"].row_id for x in scored if not x["fits"]]
+    L += ["", f"Runs predicted not to fit: {len(unfit)} of {len(scored)} (every row ran; a run fits when "
+          "any reading of its plan does; fits column: predicted GiB per GPU of the smallest reading)"
+          + (": " + ", ".join(unfit) + "." if unfit else ".")]
     cal = [x for x in results if x["run"].role == "calibration" and "refused" not in x]
     s = [x["speedup_error"] for x in cal]
     L += ["", f"Calibration rows: {len(cal)}, speed-up MAPE {pct(sum(map(abs, s)) / len(s)) if s else '-'}.",
