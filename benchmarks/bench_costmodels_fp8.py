@@ -150,6 +150,18 @@ def report(results, skipped, scales, path):
           "scale (torch._scaled_mm's rowwise GEMM is CUTLASS's kernel, not cuBLASLt's tensorwise one), "
           "fitted on its one paired row, which also frees the tensorwise fit from it. Every scale was "
           "refitted on its calibration rows only.",
+          "- Fit (fp8fits branch, issue 31; no constant refitted, every calibration row unchanged): every "
+          "run here ran, so each must be predicted to fit (tests/test_costmodels_fp8_runs_fit.py). "
+          "Sequence parallelism is now read from the stack, as it ran: torchtitan's apply_tp shards "
+          "the norms over tp whenever tp > 1 (no switch; pytorch/torchtitan 004b3148 "
+          "torchtitan/parallelisms/parallelize_llama.py), and Megatron refuses TP-comm overlap without "
+          "it (megatron/training/arguments.py), so a NeMo row with tp_comm_overlap (stated or inferred) "
+          "runs it, the rule cp_runs.nemo_long_sequence_plan applies. Before, 18 rows with tp > 1 held "
+          "whole-sequence activations on every tp rank and 8 runs were predicted not to fit (NeMo "
+          "GPT-3 175B 512 GPUs 91.4 GiB of 79.1, Nemotron-4 340B on H100 and B200, Llama 3.1 405B on "
+          "B200, the torchtitan 405B cp sweep 144 GiB of 96); check MAPE 7.7 -> 7.2 %. Left: NeMo "
+          "24.07 Nemotron-4 340B on 128 H100s, 79.7 of 79.1 GiB: the llama (SwiGLU) proxy of its "
+          "squared-ReLU MLP saves 3.7 GiB more activations than the traced model, which fits at 76.0 GiB.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
           "- Mechanisms (fp8b branch, both read from the stacks' code, no constant refitted: every "
