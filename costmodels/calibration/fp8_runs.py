@@ -27,7 +27,8 @@ How rows become plans (a rule of this harness, stated, not fitted):
   the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
   same runs' BF16 copies with);
 * plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
-  parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
+  parallel where stated or where the stack always runs it (``stated_sequence_parallel``),
+  interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
   mean of the none and full estimates (as ``open_runs`` does);
 * torchtitan with pp > 1: the published batch is the local batch; micro-batches of 1 (its
