@@ -27,7 +27,8 @@ How rows become plans (a rule of this harness, stated, not fitted):
   the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
   same runs' BF16 copies with);
 * plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
-  parallel where stated or inferred, interleaved 1F1B where vpp > 1; recompute "none" where a
+  parallel where stated or where the stack always runs it (``stated_sequence_parallel``),
+  interleaved 1F1B where vpp > 1; recompute "none" where a
   NeMo recipe was not read (inferred, flagged), torchtitan's selective / per-op policies as the
   mean of the none and full estimates (as ``open_runs`` does);
 * torchtitan with pp > 1: the published batch is the local batch; micro-batches of 1 (its
@@ -178,7 +179,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
             mb = 1                       # micro-batches of pipeline_parallel_microbatch_size = 1
         zero = 3 if r["zero"].startswith("3") else 1
-        sp = tp > 1 and r["sequence_parallel"].startswith("true")
+        sp = stated_sequence_parallel(r, stack, tp, runtime)
         rc = r["recompute"]
         base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
                     schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime)
@@ -207,6 +208,34 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
     return runs, skipped
+
+
+def stated_sequence_parallel(r, stack: str, tp: int, runtime: str) -> bool:
+    """Whether the run sharded its norm / dropout activations over the tp ranks (sequence
+    parallelism), from what its stack does, never from its error:
+
+    * the row's ``sequence_parallel`` column where it says ``true``;
+    * torchtitan / torchao (``fsdp``) at tp > 1: always — its ``apply_tp`` has no switch for it
+      ("Apply tensor + sequence parallelism to every transformer block": ``attention_norm`` and
+      ``ffn_norm`` are ``SequenceParallel()``, ``wo`` / ``w2`` reduce-scatter to ``Shard(1)``;
+      pytorch/torchtitan 004b3148 torchtitan/parallelisms/parallelize_llama.py, the code of the
+      Dec 2024 benchmark rows);
+    * NeMo / Megatron-core where its runtime has ``tp_comm_overlap`` (stated, or inferred by
+      ``nemo_recipes.nemo_runtime``): Megatron refuses that overlap without sequence parallelism
+      (Megatron-LM megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can
+      happen only when sequence parallelism is enabled"), the rule ``cp_runs.nemo_long_sequence_plan``
+      applies to the long-sequence rows.
+
+    Before this rule every such row held whole-sequence activations on each tp rank and 8 runs that
+    ran (NeMo GPT-3 175B / Nemotron-4 340B / Llama 3.1 405B, the torchtitan 405B cp sweep) were
+    predicted not to fit."""
+    if tp <= 1:
+        return False
+    if r["sequence_parallel"].startswith("true"):
+        return True
+    if stack == "fsdp":
+        return True
+    return stack == "megatron" and "tp_comm_overlap" in runtime
 
 
 def _nemo_fp8_runtime(r, runtime: str) -> str:
@@ -260,12 +289,15 @@ def predict(run: Fp8Run, table_of, profile) -> dict:
         profile = dataclasses.replace(profile, hbm_bytes=run.hbm_bytes)
     table = table_of(run.spec)
     try:
-        f8 = [estimate(table, profile, p, run.gpus, run.global_batch).step_time_s for p in run.plans]
+        e8 = [estimate(table, profile, p, run.gpus, run.global_batch) for p in run.plans]
         b16 = [estimate(table, profile, p, run.gpus, run.global_batch).step_time_s for p in run.bf16_plans]
     except PlanError as e:
         return {"run": run, "refused": str(e)}
+    f8 = [e.step_time_s for e in e8]
     s8, s16 = sum(f8) / len(f8), sum(b16) / len(b16)
-    out = {"run": run, "fp8_s": s8, "bf16_s": s16, "speedup": s16 / s8}
+    out = {"run": run, "fp8_s": s8, "bf16_s": s16, "speedup": s16 / s8,
+           # the run ran: it fits if any reading of its plan (none / full for a partial policy) fits
+           "fits": any(e.fits for e in e8), "memory_gib": min(e.memory_bytes["total"] for e in e8) / 2 ** 30}
     if run.published_step_s:
         out["error"] = s8 / run.published_step_s - 1
     if run.published_speedup:
