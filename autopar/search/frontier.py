@@ -32,7 +32,8 @@ SECOND_CHANCE_FACTOR = 2   # the end-of-search retry (``_second_chance``): 2 × 
 # a few % of each other while their level-1 bounds stay 5–12 % under their optima, so a 1 % stop
 # deferred each of them 2–3 times on cheap (< 0.005 unit) solves whose cost is the program's
 # build: 42 / 57 / 20 solves (gpt3-175b / llama3-405b / GPT 1T) → 23 / 31 / 15, the same plans.
-# Not wider: at 20 % GPT 1T's stalling bounds took 9.4 units (27 s) against 1.3–1.6 at 1–5 %.
+# 4–7 % measured alike; not wider: at 12–20 % GPT 1T's stalling bounds took 9.4–9.5 units (25–27 s
+# CPU) against 1.2–2.1 at 1–7 %.
 STOP_MARGIN = 0.05   # a configuration CP-SAT did not prove gets a second solve this many times longer
 # each time a configuration is deferred its margin grows this many times: one deferred again and
 # again is one whose bound lies far under its optimum (a memory-bound split), and proving it past
