@@ -174,13 +174,6 @@ def report(results, skipped, scales, path):
           "7.7 %, paired speed-ups 3.7 -> 3.9 % (59/60 -> 58/60 within 8 %): the Nemotron rows' steps "
           "moved 1-2.5 % faster, the lower H100 scale moves every other megatron row about 1 % slower "
           "(dgxc-v25.04.02-llama3.1-405b-fp8-128 speed-up -7.2 -> -8.0 %).",
-          "- Memory (fp8fits branch, round 2): torchtitan keeps each pipeline stage's weights gathered "
-          "under ZeRO-3 (FSDP2 reshard_after_forward = not pp_enabled, its 'default' policy; torchtitan "
-          "0.2.2 torchtitan/models/llama3/infra/parallelize.py), priced for the fsdp runtime "
-          "([memory] zero3_stage_gathered_with_pp, costmodels/model/pipeline_gathered.py; autopar's "
-          "runtime reshards and keeps the two-row buffer): the torchtitan 405B pipeline rows hold "
-          "10.4 GiB more (tt-t5 20.4 / 22.1 -> 30.8 / 32.5 GiB, tt-t6 33.8 -> 43.9 GiB against the "
-          "75-85 GiB torchtitan published); step times unchanged.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
           "- Mechanisms (fp8b branch, both read from the stacks' code, no constant refitted: every "

@@ -10,7 +10,6 @@ import numpy as np
 
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, stages_of_rank
 from costmodels.model.coefficients import RowCoefficients, dp_exposed
-from costmodels.model.pipeline_gathered import keeps_stage_gathered
 
 TIME_UNIT = 1e-9  # seconds per integer time unit in the CP-SAT model (1 ns)
 
@@ -70,10 +69,8 @@ class Terms:
 
     @property
     def zero3_buffer(self) -> bool:
-        """ZeRO-3: every rank holds its two largest rows' weights whole (not where the runtime
-        keeps a pipeline stage's weights gathered: then each row's ``state_bytes`` holds them,
-        ``costmodels.model.pipeline_gathered``)."""
-        return self.config.zero == 3 and not keeps_stage_gathered(self.config)
+        """ZeRO-3: every rank holds its two largest rows' weights whole."""
+        return self.config.zero == 3
 
     @property
     def zero3_gathers(self) -> bool:

@@ -83,7 +83,6 @@ from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
-from costmodels.model.pipeline_gathered import keeps_stage_gathered
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.te_activations import te_saved_less
@@ -213,8 +212,6 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
     state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision, runtime)
-    if keeps_stage_gathered(plan, runtime):   # every row's weights held whole (pipeline_gathered.py)
-        state = state + STATE_BYTES[precision][0] * params   # on_gpu: dense/tp + experts/(ep·etp)
     act = (activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                             plan.attention, precision, runtime.loss_saved_bytes)
            - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)

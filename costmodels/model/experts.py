@@ -294,11 +294,6 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str,
     ``work_rows`` (``RowCoefficients.act_none_bytes``: a block's saved bytes with its dispatch
     buffers): full recompute's working set is the largest block's of these, where
     ``stage_memory`` charged the largest block's saved bytes alone (``working_set_extra``)."""
-    # --- ZeRO-3 under a pipeline kept gathered (torchtitan's FSDP2 default; pipeline_gathered.py)
-    from costmodels.model.pipeline_gathered import keeps_stage_gathered, stage_gathered_memory
-    if keeps_stage_gathered(plan) and mem["gathered"] > 0.0:
-        mem = stage_gathered_memory(mem, local_params(arr, plan), chunks, STATE_BYTES[precision][0])
-    # ---
     ea = expert_arrays(arr)
     if not ea.any:
         return mem
@@ -314,7 +309,7 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str,
     out = dict(mem)
     for key, a, b in zip(("params", "grads", "optimizer"), was, now):
         out[key] = max(0.0, mem[key] - a + b)
-    if plan.zero >= 3 and mem["gathered"] > 0.0 and not keeps_stage_gathered(plan):
+    if plan.zero >= 3 and mem["gathered"] > 0.0:
         local = np.concatenate([local_params(arr, plan)[s:e] for s, e in chunks])
         out["gathered"] = STATE_BYTES[precision][0] * float(np.sort(local)[::-1][:2].sum())
     out["total"] = sum(out[kk] for kk in ("params", "grads", "optimizer", "gathered", "activations", "reserve"))

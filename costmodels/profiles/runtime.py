@@ -169,7 +169,6 @@ class RuntimeProfile:
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
-    zero3_stage_gathered_with_pp: int = 0       # 1: ZeRO-3 under pp keeps stages gathered (pipeline_gathered)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with
