@@ -174,6 +174,17 @@ def report(results, skipped, scales, path):
           "7.7 %, paired speed-ups 3.7 -> 3.9 % (59/60 -> 58/60 within 8 %): the Nemotron rows' steps "
           "moved 1-2.5 % faster, the lower H100 scale moves every other megatron row about 1 % slower "
           "(dgxc-v25.04.02-llama3.1-405b-fp8-128 speed-up -7.2 -> -8.0 %).",
+          "- torchtitan under a pipeline (fp8fits branch, round 2): its FSDP2 default "
+          "fsdp_reshard_after_forward = 'default' is reshard_after_forward = not pp_enabled "
+          "(pytorch/torchtitan 81c1243 / 0.2.2 torchtitan/models/llama3/infra/parallelize.py apply_fsdp), "
+          "so with pp > 1 a stage's weights stay gathered from forward to backward: FSDP SHARD_GRAD_OP, "
+          "ZeRO-2 on the fsdp runtime (fp8_runs.titan_pipeline_zero; autopar's torchtitan importer reads "
+          "'default' under pp the same way, and its exporter writes ZeRO-3 as 'always', so the fsdp "
+          "runtime's ZeRO-3 keeps its per-layer reshard). The torchtitan 405B pipeline rows: memory "
+          "tt-t5 20.4 / 22.1 -> 29.3 / 31.0 GiB, tt-t6 33.8 -> 42.5 GiB (torchtitan published 72.7-84.9 "
+          "GiB: still far under, see below); steps tt-t5 1F1B -2.7 -> -15.0 %, Interleaved 1F1B +14.4 "
+          "-> -0.2 %, tt-t6 +4.1 / -4.3 / +4.5 / -3.4 -> +2.2 / -5.4 / +3.7 / -3.7 % (no backward "
+          "re-gather); check MAPE 7.7 -> 7.6 %, fsdp rows 9.2 -> 9.0 %; no constant refitted.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
           "- Mechanisms (fp8b branch, both read from the stacks' code, no constant refitted: every "

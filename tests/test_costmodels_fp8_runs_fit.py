@@ -73,3 +73,13 @@ def test_nemotron4_rows_are_priced_with_the_traced_squared_relu_model():
     run_table(runs["nemo2407-h100-nemotron4-340b-128"], lambda spec, seq=None: seen.append((spec, seq)))
     assert seen == [(runs["nemo2407-h100-nemotron4-340b-128"].spec, 4096)]
     assert runs["nemo2407-h100-nemotron3-8b-64"].spec.startswith("llama:")
+
+
+def test_torchtitan_pipeline_rows_keep_their_stage_gathered():
+    """torchtitan's default FSDP2 policy under pp (reshard_after_forward = not pp_enabled) is
+    ZeRO-2 on the fsdp runtime, as autopar's torchtitan importer reads it; without pp, ZeRO-3."""
+    runs = [r for r in fp8_runs(CSV)[0] if r.row_id.startswith("tt-") and r.stack.startswith("fsdp")]
+    piped = [r for r in runs if r.plans[0].pp > 1]
+    assert len(piped) >= 6
+    assert all(p.zero == 2 for r in piped for p in r.plans + r.bf16_plans), [r.row_id for r in piped]
+    assert any(r.plans[0].pp == 1 and r.plans[0].zero == 3 for r in runs)

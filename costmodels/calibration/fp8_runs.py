@@ -186,7 +186,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         gb = int(_f(r["global_batch"]) or dp * mb)
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
             mb = 1                       # micro-batches of pipeline_parallel_microbatch_size = 1
-        zero = 3 if r["zero"].startswith("3") else 1
+        zero = titan_pipeline_zero(r, stack, pp, 3 if r["zero"].startswith("3") else 1)
         sp = stated_sequence_parallel(r, stack, tp, runtime)
         rc = r["recompute"]
         base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
@@ -217,6 +217,22 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
                            "calibration" if calib else "check", hbm,
                            f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}", seq))
     return runs, skipped
+
+
+def titan_pipeline_zero(r, stack: str, pp: int, zero: int) -> int:
+    """ZeRO-2 for a torchtitan FSDP2 run with pp > 1 whose row states no reshard policy: its
+    ``parallelism.fsdp_reshard_after_forward`` default ("default") is ``reshard_after_forward =
+    not pp_enabled`` for every block and the root model (pytorch/torchtitan 81c1243 and 0.2.2,
+    torchtitan/models/llama3/infra/parallelize.py ``apply_fsdp``: "For PP, do not reshard after
+    forward to avoid per-microbatch all-gathers"), so each stage's weights stay gathered from a
+    micro-batch's forward to its backward: FSDP SHARD_GRAD_OP, which the fsdp runtime prices as
+    ZeRO-2 (gathers every forward, none in the backward, weights whole). autopar's torchtitan
+    importer reads the policy the same way (``autopar.export.torchtitan``: "default" under pp is
+    ZeRO-2) and its exporter writes ZeRO-3 as "always", so the fsdp runtime's ZeRO-3 stays the
+    per-layer reshard it runs."""
+    if stack == "fsdp" and pp > 1 and zero == 3 and "reshard" not in (r.get("notes") or ""):
+        return 2
+    return zero
 
 
 def stated_sequence_parallel(r, stack: str, tp: int, runtime: str) -> bool:
