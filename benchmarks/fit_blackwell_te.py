@@ -17,9 +17,9 @@ from costmodels.profiles.hardware_files import load_profile  # noqa: E402
 DEFAULT_CSV = Path("/work/shared/validation/fp8_runs.csv")   # as bench_costmodels_fp8.py reads it
 
 
-def table_of(spec):
+def table_of(spec, seq=None):
     from autopar.trace.driver import table_for
-    return table_for(spec)
+    return table_for(spec, seq=seq)
 
 
 def main() -> int:

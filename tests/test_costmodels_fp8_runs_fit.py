@@ -12,36 +12,29 @@ from pathlib import Path
 import pytest
 
 from autopar.trace.driver import table_for
-from costmodels.calibration.fp8_runs import fp8_runs
+from costmodels.calibration.fp8_runs import fp8_runs, run_table
 from costmodels.model.estimate import estimate
 from costmodels.profiles.hardware_files import load_profile
 
 CSV = Path(__file__).parent / "data" / "validation" / "fp8_runs.csv"
 
-KNOWN = {
-    # NeMo 24.07 performance summary, H100 80 GB, tp 8 pp 8 vp 12 mb 1 seq 4096, sequence parallel,
-    # no recompute read (the launcher's nemotron_340b.yaml sets none): predicted 79.7 GiB against
-    # 79.1 GiB of HBM (params 10.5, grads 10.5, optimizer 31.4, activations 23.5, reserve 3.9).
-    # Nemotron-4 is priced as a llama with ffn = 2f/3 (fp8_runs._spec: the same weights and FLOPs);
-    # the traced squared-ReLU model (tests/data/validation/models/nemotron4-340b.json at seq 4096)
-    # saves 19.8 GiB of activations under the same plan, 76.0 GiB in all: it fits. Moving the
-    # Nemotron rows to that table moves their step times and the calibration rows of two scales
-    # (nemotron4-15b on H100, nemotron4-340b on GB200): not done on this branch.
-    "nemo2407-h100-nemotron4-340b-128": "llama (SwiGLU) proxy of Nemotron-4's squared-ReLU MLP over-charges "
-                                        "activations by 3.7 GiB; the traced model fits (76.0 of 79.1 GiB)",
+KNOWN: dict[str, str] = {
+    # empty: the last one, NeMo 24.07 Nemotron-4 340B on 128 H100s (79.7 of 79.1 GiB as a SwiGLU
+    # llama of ffn 2f/3), fits at 76.0 GiB since Nemotron-4 rows are priced with the traced
+    # squared-ReLU model dgxc_runs uses (costmodels.calibration.traced_configs).
 }
 
 
 @functools.cache
-def _table(spec: str):
-    return table_for(spec)
+def _table(spec: str, seq: int | None = None):
+    return table_for(spec, seq=seq)
 
 
 def _fits(run) -> bool:
     prof = load_profile(run.hardware)
     if run.hbm_bytes:
         prof = dataclasses.replace(prof, hbm_bytes=run.hbm_bytes)
-    return any(estimate(_table(run.spec), prof, p, run.gpus, run.global_batch).fits for p in run.plans)
+    return any(estimate(run_table(run, _table), prof, p, run.gpus, run.global_batch).fits for p in run.plans)
 
 
 @pytest.mark.slow   # traces the 36 model shapes of the CSV (about 13 s on 2 cores, trace cache off)
@@ -64,3 +57,29 @@ def test_sequence_parallel_is_read_from_the_stack():
             assert not p.sequence_parallel, r.row_id
     assert runs["tt-t6-llama3.1-405b-cp1"].plans[0].sequence_parallel
     assert runs["nemo2407-h100-gpt3-175b-512"].plans[0].sequence_parallel
+
+
+def test_nemotron4_rows_are_priced_with_the_traced_squared_relu_model():
+    """Every Nemotron-4 row is the traced config dgxc_runs prices the same runs with, traced at the
+    row's seq (an hf config's own default is 2048); a Nemotron row of another shape (Nemotron-3,
+    no traced config) keeps the llama proxy."""
+    runs = {r.row_id: r for r in fp8_runs(CSV)[0]}
+    n4 = [r for r in runs.values() if "nemotron4" in r.row_id]
+    assert len(n4) > 30
+    for r in n4:
+        name = "nemotron4-340b.json" if "340b" in r.row_id else "nemotron4-15b.json"
+        assert r.spec.startswith("hf:") and r.spec.endswith(name) and r.seq == 4096, r.row_id
+    seen = []
+    run_table(runs["nemo2407-h100-nemotron4-340b-128"], lambda spec, seq=None: seen.append((spec, seq)))
+    assert seen == [(runs["nemo2407-h100-nemotron4-340b-128"].spec, 4096)]
+    assert runs["nemo2407-h100-nemotron3-8b-64"].spec.startswith("llama:")
+
+
+def test_torchtitan_pipeline_rows_keep_their_stage_gathered():
+    """torchtitan's default FSDP2 policy under pp (reshard_after_forward = not pp_enabled) is
+    ZeRO-2 on the fsdp runtime, as autopar's torchtitan importer reads it; without pp, ZeRO-3."""
+    runs = [r for r in fp8_runs(CSV)[0] if r.row_id.startswith("tt-") and r.stack.startswith("fsdp")]
+    piped = [r for r in runs if r.plans[0].pp > 1]
+    assert len(piped) >= 6
+    assert all(p.zero == 2 for r in piped for p in r.plans + r.bf16_plans), [r.row_id for r in piped]
+    assert any(r.plans[0].pp == 1 and r.plans[0].zero == 3 for r in runs)

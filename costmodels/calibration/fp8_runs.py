@@ -21,9 +21,12 @@ How rows become plans (a rule of this harness, stated, not fitted):
   fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
   b200-180g-sxm, GB200 → gb200-nvl72;
-* model: Llama as the ``llama`` family; Nemotron-4 (GQA, squared-ReLU two-matmul MLP of width
-  ``f``) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of three matmuls: the same weights and
-  FLOPs); GPT-3 and MPT as ``gpt`` (tied; dropout 0 unless the row's notes state the yaml's, as
+* model: Llama as the ``llama`` family; Nemotron-4 as the traced squared-ReLU transformers
+  config of its shape beside the CSV (``models/nemotron4-*.json``, traced at the row's seq), the
+  model ``dgxc_runs`` prices the same runs with (``costmodels.calibration.traced_configs``); a
+  Nemotron row with no such config (Nemotron-3) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of
+  three matmuls: the same weights and FLOPs, but three f-wide activations kept, not two);
+  GPT-3 and MPT as ``gpt`` (tied; dropout 0 unless the row's notes state the yaml's, as
   the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
   same runs' BF16 copies with);
 * plan: dp = gpus / (tp·pp·cp), ZeRO-1 (distributed optimizer) or ZeRO-3 (FSDP), sequence
@@ -54,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes, with_p2p_overlap
+from costmodels.calibration.traced_configs import traced_nemotron_config
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
@@ -92,6 +96,7 @@ class Fp8Run:
     role: str                  # calibration | check
     hbm_bytes: float | None
     label: str
+    seq: int | None = None     # the row's sequence: an ``hf:`` config is traced at it (run_table)
 
 
 def _f(x: str) -> float | None:
@@ -117,11 +122,14 @@ def _hardware(gpu: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-def _spec(r) -> str | None:
+def _spec(r, models: Path | None = None) -> str | None:
     m, fam = r["model"], r["family"] or ""
     g = {k: int(float(r[k])) for k in ("layers", "hidden", "heads", "vocab", "seq") if _f(r[k])}
     if len(g) < 5:
         return None
+    traced = traced_nemotron_config(r, models) if models is not None else None
+    if traced is not None:   # the squared-ReLU model dgxc_runs prices the same runs with
+        return "hf:" + str(traced)
     if m.startswith("mpt") or m.startswith("gpt3"):
         drop = _DROPOUT.search(r.get("notes") or "")   # the yaml's dropout where the row states it
         return (f"gpt:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},vocab={g['vocab']},"
@@ -178,7 +186,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         gb = int(_f(r["global_batch"]) or dp * mb)
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
             mb = 1                       # micro-batches of pipeline_parallel_microbatch_size = 1
-        zero = 3 if r["zero"].startswith("3") else 1
+        zero = titan_pipeline_zero(r, stack, pp, 3 if r["zero"].startswith("3") else 1)
         sp = stated_sequence_parallel(r, stack, tp, runtime)
         rc = r["recompute"]
         base = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, micro_batch_size=mb, zero=zero, sequence_parallel=sp,
@@ -204,10 +212,27 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
             step = gb * seq / (tok * gpus)
         speed = _f(r["speedup_vs_pair"]) if r["pair_row_id"] in by_id else None
         calib = CALIBRATION.get((hw, scale_key)) == r["model"] and speed is not None and "strong" not in r["row_id"]
-        runs.append(Fp8Run(r["row_id"], hw, scale_key, r["model"], _spec(r), plans, bplans, gpus, gb, step, speed,
+        spec = _spec(r, path.parent / "models")   # Nemotron-4: the traced config beside the CSV
+        runs.append(Fp8Run(r["row_id"], hw, scale_key, r["model"], spec, plans, bplans, gpus, gb, step, speed,
                            "calibration" if calib else "check", hbm,
-                           f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}"))
+                           f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}", seq))
     return runs, skipped
+
+
+def titan_pipeline_zero(r, stack: str, pp: int, zero: int) -> int:
+    """ZeRO-2 for a torchtitan FSDP2 run with pp > 1 whose row states no reshard policy: its
+    ``parallelism.fsdp_reshard_after_forward`` default ("default") is ``reshard_after_forward =
+    not pp_enabled`` for every block and the root model (pytorch/torchtitan 81c1243 and 0.2.2,
+    torchtitan/models/llama3/infra/parallelize.py ``apply_fsdp``: "For PP, do not reshard after
+    forward to avoid per-microbatch all-gathers"), so each stage's weights stay gathered from a
+    micro-batch's forward to its backward: FSDP SHARD_GRAD_OP, which the fsdp runtime prices as
+    ZeRO-2 (gathers every forward, none in the backward, weights whole). autopar's torchtitan
+    importer reads the policy the same way (``autopar.export.torchtitan``: "default" under pp is
+    ZeRO-2) and its exporter writes ZeRO-3 as "always", so the fsdp runtime's ZeRO-3 stays the
+    per-layer reshard it runs."""
+    if stack == "fsdp" and pp > 1 and zero == 3 and "reshard" not in (r.get("notes") or ""):
+        return 2
+    return zero
 
 
 def stated_sequence_parallel(r, stack: str, tp: int, runtime: str) -> bool:
@@ -281,13 +306,19 @@ def with_scale(profile, stack: str, scale: float):
     return dataclasses.replace(profile, fp8_matmul_scale=rest + ((stack, scale),))
 
 
+def run_table(run: Fp8Run, table_of):
+    """The run's layer table: an ``hf:`` config traced at the row's sequence (its own default
+    is 2048; ``open_runs.predict`` does the same), a family spec as it names its seq."""
+    return table_of(run.spec, seq=run.seq) if run.spec.startswith("hf:") and run.seq else table_of(run.spec)
+
+
 def predict(run: Fp8Run, table_of, profile) -> dict:
     """Predicted FP8 and BF16 step of ``run`` on ``profile`` (``table_of(spec) -> LayerTable``);
     ``{"error": ...}`` with a reason when the plan is refused."""
     from costmodels.model.estimate import estimate
     if run.hbm_bytes:
         profile = dataclasses.replace(profile, hbm_bytes=run.hbm_bytes)
-    table = table_of(run.spec)
+    table = run_table(run, table_of)
     try:
         e8 = [estimate(table, profile, p, run.gpus, run.global_batch) for p in run.plans]
         b16 = [estimate(table, profile, p, run.gpus, run.global_batch).step_time_s for p in run.bf16_plans]
