@@ -25,3 +25,24 @@ from autopar.runtime.verify import rank_start  # noqa: E402
 rank_start.preload_also(["transformers"] + [f"transformers.models.{m}.modeling_{m}" for m in (
     "gpt2", "llama", "qwen2", "bert", "mixtral", "vit", "phi3", "olmo2", "bloom", "deberta_v2", "gemma",
     "opt", "falcon", "qwen2_moe")])
+
+
+def pytest_collection_finish(session):
+    """Start the shared worlds of the selected modules (``PREFETCH_WORLD``) in a helper process, in the
+    order their tests come (tests/world_prefetch.py), while the tests before them run."""
+    if session.config.option.collectonly:
+        return
+    import world_prefetch
+    jobs, seen = [], set()
+    for item in session.items:
+        module = getattr(item, "module", None)
+        job = getattr(module, "PREFETCH_WORLD", None)
+        if isinstance(job, world_prefetch.Job) and module.__name__ not in seen:
+            seen.add(module.__name__)
+            jobs.append((module.__name__, job))
+    world_prefetch.start(jobs)
+
+
+def pytest_sessionfinish(session):
+    import world_prefetch
+    world_prefetch.stop()

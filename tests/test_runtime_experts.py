@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from world_prefetch import Job, result
 
 from autopar.runtime.verify import sweep
 
@@ -53,10 +54,14 @@ REFUSED = [(sweep.SweepCase("moe", tuple(sorted(p.items())), 2), words) for p, w
 DENSE_EP = (sweep.SweepCase("llama", (("dp", 2), ("ep", 2)), 2), ["'ep'=2", "has none"])
 
 
+# one world of 4 processes for all, run ahead of this module's turn (tests/world_prefetch.py)
+PREFETCH_WORLD = Job(sweep.run, (CASES + [c for c, _ in REFUSED] + [DENSE_EP[0]],),
+                     dict(world=4, steps=5, make_case=make_case))
+
+
 @pytest.fixture(scope="module")
 def results():
-    todo = CASES + [c for c, _ in REFUSED] + [DENSE_EP[0]]
-    return sweep.run(todo, world=4, steps=5, make_case=make_case).results
+    return result(__name__, PREFETCH_WORLD).results
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

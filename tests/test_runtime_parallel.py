@@ -19,6 +19,7 @@ import random
 
 import pytest
 import torch
+from world_prefetch import Job, result
 
 from autopar.runtime.verify import sweep
 
@@ -151,13 +152,16 @@ def _make_case(model, plan, micro_batches, steps):
                 example_inputs=(torch.zeros(plan.micro_batch_size, 8, dtype=torch.long),))
 
 
+# every case of this module in one world of 8 processes (plans the runtime refuses are refused
+# before the world starts); run ahead of this module's turn by tests/world_prefetch.py
+PREFETCH_WORLD = Job(sweep.run, (list(dict.fromkeys(CASES + SAMPLED + [c for c, _ in ERROR_CASES])),),
+                     dict(world=WORLD, steps=STEPS, make_case=_make_case))
+
+
 @pytest.fixture(scope="module")
 def world_results():
-    """Every case of this module in one world of 8 processes (plans the runtime refuses are
-    refused here, before the world starts)."""
     print(f"plan-space sample seed {SEED} (replay: AUTOPAR_PLAN_SEED={SEED})")
-    todo = list(dict.fromkeys(CASES + SAMPLED + [c for c, _ in ERROR_CASES]))
-    return sweep.run(todo, world=WORLD, steps=STEPS, make_case=_make_case).results
+    return result(__name__, PREFETCH_WORLD).results
 
 
 def _check_ran(res, what=""):

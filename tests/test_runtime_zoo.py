@@ -22,6 +22,7 @@ from costmodels.contracts.plan import Plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
 import zoo  # noqa: E402
+from world_prefetch import Job, result  # noqa: E402
 from zoo_cases import CLIP, zoo_case  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -72,11 +73,15 @@ REFUSED = [("mixtral", dict(tp=2, sequence_parallel=True), ["'sequence_parallel'
 BAD_LOSS = ("mingpt/badloss", PP2, 2)
 
 
+ZOO_CASES = [sweep.SweepCase(name, tuple(sorted(plan.items())), m) for name, plan, m in CASES + [BAD_LOSS]]
+# one world of 4 processes for every case, run ahead of this module's turn (tests/world_prefetch.py)
+PREFETCH_WORLD = Job(sweep.run, (ZOO_CASES,), dict(world=4, steps=3, make_case=zoo_case))
+
+
 @pytest.fixture(scope="module")
 def zoo_results():
-    cases = [sweep.SweepCase(name, tuple(sorted(plan.items())), m) for name, plan, m in CASES + [BAD_LOSS]]
     os.environ.setdefault("AUTOPAR_COLLECTIVE_TIMEOUT", "120")
-    return cases, sweep.run(cases, world=4, steps=3, make_case=zoo_case)
+    return ZOO_CASES, result(__name__, PREFETCH_WORLD)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{n}-{Plan(**p).label()}-m{m}" for n, p, m in CASES])
