@@ -74,7 +74,9 @@ def test_pooled_search_best_equals_exhaustive_enumeration(s):
         return
     res = search_pools(t, cl, s["batch"], fix=fix, top=3)
     assert res.optimal
-    if all(s[k] == v for k, v in MIXED_BEST.items()) and \
+    # the explicit examples (autopar's runtime) are mixed; a draw of the same cluster under fsdp
+    # need not be (its dp and ZeRO terms differ), so the check is theirs alone
+    if all(s[k] == v for k, v in MIXED_BEST.items()) and s.get("runtime", "autopar") == "autopar" and \
             (s["batch"], s["slow_gpus"], s["fast_gpus"], s["zero"]) in ((8, 4, 4, 0), (4, 2, 2, 1)):
         assert set(brute[0][1].stage_pools) == {0, 1}     # the explicit examples are mixed
     assert close(res.plans[0].prediction["step_time_s"], brute[0][0]), (res.plans[0].plan, brute[0][1])
