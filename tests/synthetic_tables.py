@@ -135,3 +135,19 @@ def no_host_runtime() -> str:
     if "autopar-no-host" not in _REGISTERED:
         register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-no-host", host_block_s=0.0))
     return "autopar-no-host"
+
+
+def tight_memory_costs(layers: int, batch: int, fraction: float):
+    """Search costs of a tiny GPT on an A100 whose HBM is ``fraction`` of the serial model's
+    memory: tight enough that memory decides the splits (the memory-floor and fit-check tests)."""
+    import dataclasses
+
+    from autopar.search.costs import Costs
+    from costmodels.contracts.plan import Plan
+    from costmodels.model.estimate import estimate
+    from costmodels.profiles.hardware_files import load_profile
+    base = load_profile("a100-80g-sxm")
+    t = gpt_table(layers, 64, 4, 256, 64, model=f"gpt:layers={layers},hidden=64,heads=4,vocab=256,seq=64")
+    serial = estimate(t, dataclasses.replace(base, hbm_bytes=1e15), Plan(), 1, batch).memory_bytes["total"]
+    prof = dataclasses.replace(base, name="tiny-test", hbm_bytes=fraction * serial, memory_reserve_bytes=1000.0)
+    return Costs(t, prof, batch)

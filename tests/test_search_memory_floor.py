@@ -4,24 +4,18 @@ import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic_tables import gpt_table
+from synthetic_tables import tight_memory_costs
 
-from autopar.search.costs import Costs
 from autopar.search.engine import all_splits
 from autopar.search.space import Shape, configurations
 from costmodels.contracts.errors import AutoparError
-from costmodels.contracts.plan import Plan
-from costmodels.model.estimate import estimate
 from costmodels.profiles.hardware_files import load_profile
 
 BASE = load_profile("a100-80g-sxm")
 
 
 def _costs(layers, batch, fraction):
-    t = gpt_table(layers, 64, 4, 256, 64, model=f"gpt:layers={layers},hidden=64,heads=4,vocab=256,seq=64")
-    serial = estimate(t, dataclasses.replace(BASE, hbm_bytes=1e15), Plan(), 1, batch).memory_bytes["total"]
-    prof = dataclasses.replace(BASE, name="tiny-test", hbm_bytes=fraction * serial, memory_reserve_bytes=1000.0)
-    return Costs(t, prof, batch)
+    return tight_memory_costs(layers, batch, fraction)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,27 +1,20 @@
 """``autopar.search.split_fits``: the NumPy price of a split's memory is the split program's own,
 so a candidate it accepts is a split the program accepts (issue 30: the fit check without CP-SAT)."""
-import dataclasses
 import random
 
-from synthetic_tables import gpt_table
+from synthetic_tables import tight_memory_costs
 
-from autopar.search.costs import Costs
 from autopar.search.engine import all_splits
 from autopar.search.space import Shape, configurations
 from autopar.search.split_fits import certified_fit, fits, rank_memory
 from autopar.search.split_model import SplitModel
-from costmodels.contracts.plan import Plan
-from costmodels.model.estimate import estimate
 from costmodels.profiles.hardware_files import load_profile
 
 BASE = load_profile("a100-80g-sxm")
 
 
 def _costs(layers, batch, fraction):
-    t = gpt_table(layers, 64, 4, 256, 64, model=f"gpt:layers={layers},hidden=64,heads=4,vocab=256,seq=64")
-    serial = estimate(t, dataclasses.replace(BASE, hbm_bytes=1e15), Plan(), 1, batch).memory_bytes["total"]
-    prof = dataclasses.replace(BASE, name="tiny-test", hbm_bytes=fraction * serial, memory_reserve_bytes=1000.0)
-    return Costs(t, prof, batch)
+    return tight_memory_costs(layers, batch, fraction)
 
 
 def _configs(costs, batch):

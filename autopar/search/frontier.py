@@ -20,8 +20,8 @@ from autopar.search.frontier_keys import (  # noqa: F401  (re-exported: engine, 
     objective_key,
     same_but_zero,
 )
+from autopar.search.frontier_seeding import SeedingMixin
 from autopar.search.space import Config
-from costmodels.contracts.errors import AutoparError
 
 RETRY_FACTOR = 5
 SECOND_CHANCE_FACTOR = 2   # the end-of-search retry (``_second_chance``): 2 × the retry's budget
@@ -37,7 +37,7 @@ DEFER_GROWTH = 2.0
 CHEAP_DEFERRAL = 0.05   # CP-SAT deterministic units (~0.1 s of a quiet core)
 
 
-class Frontier:
+class Frontier(SeedingMixin):
     """The best-first frontier of one search (``autopar.search.engine``'s steps 2–4).
 
     Configurations wait on a heap keyed by a bound on their objective, at one of three levels:
@@ -304,45 +304,6 @@ class Frontier:
             if res.status != "feasible":   # out of time before any split
                 return
         self._score(c, res)
-
-    def _seed(self, c: Config, terms) -> None:
-        """Before ``c``'s first CP-SAT solve, the evaluator scores its min-max split of the row
-        times (the solver's hint, ``SplitModel._hint``): a real plan of ``c`` whose key bounds
-        the k-th plan from the first solves on, so that configurations whose bound is above it
-        are never solved and the rest are solved under that cut (``incumbent_split``)."""
-        if c in self.seeded or self.fixed_stages is not None or terms.split_backward:
-            # not the zero-bubble schedules: under a cut from a seed their op-graph programs can
-            # lose CP-SAT's proof (interleaved-zb, pp 2, vpp 5: 1.4 s uncut, unproved in 12 s cut)
-            return
-        self.seeded.add(c)
-        from autopar.search.incumbents import incumbent_split
-        if self._seed_split(c, incumbent_split(terms)):
-            # a split that fits is known: a stop-cut infeasibility then means "after the next
-            # entry", with no memory program to tell it from "no split fits" (split_stop)
-            terms.fits_memory.setdefault(None, True)
-
-    def _seed_ahead(self, ahead: int = 64) -> None:
-        """Score the min-max splits of the next ``ahead`` configurations on the heap that have
-        terms (``_seed``) until ``top`` plans are known: real plans, so a valid k-th plan's cut."""
-        for _, _, level, c2, payload in heapq.nsmallest(ahead, self.heap):
-            if len(self.exact_keys) >= self.top:
-                return
-            if level == 1:
-                self._seed(c2, payload)
-
-    def _seed_split(self, c: Config, stages) -> bool:
-        """The evaluator's score of ``stages`` on ``c``, known as a real plan where it fits;
-        whether it fits."""
-        if stages is None:
-            return False
-        try:
-            pred = self._evaluate(c.plan(stages))
-        except AutoparError:
-            return False
-        if pred.get("fits", True):
-            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
-            return True
-        return False
 
     def _solve(self, c: Config, model):
         """Solve ``model``; where its objective was only a lower bound on the estimate (the fast
