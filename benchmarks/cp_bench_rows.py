@@ -166,7 +166,8 @@ def sweep_step_rows() -> list[dict]:
         pub, _ = _published_steps(r, rows, plan, batch)
         e = estimate(table(spec, seq), hw, plan, plan.world_size, batch)
         out.append(dict(id=r["row_id"], hw=hw, plan=plan, published=pub, predicted=e.step_time_s,
-                        error=e.step_time_s / pub - 1, fits=e.fits, memory=e.memory_bytes["total"]))
+                        error=e.step_time_s / pub - 1, fits=e.fits, memory=e.memory_bytes["total"],
+                        spec=spec, seq=seq, batch=batch))
     return out
 
 
