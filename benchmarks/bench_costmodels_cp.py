@@ -56,6 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cp_attention_reading import attention_reading, reading_lines  # noqa: E402
 from cp_bench_rows import (  # benchmarks/, beside this script: the rows and their shared helpers
     DATA,
     PRESET,
@@ -72,8 +73,6 @@ from cp_bench_rows import (  # benchmarks/, beside this script: the rows and the
     sweep_step_rows,
     table,
 )
-
-from cp_attention_reading import attention_reading, reading_lines  # noqa: E402
 
 from costmodels.calibration.nemo_releases import TE13_CALIBRATION  # noqa: E402
 from costmodels.contracts.errors import AutoparError  # noqa: E402

@@ -42,9 +42,10 @@ def attention_reading(sweep: list[dict]) -> list[dict]:
 
 def reading_lines(rows: list[dict], calibration: tuple[str, ...]) -> list[str]:
     """The bench's table of ``attention_reading`` rows."""
-    lines = ["", "Attention's share of each predicted step, and the rate (over the kernel stack's figure) at which",
-             "the attention must run for the prediction to meet the published step (benchmarks/cp_attention_reading.py;",
-             "1.00 = as priced; '–' where the rest of the step alone exceeds the published step):", "",
+    lines = ["", "Attention's share of each predicted step, and the rate (over the kernel stack's figure) at",
+             "which the attention must run for the prediction to meet the published step",
+             "(benchmarks/cp_attention_reading.py; 1.00 = as priced; '–' where the rest of the step alone",
+             "exceeds the published step):", "",
              "| row | kernel stack | cp | attention s | share of step | implied attention rate |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
