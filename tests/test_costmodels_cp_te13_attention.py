@@ -31,16 +31,17 @@ def _rows() -> list[dict]:
 
 def test_the_release_options_follow_the_container_and_gpu():
     rows = _rows()
-    te13 = [r for r in rows if release_options(r["container"], r["gpu"]) == ["te_1_3"]]
+    te13 = [r for r in rows if release_options(r["container"], r["gpu"]) == ["te_1_3", "default_allocator"]]
     assert te13 and all(r["container"].startswith("NeMo24.03") and "H100" in r["gpu"] for r in te13)
     assert {r["row_id"] for r in te13} >= {r["row_id"] for r in rows if r["row_id"].startswith("nemolong-llama2")}
-    b200 = [r for r in rows if "default_allocator" in release_options(r["container"], r["gpu"])]
-    assert b200 and all("B200" in r["gpu"] and "GB200" not in r["gpu"] for r in b200)
+    alloc = [r for r in rows if "default_allocator" in release_options(r["container"], r["gpu"])]
+    assert {r["container"][:9] for r in alloc} == {"NeMo24.03", "NeMo25.04"}   # the two sweeps' releases
+    assert all("GB200" not in r["gpu"] for r in alloc)
     assert release_options("nvcr.io/nvidia/nemo:24.09", "H100 80GB SXM (DGX H100)") == []
     assert release_options("NeMo24.03.01.framework", "B200 (DGX B200)") == []
     assert with_release("fsdp", "NeMo24.03.01.framework", "H100 80GB SXM") == "fsdp"
     assert with_release("megatron:overlap_grad_reduce", "NeMo24.03.01.framework", "H100") \
-        == "megatron:overlap_grad_reduce,te_1_3"
+        == "megatron:overlap_grad_reduce,te_1_3,default_allocator"
 
 
 def test_te_1_3_names_its_own_slower_attention_and_leaves_the_rest():

@@ -11,11 +11,14 @@
   32K to 1M tokens and cp 2 to 32 alike (``benchmarks/bench_costmodels_cp.py``, the attention
   table), i.e. the kernel, not a cp term (the ring's own per-step work in TE 1.3,
   ``AttnFuncWithCP``, is O(tokens) beside the O(tokens²) kernels: docs/validation-cp.md).
-* **NeMo 2 on B200** → ``default_allocator``: NeMo 2's performance launchers set
-  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` on every GPU but B200 (NVIDIA/NeMo
-  ``scripts/performance/executors.py``, commit 03ee6d5: "we currently disable ... on B200 as it
-  causes an unexpected error"), so a B200 run keeps PyTorch's caching allocator's reserved but
-  unallocated blocks (``allocator.fragmentation``).
+* **PyTorch's caching allocator without expandable segments** → ``default_allocator``, for both
+  sweeps' releases: neither sets ``PYTORCH_CUDA_ALLOC_CONF``. NeMo 24.03: NeMo v1.23.0 (d2283e3)
+  and NeMo-Framework-Launcher 24.03.01 have no ``expandable_segments`` anywhere (``git grep``).
+  NeMo 25.04 (NeMo v2.3.0rc2/rc3, April 2025): only the speech (lhotse) data loader sets it; NeMo 2's
+  ``PerfEnvPlugin`` began setting it on 2025-05-06 (#13418, 206de59), and from June 2025 its
+  performance launchers drop it again on B200 "as it causes an unexpected error" (d671039;
+  ``scripts/performance/executors.py`` at 03ee6d5). So both sweeps kept the allocator's reserved but
+  unallocated blocks (``allocator.fragmentation``, measured 0.11 of the activations on H100).
 
 Only containers whose release is read here get a switch; every other row keeps the runtime as
 ``nemo_recipes`` builds it.
@@ -36,7 +39,7 @@ def release_options(container: str, gpu: str) -> list[str]:
     c, g = (container or "").replace(" ", ""), (gpu or "").upper()
     out = []
     if any(c.startswith(x) for x in TE_1_3_CONTAINERS) and "H100" in g:
-        out.append("te_1_3")
+        out += ["te_1_3", "default_allocator"]
     if any(c.startswith(x) for x in NEMO2_B200_CONTAINERS) and "B200" in g and "GB200" not in g:
         out.append("default_allocator")
     return out
