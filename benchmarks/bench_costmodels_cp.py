@@ -7,10 +7,12 @@ sweep's no-CP baseline.
 
 The rows and the helpers they share with the searches below are in benchmarks/cp_bench_rows.py.
 
-**Split.** Nothing is fitted here: the cp model (``costmodels.model.context_parallel``) adds
-no constant, and every constant it uses was fitted before on other rows (docs/validation.md:
-the mpt-1b calibration rows and Korthikanti's Table 5). So the calibration set of this benchmark
-is EMPTY and every row below is a check row; a row is never used to tune anything.
+**Split.** The cp model (``costmodels.model.context_parallel``) adds no constant, and every
+constant it uses was fitted before on other rows (docs/validation.md). One figure is fitted on a
+row of this benchmark: the attention rate of Transformer Engine 1.3 on H100 (NeMo 24.03's kernel
+stack, ``costmodels.calibration.nemo_releases``), on the ONE calibration row
+``nemo_releases.TE13_CALIBRATION`` (the Llama 2 7B 1M-token cp 32 run, marked "(calibration)" and
+left out of every MAPE; ``python benchmarks/fit_te13_attention.py``). Every other row is a check row.
 
 **Rows scored** (``step_rows``): every row with cp ≥ 2 whose plan the model can state — BF16
 (the FP8 cp rows are scored by bench_costmodels_fp8.py with the FP8 model), a dense model (no

@@ -1,8 +1,9 @@
 """Price fixed no-CP layouts against the published baseline of NeMo 24.03's Llama 2 7B long-sequence
 sweep on H100 (docs/validation-cp.md, "What NeMo's baselines read as"): the layouts TP up to 16 (two
-nodes; the largest TP whose FP8 GEMMs keep the ffn slice a multiple of 16, 11008 / 16 = 688) with the
-pipeline the GPU count then needs, with and without full activation recompute. Not scored: the
-baseline's layout is not published; this prints which priced layout meets each published step.
+nodes; the largest TP whose FP8 GEMMs keep the ffn slice a multiple of 16, 11008 / 16 = 688: TE v1.3
+``assert_dim_for_fp8_exec`` on ``fc2_weight``) with the pipeline the GPU count then needs, with and
+without full activation recompute. Not scored: the baseline's layout is not published; this prints
+which priced layout meets each published step.
 
     python benchmarks/cp_baseline_probe.py
 """
