@@ -7,10 +7,12 @@ sweep's no-CP baseline.
 
 The rows and the helpers they share with the searches below are in benchmarks/cp_bench_rows.py.
 
-**Split.** Nothing is fitted here: the cp model (``costmodels.model.context_parallel``) adds
-no constant, and every constant it uses was fitted before on other rows (docs/validation.md:
-the mpt-1b calibration rows and Korthikanti's Table 5). So the calibration set of this benchmark
-is EMPTY and every row below is a check row; a row is never used to tune anything.
+**Split.** The cp model (``costmodels.model.context_parallel``) adds no constant, and every
+constant it uses was fitted before on other rows (docs/validation.md). One figure is fitted on a
+row of this benchmark: the attention rate of Transformer Engine 1.3 on H100 (NeMo 24.03's kernel
+stack, ``costmodels.calibration.nemo_releases``), on the ONE calibration row
+``nemo_releases.TE13_CALIBRATION`` (the Llama 2 7B 1M-token cp 32 run, marked "(calibration)" and
+left out of every MAPE; ``python benchmarks/fit_te13_attention.py``). Every other row is a check row.
 
 **Rows scored** (``step_rows``): every row with cp ≥ 2 whose plan the model can state — BF16
 (the FP8 cp rows are scored by bench_costmodels_fp8.py with the FP8 model), a dense model (no
@@ -56,6 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cp_attention_reading import attention_reading, reading_lines  # noqa: E402
 from cp_bench_rows import (  # benchmarks/, beside this script: the rows and their shared helpers
     DATA,
     PRESET,
@@ -73,6 +76,7 @@ from cp_bench_rows import (  # benchmarks/, beside this script: the rows and the
     table,
 )
 
+from costmodels.calibration.nemo_releases import TE13_CALIBRATION  # noqa: E402
 from costmodels.contracts.errors import AutoparError  # noqa: E402
 from costmodels.model.estimate import estimate  # noqa: E402
 
@@ -228,15 +232,17 @@ def main() -> int:
             "| row | hardware | plan | published s | predicted s | error | fits (GiB) |",
             "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for x in sw:
+        x["id"] += " (calibration)" * (x["id"] in TE13_CALIBRATION)   # fitted on: nemo_releases
         out.append(f"| {x['id']} | {x['hw']} | {_short(x['plan'].label())} | {x['published']:.2f} "
                    f"| {x['predicted']:.2f} | {100 * x['error']:+.1f}% | {'yes' if x['fits'] else 'NO'} "
                    f"({x['memory'] / 2 ** 30:.1f}) |")
     for hw in sorted({x["hw"] for x in sw}):
-        xs = [x for x in sw if x["hw"] == hw]
+        xs = [x for x in sw if x["hw"] == hw and not x["id"].endswith("(calibration)")]
         out.append(f"\n{hw}: {len(xs)} runs, MAPE {100 * sum(abs(x['error']) for x in xs) / len(xs):.1f}%, "
                    f"errors from {100 * min(x['error'] for x in xs):+.1f}% "
                    f"to {100 * max(x['error'] for x in xs):+.1f}%; "
-                   f"{sum(not x['fits'] for x in xs)} predicted not to fit")
+                   f"{sum(not x['fits'] for x in xs)} predicted not to fit (check rows)")
+    out += reading_lines(attention_reading(sw), TE13_CALIBRATION)
     if not args.quick:
         sp = speedup_rows()
         out += ["", "Speed-ups, the scored reading (the best no-CP plan `autopar search` finds on the row's GPUs,",
@@ -280,7 +286,8 @@ def main() -> int:
                 f"{sum(not c['proved'] for x in ok for c in x['counts'])} of "
                 f"{sum(len(x['counts']) for x in ok)} fixed-count searches cut by their time limit (not proved); "
                 f"{sum(c['agrees'] for x in ok for c in x['counts'])} of {sum(len(x['counts']) for x in ok)} "
-                "searched plans, split included, fit and step the same under `estimate` (search = estimate)",
+                "searched plans, split included, fit and step the same under `estimate` (search = estimate); "
+                f"the cp side of {', '.join(TE13_CALIBRATION)} is the te_1_3 attention's calibration row",
                 "", "Every count searched (the speed-up if the baseline were that count's best plan):", ""]
         out += [f"* {x['id']}: " + "; ".join(f"{c['gpus']} GPUs {_short(c['plan'])} → {c['speedup']:.2f}"
                                              + ("" if c["proved"] else " (not proved)") for c in x["counts"])

@@ -15,6 +15,7 @@ from pathlib import Path
 from costmodels.calibration.cp_runs import cp_recompute, cp_runtime, nemo_long_sequence_plan
 from costmodels.calibration.nemo_flops import nemo_llama_flops, step_from_tflops
 from costmodels.calibration.nemo_recipes import recipe_notes, row_notes
+from costmodels.calibration.nemo_releases import with_release
 from costmodels.contracts.errors import AutoparError
 from costmodels.contracts.plan import Plan
 from costmodels.model.estimate import estimate
@@ -57,8 +58,10 @@ def _split(plan: Plan) -> str:
     return ", rows " + "+".join(str(end - start) for start, end in plan.stages)
 
 def _runtime(r: dict) -> str:
-    return cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1), _int(r["pp"], 1),
-                      _int(r["vpp"], 1))
+    rt = cp_runtime(r["framework"], row_notes(r, _notes()), _int(r["tp"], 1), _int(r["pp"], 1),
+                    _int(r["vpp"], 1))
+    # the release underneath (costmodels.calibration.nemo_releases): TE 1.3's attention, B200's allocator
+    return with_release(rt, r.get("container", ""), r.get("gpu", ""))
 
 
 @functools.cache
@@ -163,7 +166,8 @@ def sweep_step_rows() -> list[dict]:
         pub, _ = _published_steps(r, rows, plan, batch)
         e = estimate(table(spec, seq), hw, plan, plan.world_size, batch)
         out.append(dict(id=r["row_id"], hw=hw, plan=plan, published=pub, predicted=e.step_time_s,
-                        error=e.step_time_s / pub - 1, fits=e.fits, memory=e.memory_bytes["total"]))
+                        error=e.step_time_s / pub - 1, fits=e.fits, memory=e.memory_bytes["total"],
+                        spec=spec, seq=seq, batch=batch))
     return out
 
 
