@@ -7,10 +7,10 @@ Which rows are scored: every row the cost model can express — BF16, FP8 and MX
 ``precision``: NeMo's FP8 without ``--fp8_recipe`` is per-tensor delayed scaling, ``fp8``), with
 context parallelism (the plan's ``cp``; dp = gpus/(tp·pp·cp)), on H100 SXM, B200 and GB200
 (``gb200-nvl72``: one Blackwell GPU of an NVL72 rack) — with ep stated, a step time and a shape.
-Left out, each with its reason printed: ep not dividing dp·cp (dgxc DeepSeek-V3 runs tp 2 with
-etp 1, where Megatron folds tp into the expert mesh; the plan contract takes ep from dp·cp), ep
-not stated (GPT-OSS under AutoModel), no shape (Kimi K2), no step time (torchtitan's Llama 4
-Scout, local batch only).
+Left out, each with its reason printed: ep not
+stated (GPT-OSS under AutoModel), no shape (Kimi K2), no step time (torchtitan's Llama 4
+Scout, local batch only). The dgxc DeepSeek-V3 rows at tp 2, etp 1, ep 32-64 over dp 16-32 are
+scored: the plan contract takes ep·etp from dp·cp·tp, Megatron's rule (issue 27).
 
 The model: an analytic MoE table of each row's shape (``costmodels.calibration.moe_tables``;
 DeepSeek-V3's MLA as full multi-head attention), the row's plan (ZeRO as stated, sequence parallel
@@ -100,10 +100,6 @@ def skip_reason(r: dict) -> str | None:
         return "no model shape"
     if not r["ep"]:
         return "ep not stated"
-    gpus, tp, pp = _int(r["gpus"]), _int(r["tp"], 1), _int(r["pp"], 1)
-    if (gpus // (tp * pp)) % _int(r["ep"]):   # dp·cp = gpus / (tp·pp)
-        return ("ep does not divide dp·cp (Megatron folds tp into the expert mesh with etp=1; the "
-                "plan contract takes ep from dp·cp)")
     return None
 
 
