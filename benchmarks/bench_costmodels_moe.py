@@ -23,8 +23,9 @@ Routing assumption per row, as its source states it (column ``routing``):
 
 * ``balanced``: the load-imbalance factor is 1.0. Grok-1 pads every expert to capacity factor 1.0
   (``moe_pad_expert_input_to_capacity``: each expert computes exactly its capacity), NeMo AutoModel
-  runs a "fake balanced gate ... to simulate ideal expert routing".
-* ``routed``: real top-k routing with an auxiliary loss (dgxc DeepSeek-V3 and Llama 4, NeMo's
+  runs a "fake balanced gate ... to simulate ideal expert routing". The dgxc DeepSeek-V3 rows ran
+  NeMo's performance script, which adds Megatron's token drop (``TOKEN_DROP_ROWS``).
+* ``routed``: real top-k routing with an auxiliary loss (dgxc Llama 4, NeMo's
   Mixtral rows, which state nothing else): the megatron profile's ``[moe] load_imbalance``.
 
 Dispatch: rows whose source states DeepEP (NeMo AutoModel: "TE + DeepEP") run the runtime's
@@ -103,10 +104,19 @@ def skip_reason(r: dict) -> str | None:
     return None
 
 
+# Rows whose launcher pads every expert to its capacity though the CSV reads them as dropless: the
+# dgxc DeepSeek-V3 runs (nemo:25.04.01) launch NeMo's scripts/performance/llm/pretrain_deepseek_v3.py,
+# whose USE_TOKEN_DROP = True adds MegatronTokenDropCallback (moe_expert_capacity_factor 1.0,
+# moe_pad_expert_input_to_capacity True; NVIDIA/NeMo v2.3.0 2b03b748bb and v2.3.1 abddc85438;
+# dgxc-benchmarking deepseek_v3/pretraining/launch.sh runs that script)
+TOKEN_DROP_ROWS = "dgxc-v25.05.05-deepseek-v3-"
+
+
 def routing(r: dict) -> str:
     """'balanced' or 'routed', from what the row's source states (module docstring)."""
     text = (r["dropless"] + " " + r["notes"]).lower()
-    if "fake balanced gate" in text or "pad_expert_input_to_capacity true" in text:
+    if ("fake balanced gate" in text or "pad_expert_input_to_capacity true" in text
+            or r["row_id"].startswith(TOKEN_DROP_ROWS)):
         return "balanced"
     return "routed"
 
