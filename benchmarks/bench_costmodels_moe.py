@@ -210,7 +210,13 @@ group placed as Megatron's expert mesh places it at etp 1 (8 consecutive ranks, 
 17 % and 4 % too slow. The Mixtral 8x22B cp 8 row at 64K tokens is the long-sequence NeMo model of
 issue 26. NeMo AutoModel rows: their recompute, kernels, bf16 states and fake-gate routing are
 read from their yamls (``costmodels/calibration/moe_runs.py``); the 1024-GPU DeepSeek-V3 run is
-predicted 14 % too fast, its 256-GPU twin within 1 %.
+predicted 14 % too fast, its 256-GPU twin within 1 %. The dgxc DeepSeek-V3 runs at tp 2, etp 1,
+ep 32–64 (ep over the tp ranks, Megatron's expert mesh; scored since the plan contract takes
+ep·etp from dp·cp·tp) are 10–27 % too fast, like every DeepSeek-V3 row: the analytic table prices
+MLA as multi-head attention of head size hidden/heads = 56, about 14 % fewer forward FLOPs per MoE
+block than MLA's 192-wide query-key and 128-wide value heads with its low-rank projections. The
+512-GPU H100 one is predicted not to fit: its launch script recomputes the MLA up-projections
+(``--recompute_modules mla_up_proj``), which no plan field states.
 """
 
 
