@@ -7,10 +7,10 @@ Which rows are scored: every row the cost model can express — BF16, FP8 and MX
 ``precision``: NeMo's FP8 without ``--fp8_recipe`` is per-tensor delayed scaling, ``fp8``), with
 context parallelism (the plan's ``cp``; dp = gpus/(tp·pp·cp)), on H100 SXM, B200 and GB200
 (``gb200-nvl72``: one Blackwell GPU of an NVL72 rack) — with ep stated, a step time and a shape.
-Left out, each with its reason printed: ep not dividing dp·cp (dgxc DeepSeek-V3 runs tp 2 with
-etp 1, where Megatron folds tp into the expert mesh; the plan contract takes ep from dp·cp), ep
-not stated (GPT-OSS under AutoModel), no shape (Kimi K2), no step time (torchtitan's Llama 4
-Scout, local batch only).
+Left out, each with its reason printed: ep not
+stated (GPT-OSS under AutoModel), no shape (Kimi K2), no step time (torchtitan's Llama 4
+Scout, local batch only). The dgxc DeepSeek-V3 rows at tp 2, etp 1, ep 32-64 over dp 16-32 are
+scored: the plan contract takes ep·etp from dp·cp·tp, Megatron's rule (issue 27).
 
 The model: an analytic MoE table of each row's shape (``costmodels.calibration.moe_tables``;
 DeepSeek-V3's MLA as full multi-head attention), the row's plan (ZeRO as stated, sequence parallel
@@ -23,8 +23,9 @@ Routing assumption per row, as its source states it (column ``routing``):
 
 * ``balanced``: the load-imbalance factor is 1.0. Grok-1 pads every expert to capacity factor 1.0
   (``moe_pad_expert_input_to_capacity``: each expert computes exactly its capacity), NeMo AutoModel
-  runs a "fake balanced gate ... to simulate ideal expert routing".
-* ``routed``: real top-k routing with an auxiliary loss (dgxc DeepSeek-V3 and Llama 4, NeMo's
+  runs a "fake balanced gate ... to simulate ideal expert routing". The dgxc DeepSeek-V3 rows ran
+  NeMo's performance script, which adds Megatron's token drop (``TOKEN_DROP_ROWS``).
+* ``routed``: real top-k routing with an auxiliary loss (dgxc Llama 4, NeMo's
   Mixtral rows, which state nothing else): the megatron profile's ``[moe] load_imbalance``.
 
 Dispatch: rows whose source states DeepEP (NeMo AutoModel: "TE + DeepEP") run the runtime's
@@ -100,17 +101,22 @@ def skip_reason(r: dict) -> str | None:
         return "no model shape"
     if not r["ep"]:
         return "ep not stated"
-    gpus, tp, pp = _int(r["gpus"]), _int(r["tp"], 1), _int(r["pp"], 1)
-    if (gpus // (tp * pp)) % _int(r["ep"]):   # dp·cp = gpus / (tp·pp)
-        return ("ep does not divide dp·cp (Megatron folds tp into the expert mesh with etp=1; the "
-                "plan contract takes ep from dp·cp)")
     return None
+
+
+# Rows whose launcher pads every expert to its capacity though the CSV reads them as dropless: the
+# dgxc DeepSeek-V3 runs (nemo:25.04.01) launch NeMo's scripts/performance/llm/pretrain_deepseek_v3.py,
+# whose USE_TOKEN_DROP = True adds MegatronTokenDropCallback (moe_expert_capacity_factor 1.0,
+# moe_pad_expert_input_to_capacity True; NVIDIA/NeMo v2.3.0 2b03b748bb and v2.3.1 abddc85438;
+# dgxc-benchmarking deepseek_v3/pretraining/launch.sh runs that script)
+TOKEN_DROP_ROWS = "dgxc-v25.05.05-deepseek-v3-"
 
 
 def routing(r: dict) -> str:
     """'balanced' or 'routed', from what the row's source states (module docstring)."""
     text = (r["dropless"] + " " + r["notes"]).lower()
-    if "fake balanced gate" in text or "pad_expert_input_to_capacity true" in text:
+    if ("fake balanced gate" in text or "pad_expert_input_to_capacity true" in text
+            or r["row_id"].startswith(TOKEN_DROP_ROWS)):
         return "balanced"
     return "routed"
 
@@ -204,7 +210,13 @@ group placed as Megatron's expert mesh places it at etp 1 (8 consecutive ranks, 
 17 % and 4 % too slow. The Mixtral 8x22B cp 8 row at 64K tokens is the long-sequence NeMo model of
 issue 26. NeMo AutoModel rows: their recompute, kernels, bf16 states and fake-gate routing are
 read from their yamls (``costmodels/calibration/moe_runs.py``); the 1024-GPU DeepSeek-V3 run is
-predicted 14 % too fast, its 256-GPU twin within 1 %.
+predicted 14 % too fast, its 256-GPU twin within 1 %. The dgxc DeepSeek-V3 runs at tp 2, etp 1,
+ep 32–64 (ep over the tp ranks, Megatron's expert mesh; scored since the plan contract takes
+ep·etp from dp·cp·tp) are 10–27 % too fast, like every DeepSeek-V3 row: the analytic table prices
+MLA as multi-head attention of head size hidden/heads = 56, about 14 % fewer forward FLOPs per MoE
+block than MLA's 192-wide query-key and 128-wide value heads with its low-rank projections. The
+512-GPU H100 one is predicted not to fit: its launch script recomputes the MLA up-projections
+(``--recompute_modules mla_up_proj``), which no plan field states.
 """
 
 

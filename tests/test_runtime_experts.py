@@ -49,6 +49,7 @@ def make_case(model, plan, micro_batches, steps):
                 spec=HF[model])
 REFUSED = [(sweep.SweepCase("moe", tuple(sorted(p.items())), 2), words) for p, words in (
     (dict(dp=2, tp=2, ep=2, etp=2), ["'etp'=2", "expert tensor"]),
+    (dict(dp=2, tp=2, ep=4), ["'ep'=4", "not from cp or tp"]),   # ep over tp: Megatron's mesh, not this runtime's
 )] + [(sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("sequence_parallel", True), ("tp", 2)), 2),
        ["'sequence_parallel'=true", "MoE blocks"])]   # transformers' MoE flattens the sequence shard
 DENSE_EP = (sweep.SweepCase("llama", (("dp", 2), ("ep", 2)), 2), ["'ep'=2", "has none"])

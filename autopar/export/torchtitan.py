@@ -22,8 +22,8 @@ names), so the same keys are passed there as flags.
                         (runtime fsdp, torchtitan's default) or "alltoall" (fsdp:cp_alltoall)
     dp_shard            HSDP: data_parallel_replicate_degree = dp / dp_shard,
                         data_parallel_shard_degree = dp_shard (FSDP2's 2-D mesh; ZeRO 2 / 3)
-    ep, etp             expert_parallel_degree, expert_tensor_parallel_degree (with tp > 1 only
-                        etp = tp: torchtitan's etp 1 takes its ep ranks from tp as well as dp)
+    ep, etp             expert_parallel_degree, expert_tensor_parallel_degree (etp 1 or tp:
+                        torchtitan's expert mesh, ``expert_mesh_problems``)
 
 torchtitan has no ZeRO-1, no DDP beside tp / pp, no tp without sequence parallel, only SDPA
 attention and the tp-dp-pp order: such plans are refused, naming the nearest.
@@ -53,6 +53,7 @@ from autopar.export.stages import (
     torchtitan_default_counts,
     torchtitan_fqns,
 )
+from autopar.export.torchtitan_experts import expert_mesh_problems
 from autopar.export.tp_overlap_switches import has_overlap, with_overlap
 from costmodels.contracts.errors import PlanError, SpecError
 from costmodels.contracts.files import tomllib
@@ -86,10 +87,7 @@ def problems(plan: Plan, ctx: TrainingContext | None = None) -> list[Problem]:
         out.append(Problem("placement", plan.placement, "torchtitan's mesh is pp, dp, tp (tp innermost)",
                            {"placement": "tp,dp,pp"}))
     out += precision_flags.problems(plan, "torchtitan")
-    if plan.ep > 1 and plan.tp > 1 and plan.etp != plan.tp:
-        out.append(Problem("etp", plan.etp, "torchtitan's expert_tensor_parallel_degree 1 takes the ep "
-                           "ranks from dp and all of tp (autopar's ep comes from dp alone); with tp > 1 "
-                           "only etp = tp is the same sharding", {"etp": plan.tp}))
+    out += expert_mesh_problems(plan)
     return out + pool_problems(plan, ctx)
 
 
@@ -210,14 +208,13 @@ def parse(source: str, ctx: TrainingContext) -> Imported:
                             f"one; set local_batch_size = {global_batch // dp}")
     else:
         mb = local
-    if ep > 1 and tp > 1 and etp != tp:
-        raise PlanError(f"torchtitan expert_parallel_degree = {ep} with expert_tensor_parallel_degree = "
-                        f"{etp} and tp = {tp} takes ep ranks from tp too; autopar's ep comes from dp: set "
-                        f"expert_tensor_parallel_degree = {tp}")
     plan = Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mb, zero=zero, recompute=_recompute(ac),
                 sequence_parallel=tp > 1, schedule=schedule, stages=stages, cp=cp,
                 dp_shard=shard if replicate > 1 and shard > 1 else None,
                 precision=precision_flags.torchtitan_precision(doc), ep=ep, etp=etp)
+    for bad in expert_mesh_problems(plan):   # a mesh torchtitan itself would refuse (torchtitan_experts.py)
+        raise PlanError(f"torchtitan expert_parallel_degree = {ep}, expert_tensor_parallel_degree = "
+                        f"{etp}: {bad.why}")
     seq = train.get("seq_len")
     runtime = RUNTIMES["torchtitan"] + (":cp_alltoall" if cp > 1 and rotate == "alltoall" else "")
     if par.get("enable_async_tensor_parallel"):   # fsdp:async_tp (tp_overlap_switches.py)

@@ -60,6 +60,7 @@ from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_ru
 from costmodels.profiles.runtime_rules import (
     context_parallel_rule,
     ddp_rule,
+    expert_mesh_rule,
     hsdp_rule,
     interleaving_rule,
     schedule_rule,
@@ -218,7 +219,7 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
                                 if sp and tp < 2:
                                     continue
-                                for ep, etp in expert_degrees(shape, dp, tp, fix):
+                                for ep, etp in expert_degrees(shape, dp, tp, fix, rt):
                                     kw = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
                                               zero=zero, recompute=recompute, sequence_parallel=sp,
                                               schedule=schedule, attention=fix.get("attention", "flash"),
@@ -238,10 +239,13 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
                                             yield c if prec == "bf16" else Config(**kw, precision=prec)
 
 
-def expert_degrees(shape: Shape, dp: int, tp: int, fix: dict[str, Any]) -> list[tuple[int, int]]:
+def expert_degrees(shape: Shape, dp: int, tp: int, fix: dict[str, Any],
+                   rt: RuntimeProfile | None = None) -> list[tuple[int, int]]:
     """(ep, etp) pairs of a configuration: ep over the divisors of dp that divide the routed
     experts (1 alone for a dense model); etp 1 unless pinned (the cost model prices etp's
-    smaller expert shards but not its collectives yet, so the search does not choose it)."""
+    smaller expert shards but not its collectives yet, so the search does not choose it).
+    A runtime whose expert mesh spans tp (``expert_mesh_over_tp``) also gets the ep that take
+    the ``tp/etp`` ranks an expert is not sharded over (``autopar.search.expert_tp_space``)."""
     if "ep" in fix:
         eps = [fix["ep"]]
     elif shape.experts:
@@ -249,13 +253,16 @@ def expert_degrees(shape: Shape, dp: int, tp: int, fix: dict[str, Any]) -> list[
     else:
         eps = [1]
     etps = [fix["etp"]] if "etp" in fix else [1]
+    if rt is not None and rt.expert_mesh_over_tp and "ep" not in fix and shape.experts:
+        from autopar.search.expert_tp_space import eps_over_tp
+        return [(ep, etp) for etp in etps for ep in eps_over_tp(eps, shape.experts, dp, tp, etp)]
     return [(ep, etp) for ep in eps for etp in etps]
 
 
 def runnable(rt: RuntimeProfile, c: Config) -> bool:
     """The runtime's rules (``costmodels.profiles.runtime_rules``) that a configuration can break."""
     return not (zero_rule(rt, c) or ddp_rule(rt, c) or schedule_rule(rt, c) or sequence_parallel_rule(rt, c)
-                or context_parallel_rule(rt, c) or hsdp_rule(rt, c))
+                or context_parallel_rule(rt, c) or hsdp_rule(rt, c) or expert_mesh_rule(rt, c))
 
 
 def _recomputes(fix: dict[str, Any]) -> list[str]:

@@ -21,13 +21,21 @@ search, runtime and exporters all read):
   torch's ``context_parallel`` do). The world is ``dp·cp·tp·pp`` GPUs; a sample is split over cp,
   so the global batch is still divided over ``dp`` only. The cp group sits just outside tp in
   every placement (``mesh_order``), as in Megatron (tp-cp-dp-pp) and torchtitan.
-* ``ep`` — expert parallel degree: each MoE layer's experts are sharded over ``ep`` ranks taken
-  from the ``dp·cp`` ranks (Megatron's and torchtitan's placement), so ``ep`` divides ``dp·cp``;
-  dense parts are unaffected. ``etp`` — tensor parallel degree of each expert, dividing ``tp``.
-  With ``etp < tp`` the ``tp/etp`` freed ranks fold into the expert groups: the cost model
-  places the ep group innermost over them for the megatron and fsdp runtimes (Megatron's expert
-  rank generator; ``costmodels.model.experts.ep_span``) and shards the expert states over
-  ``dp·cp·(tp/etp)/ep`` ranks; the contract's rule stays ``ep`` divides ``dp·cp``.
+* ``ep`` — expert parallel degree, ``etp`` — tensor parallel degree of each expert (dividing
+  ``tp``): each MoE layer's experts are sharded over ``ep`` ranks and each expert over ``etp``;
+  dense parts are unaffected. The expert mesh is built over the ``tp·cp·dp`` ranks of a pipeline
+  stage (Megatron-core's rule: its expert ``RankGenerator(tp=etp, ep=ep, dp=world/(etp·ep·pp))``
+  on the same ranks, world = pp·etp·ep·edp; ``megatron/core/parallel_state.py``
+  ``initialize_model_parallel``, NVIDIA/Megatron-LM 00caa53), so the contract's rule is
+  ``ep·etp`` divides ``dp·cp·tp``. At ``etp = tp`` that is ``ep`` divides ``dp·cp`` (the ep
+  ranks taken from the data-parallel and context-parallel groups); with ``etp < tp`` the
+  ``tp/etp`` ranks of a tp group an expert is not sharded over join the expert groups, so ``ep``
+  may exceed ``dp·cp`` (DeepSeek-V3 at tp 2, etp 1, ep 64 on dp 32). The expert-dp group
+  (ranks holding the same expert shard) is ``dp·cp·(tp/etp)/ep``; the cost model places the ep
+  group innermost over the freed tp ranks for the runtimes whose expert mesh does so
+  (``costmodels.model.experts.ep_span``), and a runtime whose ep group stays inside ``dp·cp``
+  refuses ``ep`` not dividing ``dp·cp`` (``costmodels.profiles.runtime_rules.expert_mesh_rule``;
+  autopar's own runtime: ``costmodels.contracts.runnable.check_experts``).
 * ``precision`` — the matmuls' number format: ``bf16`` (today's behaviour), ``fp8``
   (per-tensor scaling, delayed or current as the runtime profile says), ``fp8-rowwise``,
   ``mxfp8`` (block scaling, Blackwell). Independent of ``estimate``'s memory recipe
@@ -153,13 +161,15 @@ class Plan:
     def _check_axes(self) -> None:
         """cp / ep / etp / precision / dp_shard against each other and the degrees."""
         _choice("precision", self.precision, PRECISIONS)
-        if self.ep > 1 and (self.dp * self.cp) % self.ep:
-            raise PlanError(f"plan field 'ep'={self.ep} must divide dp·cp = {self.dp}·{self.cp} "
-                            f"= {self.dp * self.cp} (experts are sharded over ranks of the data-parallel "
-                            "and context-parallel groups); change ep or dp")
         if self.tp % self.etp:
             raise PlanError(f"plan field 'etp'={self.etp} must divide tp={self.tp} (each expert is "
                             "tensor-parallel over part of the tp group); set etp=1 or a divisor of tp")
+        ranks = self.dp * self.cp * self.tp
+        if ranks % (self.ep * self.etp):
+            raise PlanError(f"plan field 'ep'={self.ep} times 'etp'={self.etp} must divide dp·cp·tp = "
+                            f"{self.dp}·{self.cp}·{self.tp} = {ranks} (the expert mesh, etp·ep·expert-dp, "
+                            "is built over the tp, cp and dp ranks, as in Megatron-core); choose ep "
+                            f"dividing dp·cp·tp/etp = {ranks // self.etp}")
         if self.dp_shard is None:
             return
         if not is_int(self.dp_shard) or not 1 <= self.dp_shard <= self.dp or self.dp % self.dp_shard:

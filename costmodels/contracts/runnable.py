@@ -108,7 +108,7 @@ def check_experts(plan, dims: ModelDims) -> None:
                         f"choose ep in {divisors(dims.experts)}")
     if runtime == "autopar" and getattr(plan, "dp", 1) % ep:
         raise PlanError(f"plan field 'ep'={ep}: autopar's own runtime takes the ep ranks from dp "
-                        f"(dp={plan.dp}), not from cp; choose ep dividing dp (or plan for runtime "
+                        f"(dp={plan.dp}), not from cp or tp; choose ep dividing dp (or plan for runtime "
                         "megatron and export)")
     if runtime == "autopar" and etp > 1:
         raise PlanError(f"plan field 'etp'={etp}: autopar's own runtime does not run expert tensor "

@@ -82,6 +82,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     [capabilities]                                   # what the runtime can run (the search's space)
     context_parallel = true                          # runs cp > 1 (default false)
     hsdp_zero = [2, 3]                               # ZeRO stages it runs HSDP with (default none)
+    expert_mesh_over_tp = true                       # ep·etp over tp·cp·dp: ep may exceed dp·cp
+                                                    # (runtime_rules.expert_mesh_rule; default false)
     zero = [0, 1]
     pipeline_zero = [0, 1]                           # ZeRO stages it runs with a pipeline
     schedules = ["1f1b", "interleaved-1f1b"]
@@ -176,6 +178,9 @@ class RuntimeProfile:
     cp_all_gather: int = 0
     context_parallel: bool = False
     hsdp_zero: tuple[int, ...] = ()
+    # the expert mesh (etp, ep, expert-dp) built over the tp·cp·dp ranks, so ep may take ranks
+    # from tp when etp < tp (runtime_rules.expert_mesh_rule)
+    expert_mesh_over_tp: bool = False
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

@@ -89,7 +89,8 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
         raise err("capabilities", "must be a table")
     out: dict[str, Any] = {}
     known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
-             "split_backward_dp_after_step", "context_parallel", "hsdp_zero", "ddp_beside_model_parallel"}
+             "split_backward_dp_after_step", "context_parallel", "hsdp_zero", "ddp_beside_model_parallel",
+             "expert_mesh_over_tp"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
@@ -112,7 +113,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
                 raise err(f"capabilities.{key}", f"must be a non-empty list of {list(allowed)}, got {v!r}")
             out[attr] = tuple(x for x in allowed if x in v)
     for key in ("uneven_interleaving", "sequence_parallel", "split_backward_dp_after_step", "context_parallel",
-                "ddp_beside_model_parallel"):
+                "ddp_beside_model_parallel", "expert_mesh_over_tp"):
         if key in t:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")

@@ -76,6 +76,18 @@ def hsdp_rule(rt: RuntimeProfile, plan) -> str | None:
     return None
 
 
+def expert_mesh_rule(rt: RuntimeProfile, plan) -> str | None:
+    """An ep not dividing dp·cp takes ranks from tp (the contract allows ep·etp dividing
+    dp·cp·tp, Megatron's rule): only a runtime whose expert mesh is built over the tp·cp·dp
+    ranks runs it (``[capabilities] expert_mesh_over_tp``: Megatron-core, torchtitan)."""
+    ep, ranks = getattr(plan, "ep", 1), getattr(plan, "dp", 1) * getattr(plan, "cp", 1)
+    if ep > 1 and ranks % ep and not rt.expert_mesh_over_tp:
+        return (f"runtime '{rt.name}' takes the ep ranks from dp·cp only, and ep={ep} does not divide "
+                f"dp·cp = {ranks}; use ep dividing dp·cp, or runtime megatron or fsdp, whose expert "
+                "mesh also takes the tp ranks an expert is not sharded over (etp < tp)")
+    return None
+
+
 def precision_rule(rt: RuntimeProfile, precision: str) -> str | None:
     """amp / fp32 are autopar's own runtime's recipes; the others train in bf16-mixed."""
     if precision not in rt.precisions:
@@ -88,7 +100,7 @@ def runtime_violations(rt: RuntimeProfile, plan, layers: int) -> list[str]:
     """Every rule the plan breaks, in words (empty: the runtime can run it)."""
     found = (zero_rule(rt, plan), ddp_rule(rt, plan), schedule_rule(rt, plan),
              interleaving_rule(rt, plan, layers), sequence_parallel_rule(rt, plan),
-             context_parallel_rule(rt, plan), hsdp_rule(rt, plan))
+             context_parallel_rule(rt, plan), hsdp_rule(rt, plan), expert_mesh_rule(rt, plan))
     return [f for f in found if f]
 
 
