@@ -65,7 +65,7 @@ import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.allocator import fragmentation, optimizer_share
-from costmodels.model.async_tp_fusion import unfused_bwd_reduce_scatter_s
+from costmodels.model.async_tp_fusion import micro_pipeline_tp_cost, unfused_bwd_reduce_scatter_s
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RowTimes, host_block_floor, row_times, runs_on_cpu
@@ -282,7 +282,8 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)
-    return overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    rt = overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    return micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp, b)   # torch's fused ops (async_tp_fusion.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,
