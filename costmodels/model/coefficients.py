@@ -79,6 +79,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     zero_row_collectives,
 )
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
+from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
@@ -275,6 +276,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     # FP8 on the same kernel stack whose BF16 matmul times it replaces (precision.py)
     rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero,
                        zero_param_s=zero_hbm_param_s(plan, profile, runtime, precision))   # FP8 gathers' HBM bytes
+    if getattr(plan, "precision", "bf16") != "bf16":   # userbuffers' FP8 reduce-scatters (fp8_tensor_parallel.py)
+        rt = fp8_ub_reduce_scatter(rt, arr, profile.group_link(plan, "tp"), tp, b, plan.sequence_parallel,
+                                   runtime.tp_fwd_reduce_scatter_fp8, plan.recompute == "full")
     rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
