@@ -203,8 +203,15 @@ per cent. FP8 rows: the routed experts run in FP8 as Transformer Engine runs the
 about as far too fast — the published FP8 ÷ BF16 speed-up of Grok-1 (about 1.2) is below what the
 FP8 matmul scale fitted on dense pairs gives its expert GEMMs (no constant of this bench is fitted
 on an FP8 row). GB200 / B200 rows carry the Blackwell Transformer-Engine constants of issue 28
-(`kernel_stacks.toml`, `fp8_matmul_scale`), fitted on dense runs: the BF16 GB200 rows are about a
-fifth too slow. The v25.05.05 Grok-1 H100 rows (etp 1 stated, tp 4) ran about a quarter faster
+(`kernel_stacks.toml`, `fp8_matmul_scale`), fitted on dense runs. A GB200 NVL72 rack is one
+NVLink domain of 72 GPUs, so an ep group inside it exchanges its tokens over NVLink
+(`experts.ep_span` takes the profile's `link_domain`); priced on its 4-GPU hosts' NICs, as before,
+the GB200 Grok-1 and Llama 4 rows were 16–50 % too slow. Left: Grok-1 (ep 8 · etp 4) about +10 %
+in BF16 and +20 % in FP8, Llama 4 Maverick within 3 % in BF16 and 8–11 % fast in FP8; the
+DeepSeek-V3 GB200 row (NeMo 25.04, MFU 10 %) is about 65 % too fast: its earlier −10 % rested on
+the all-to-all priced over InfiniBand, while its ep 64 group sits in one rack; it published 10 %
+MFU where Maverick, ep 64 on the same racks, published 37 %, and nothing the model prices says why.
+The v25.05.05 Grok-1 H100 rows (etp 1 stated, tp 4) ran about a quarter faster
 than the same layout in v24.11.1 / v25.04.02 (etp blank: Megatron's default, tp); with their ep
 group placed as Megatron's expert mesh places it at etp 1 (8 consecutive ranks, one node) they are
 17 % and 4 % too slow. The Mixtral 8x22B cp 8 row at 64K tokens is the long-sequence NeMo model of

@@ -273,7 +273,15 @@ def _nemo_fp8_runtime(r, runtime: str) -> str:
     bytes of its BF16 pair's."""
     if "NeMo 2" not in r["framework"] or r["precision"] == "bf16" or "bf16_grad_reduce" in runtime:
         return runtime
-    return runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
+    runtime = runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
+    ub = UB_FP8_RS.get(r["model"]) if "H100" in r["gpu"] and "tp_comm_overlap" in runtime else None
+    return runtime + "," + ub if ub else runtime
+
+
+# NeMo 2's FP8 H100 userbuffer configs with fp8_buf on the forward reduce-scatters, per model its
+# performance scripts pass them for (runtime-profiles/megatron.toml ub_fp8_rs / ub_fp8_rs_proj;
+# NVIDIA/NeMo @0594a700 nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py)
+UB_FP8_RS = {"llama3-70b": "ub_fp8_rs", "llama3.1-405b": "ub_fp8_rs", "gpt3-175b": "ub_fp8_rs_proj"}
 
 
 def _titan_runtime(r, tp: int) -> str:

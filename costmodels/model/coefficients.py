@@ -65,7 +65,7 @@ import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model.allocator import fragmentation, optimizer_share
-from costmodels.model.async_tp_fusion import unfused_bwd_reduce_scatter_s
+from costmodels.model.async_tp_fusion import micro_pipeline_tp_cost, unfused_bwd_reduce_scatter_s
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RowTimes, host_block_floor, row_times, runs_on_cpu
@@ -79,6 +79,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     zero_row_collectives,
 )
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
+from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
@@ -275,6 +276,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     # FP8 on the same kernel stack whose BF16 matmul times it replaces (precision.py)
     rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero,
                        zero_param_s=zero_hbm_param_s(plan, profile, runtime, precision))   # FP8 gathers' HBM bytes
+    if getattr(plan, "precision", "bf16") != "bf16":   # userbuffers' FP8 reduce-scatters (fp8_tensor_parallel.py)
+        rt = fp8_ub_reduce_scatter(rt, arr, profile.group_link(plan, "tp"), tp, b, plan.sequence_parallel,
+                                   runtime.tp_fwd_reduce_scatter_fp8, plan.recompute == "full")
     rt = cp_row_times(rt, arr, profile, tp, b, runtime, cp_row_link(profile, plan, arr))   # cp's K/V traffic
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
@@ -282,7 +286,8 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)
-    return overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    rt = overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    return micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp, b)   # torch's fused ops (async_tp_fusion.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,

@@ -110,8 +110,15 @@ def _folds_tp(plan) -> bool:
 
 
 def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:
-    """(ep ranks on one node, nodes the ep group spans): ep is carved from dp·cp innermost, so
-    its stride is the product of the dimensions inside cp / dp in ``mesh_order``."""
+    """(ep ranks on one NVLink domain, domains the ep group spans): ep is carved from dp·cp
+    innermost, so its stride is the product of the dimensions inside cp / dp in ``mesh_order``.
+    Callers pass the profile's ``link_domain``, not its host's ``gpus_per_node``: NCCL's
+    all-to-all between two GPUs of one NVL72 rack runs over NVLink (the rack is one NVLink
+    domain of 72 GPUs; NCCL's P2P transport uses NVLink between GPUs that reach each other over
+    it, NVIDIA NCCL docs, "NVLink SHARP and multi-node NVLink"), so an ep group of a GB200 NVL72
+    rack crosses the NICs only where it leaves the rack. Pricing its 4-GPU host as the node put
+    the ep all-to-alls of every GB200 MoE run on InfiniBand (issue 27: the GB200 rows were
+    +16 ... +50 % too slow); on an HGX node both are 8."""
     ep, etp = ep_degrees(plan)
     order = plan.mesh_order() if hasattr(plan, "mesh_order") else ("tp", "cp", "dp", "pp")
     sizes = {"tp": plan.tp, "cp": getattr(plan, "cp", 1), "dp": plan.dp, "pp": plan.pp}
@@ -142,7 +149,7 @@ def all_to_all_s(nbytes, plan, profile: HardwareProfile, top_k=None, experts=Non
     nbytes = np.asarray(nbytes, dtype=float)
     if ep <= 1:
         return nbytes * 0.0, nbytes * 0.0
-    n_in, nodes = ep_span(plan, profile.gpus_per_node)
+    n_in, nodes = ep_span(plan, profile.link_domain)   # NVLink domain, not the host (ep_span)
     intra_a, intra_b = profile.tier("intra_node").alpha_beta("all_to_all")
     inter_a, inter_b = profile.tier("inter_node").alpha_beta("all_to_all")
     intra = nbytes * (n_in - 1) / ep
@@ -341,7 +348,7 @@ def ep_comm(table, profile: HardwareProfile, plan, chunks, m: int) -> list[dict]
                      dedup=bool(rt.moe_dispatch_once_per_node), consecutive=bool(rt.moe_route_consecutive))
     nbytes = m * float(sum(t.a2a_bytes[s:e].sum() for s, e in chunks))
     secs = m * float(sum(t.a2a_s[s:e].sum() for s, e in chunks))
-    n_in, nodes = ep_span(plan, profile.gpus_per_node)
+    n_in, nodes = ep_span(plan, profile.link_domain)
     return [{"kind": "ep", "collective": "all_to_all", "group_size": ep,
              "tier": "inter_node" if nodes > 1 else "intra_node", "bytes_per_gpu": nbytes,
              "time_s": secs, "exposed_s": secs}]

@@ -27,6 +27,14 @@ with sequence parallelism), the all-gather is priced at half its bytes; a full r
 the forward's all-gather in FP8 as well. Of torchao's recipes only tensorwise does this
 (torchtitan keeps BF16 TP for rowwise and MXFP8); without sequence parallelism the all-reduce
 stays BF16. Which stack does it for which precisions is ``precision.Fp8Stack.fp8_tp_all_gather``.
+
+One reduce-scatter does move FP8: Transformer Engine's userbuffers with ``fp8_buf`` on a
+'pipeline' overlap (``initialize_ub``: a uint8 buffer) have the row-parallel GEMM write its
+partial sums in FP8 and the reduce-scatter move 1 byte per element, summed in higher precision
+on arrival. NeMo 2's FP8 H100 userbuffer configs set it for the forward of the attention-output
+and MLP-down projections (``proj_fprop`` / ``fc2_fprop``), so the runtime option ``ub_fp8_rs``
+(``[overlap] tp_fwd_reduce_scatter_fp8``: the share of a block's forward reduce-scatters that do,
+1 or 0.5) prices them at half their bytes (``fp8_ub_reduce_scatter``); the backward's stay BF16.
 """
 from __future__ import annotations
 
@@ -51,3 +59,18 @@ def fp8_tp_all_gather(rt, arr, tier, tp: int, b: int, sp: bool, full_recompute: 
                    tp_recompute_s=rt.tp_recompute_s + rec * dt,
                    tp_bytes_fwd=rt.tp_bytes_fwd + db, tp_bytes_bwd=rt.tp_bytes_bwd + db,
                    tp_bytes_recompute=rt.tp_bytes_recompute + rec * db)
+
+
+def fp8_ub_reduce_scatter(rt, arr, tier, tp: int, b: int, sp: bool, share: float, full_recompute: bool):
+    """``rt`` with ``share`` of each sequence-parallel row's forward reduce-scatters moving FP8
+    (half their bytes; userbuffers' ``fp8_buf``, module docstring); a full recompute re-runs them."""
+    if tp <= 1 or not sp or share <= 0:
+        return rt
+    nbytes = arr.tp_comm_bytes * (b / arr.table.micro_batch)
+    b16, t16 = collective_time("reduce_scatter", nbytes, tp, tier)
+    b8, t8 = collective_time("reduce_scatter", nbytes / 2.0, tp, tier)
+    dt = np.where(nbytes > 0, share * arr.tp_collectives * (t8 - t16), 0.0)
+    db = np.where(nbytes > 0, share * arr.tp_collectives * (b8 - b16), 0.0)
+    rec = np.where(arr.is_block, 1.0, 0.0) if full_recompute else np.zeros(arr.n)
+    return replace(rt, tp_fwd_s=rt.tp_fwd_s + dt, tp_recompute_s=rt.tp_recompute_s + rec * dt,
+                   tp_bytes_fwd=rt.tp_bytes_fwd + db, tp_bytes_recompute=rt.tp_bytes_recompute + rec * db)

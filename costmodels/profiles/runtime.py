@@ -167,6 +167,7 @@ class RuntimeProfile:
     tp_comm_overlap: int = 0                    # 1: TP collectives pipelined with the GEMMs (tp_overlap)
     dp_sync_per_chunk: int = 0                  # 1: per-chunk gradient sync under interleaving (interleaved_dp_window)
     tp_bwd_reduce_scatter_exposed: int = 0      # 1: blocks' backward RS not pipelined (async_tp_fusion)
+    tp_fwd_reduce_scatter_fp8: float = 0.0      # share of forward RS moving FP8 (fp8_tensor_parallel)
     pp_p2p_overlap: int = 0                     # 1: interleaved sends hidden (interleaved_p2p_overlap)
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)

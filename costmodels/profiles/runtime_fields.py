@@ -26,6 +26,7 @@ FIGURES = {
                 "tp_comm_overlap": ("tp_comm_overlap", 0, 1, True),   # costmodels.model.tp_overlap
                 "dp_sync_per_chunk": ("dp_sync_per_chunk", 0, 1, True),   # costmodels.profiles.interleaved_dp_window
                 "tp_bwd_reduce_scatter_exposed": ("tp_bwd_reduce_scatter_exposed", 0, 1, True),   # async_tp_fusion
+                "tp_fwd_reduce_scatter_fp8": ("tp_fwd_reduce_scatter_fp8", 0.0, 1.0, False),   # fp8_tensor_parallel
                 "pp_p2p_overlap": ("pp_p2p_overlap", 0, 1, True)},   # costmodels.model.interleaved_p2p_overlap
     "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False),
                       "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False)},
