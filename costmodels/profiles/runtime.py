@@ -58,6 +58,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     [memory]                                         # costmodels/model/allocator.py
     fragmentation = { value = 0.0, source = "..." }  # allocator's unallocated bytes per activation byte
     optimizer_state_bytes = { value = 10, source = "..." }  # per parameter (default: the recipe's)
+    torch_pipelining = { value = 1, source = "..." }  # 1: pp stages hold FSDP2's unsharded gradients,
+                                                    # outputs, receive buffers (pipeline_fsdp_memory.py)
 
     [kernels]
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
@@ -169,6 +171,7 @@ class RuntimeProfile:
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
+    torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with
