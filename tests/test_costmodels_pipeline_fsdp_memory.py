@@ -74,3 +74,4 @@ def test_torchtitan_dec_2024_rows_cut_the_local_batch_into_pp_micro_batches():
     old = {"container": "torch 1963fc8 (2024-12-23), torchao eab345c, torchtitan 9dec370"}
     assert titan_pipeline_micro_batch(old, 32, 8) == 4
     assert titan_pipeline_micro_batch({"container": "torchtitan 0.2.2"}, 32, 8) == 1
+
