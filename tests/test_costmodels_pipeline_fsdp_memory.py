@@ -1,7 +1,8 @@
 """FSDP2 under torch pipelining (costmodels/model/pipeline_fsdp_memory.py): a pipeline stage of
 the fsdp runtime (torchtitan) holds its gradients unsharded in the fp32 reduce dtype until its
-last backward, and its last stage keeps every micro-batch's output; and torchtitan's Dec 2024
-release cut the local batch into pp micro-batches. No torch, analytic tables."""
+last backward and, under a float8 all-gather, its gathered linear weights at 1 byte; the search's
+memory rows carry the same figures as ``estimate``; and torchtitan's Dec 2024 release cut the
+local batch into pp micro-batches. No torch, analytic tables."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,24 +13,25 @@ from synthetic_tables import llama_table
 
 from costmodels.calibration.fp8_runs import titan_pipeline_micro_batch
 from costmodels.contracts.plan import Plan
+from costmodels.model.coefficients import row_coefficients
 from costmodels.model.estimate import estimate
+from costmodels.model.precision import fp8_weight_share
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.hardware_files import load_profile
 from costmodels.profiles.runtime import load_runtime
 
 TABLE = llama_table(8, 2048, 16, 4, 5632, 32000, 2048)
+ARR = table_arrays(TABLE)
 H100 = dataclasses.replace(load_profile("h100-80g-sxm"), hbm_bytes=1e15)   # never "does not fit"
 PLAN = Plan(dp=4, tp=2, pp=2, micro_batch_size=1, zero=2, sequence_parallel=True, runtime="fsdp")
 
 
-def _ranks(plan, global_batch):
-    e = estimate(TABLE, H100, plan, plan.world_size, global_batch)
-    return e, [d["memory_bytes"] for d in e.stages_detail]
+def _estimate(plan, global_batch=32):   # 8 micro-batches per step at dp 4
+    return estimate(TABLE, H100, plan, plan.world_size, global_batch)
 
 
-def _rank_params(e, r):
-    arr = table_arrays(TABLE)
-    return sum(float(arr.params[s:t].sum()) for s, t in e.stages_detail[r]["rows"]) / PLAN.tp
+def _rank_params(e, r, tp=PLAN.tp):
+    return sum(float(ARR.params[s:t].sum()) for s, t in e.stages_detail[r]["rows"]) / tp
 
 
 def test_the_runtime_profile_says_fsdp_stages_run_under_torch_pipelining():
@@ -38,40 +40,43 @@ def test_the_runtime_profile_says_fsdp_stages_run_under_torch_pipelining():
 
 
 def test_a_stage_holds_its_gradients_unsharded_in_the_fp32_reduce_dtype():
-    e, mems = _ranks(PLAN, 32)   # 8 micro-batches per step
-    for r, mem in enumerate(mems):
-        # ZeRO-2's table would charge 2 bytes / dp; torch pipelining holds 4 bytes, whole
-        assert mem["grads"] == pytest.approx(4.0 * _rank_params(e, r), rel=1e-9)
-    megatron, _ = _ranks(PLAN.with_(runtime="megatron", zero=1), 32)
-    assert megatron.stages_detail[0]["memory_bytes"]["grads"] == pytest.approx(2.0 * _rank_params(e, 0))
+    e = _estimate(PLAN)
+    for r, d in enumerate(e.stages_detail):
+        # ZeRO-2's table charges 2 bytes / dp; torch pipelining holds 4 bytes, whole
+        assert d["memory_bytes"]["grads"] == pytest.approx(4.0 * _rank_params(e, r), rel=1e-9)
+        assert d["memory_bytes"]["params"] == pytest.approx(2.0 * _rank_params(e, r), rel=1e-9)
+    e1 = _estimate(PLAN.with_(pp=1, dp=8))   # no pipeline: FSDP2 reduce-scatters every backward
+    assert e1.memory_bytes["grads"] == pytest.approx(2.0 * _rank_params(e1, 0) / 8, rel=1e-9)
 
 
-def test_the_last_stage_keeps_every_micro_batch_output():
-    arr = table_arrays(TABLE)
-    logits = float(arr.loss_logits.sum()) / TABLE.micro_batch      # per sequence
-    one = 2.0 * logits / PLAN.tp                                   # bf16, vocab sharded over tp
-    _, m8 = _ranks(PLAN, 32)
-    _, m16 = _ranks(PLAN, 64)
-    # the last rank's 1F1B in-flight count stays 1: each extra micro-batch adds one output kept
-    # (and its two receive buffers, which the first rank grows by as well)
-    grow_last = m16[-1]["activations"] - m8[-1]["activations"]
-    grow_first = m16[0]["activations"] - m8[0]["activations"]
-    assert grow_last - grow_first == pytest.approx(8 * one, rel=1e-6)
+def test_without_a_shard_group_nothing_changes():
+    e = _estimate(PLAN.with_(dp=1), 8)
+    assert all(np.isclose(d["memory_bytes"]["grads"], 2.0 * _rank_params(e, r)) for r, d in enumerate(e.stages_detail))
 
 
-def test_zero3_stages_keep_the_weights_gathered_after_a_backward():
-    e, mems = _ranks(PLAN.with_(zero=3), 32)
-    for r, mem in enumerate(mems):
-        assert mem["gathered"] + mem["params"] >= 2.0 * _rank_params(e, r) * (1 - 1e-9)
+def test_float8_all_gather_holds_the_gathered_linear_weights_at_one_byte():
+    plan = PLAN.with_(precision="fp8")
+    e = _estimate(plan)
+    share = fp8_weight_share(ARR, plan, "fsdp", 2)
+    assert share.min() < 1.0
+    for r, d in enumerate(e.stages_detail):
+        want = sum(2.0 * float((ARR.params[s:t] * share[s:t]).sum()) for s, t in d["rows"]) / plan.tp
+        assert d["memory_bytes"]["params"] == pytest.approx(want, rel=1e-9)
+        assert d["memory_bytes"]["params"] < 2.0 * _rank_params(e, r)
 
 
-def test_without_data_parallel_shards_nothing_changes():
-    e, mems = _ranks(PLAN.with_(dp=1), 8)
-    assert all(np.isclose(m["grads"], 2.0 * _rank_params(e, r)) for r, m in enumerate(mems))
+def test_the_search_memory_rows_charge_what_estimate_charges():
+    for plan in (PLAN, PLAN.with_(precision="fp8")):
+        co = row_coefficients(TABLE, H100, plan, "bf16-mixed")
+        e = _estimate(plan)
+        for d in e.stages_detail:
+            rows = slice(*d["rows"][0])
+            mem = d["memory_bytes"]
+            assert float(co.state_bytes[rows].sum()) == pytest.approx(
+                mem["params"] + mem["grads"] + mem["optimizer"], rel=1e-9)
 
 
 def test_torchtitan_dec_2024_rows_cut_the_local_batch_into_pp_micro_batches():
     old = {"container": "torch 1963fc8 (2024-12-23), torchao eab345c, torchtitan 9dec370"}
     assert titan_pipeline_micro_batch(old, 32, 8) == 4
     assert titan_pipeline_micro_batch({"container": "torchtitan 0.2.2"}, 32, 8) == 1
-
