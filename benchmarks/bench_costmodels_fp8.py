@@ -71,9 +71,9 @@ def pct(x):
 
 def memory_lines(scored) -> list[str]:
     """The published peak memory of every row that states one against the prediction (the
-    most loaded GPU; a partial recompute policy: the mean of its none / full readings, as its
-    step is priced): MAPE and bias per pipeline family (torch pipelining:
-    costmodels/model/pipeline_fsdp_memory.py)."""
+    most loaded GPU; an op-level partial recompute policy: the full reading plus the op share of
+    what recompute saves, as open_runs reads it): MAPE and bias per pipeline family (torch
+    pipelining: costmodels/model/pipeline_fsdp_memory.py)."""
     rows = [x for x in scored if "memory_error" in x]
     L = ["", "## Memory (rows that publish it)", "",
          "torchtitan publishes `max_reserved` of the caching allocator (torchtitan train.py / metrics.py "
@@ -215,6 +215,31 @@ def report(results, skipped, scales, path):
           "GiB: still far under, see below); steps tt-t5 1F1B -2.7 -> -15.0 %, Interleaved 1F1B +14.4 "
           "-> -0.2 %, tt-t6 +4.1 / -4.3 / +4.5 / -3.4 -> +2.2 / -5.4 / +3.7 / -3.7 % (no backward "
           "re-gather); check MAPE 7.7 -> 7.6 %, fsdp rows 9.2 -> 9.0 %; no constant refitted.",
+          "- Memory (ttmem branch, issues 28 / 31; read from the code, no constant fitted): the memory "
+          "section scores every row that publishes its peak (torchtitan: the caching allocator's "
+          "max_reserved over ranks). Under torch.distributed.pipelining a FSDP2 stage backs every "
+          "micro-batch with set_requires_gradient_sync(False) / set_reshard_after_backward(False) and "
+          "reduces after the last one (torch stage.py backward_maybe_with_nosync), so its gradients are "
+          "held whole, upcast to the fp32 reduce dtype (FSDP2 _fsdp_param.py to_accumulated_grad_if_needed), "
+          "and torchao's float8 all-gather holds the gathered linear weights at 1 byte "
+          "(costmodels/model/pipeline_fsdp_memory.py, fsdp.toml [memory] torch_pipelining); torchtitan's "
+          "loss, F.cross_entropy on the fp32-upcast logits, holds the fp32 gradients of the log-probabilities "
+          "and of the logits beside its saved log-softmax at its backward's start (8 bytes per logit, "
+          "vocab-sharded under loss parallel; costmodels/model/loss_backward_memory.py, [kernels] "
+          "loss_grad_bytes_per_logit); the Dec 2024 rows' release (torchtitan 9dec370) cut the local batch "
+          "into pp micro-batches (pipeline_parallel_microbatches defaulted to the pp degree until 5e2033c), "
+          "so tt-t5 runs 8 micro-batches of 4, not 32 of 1, and its 'selective' is the op policy its "
+          "llama3_8b.toml sets. Memory MAPE over the 21 rows 33.7 -> 22.0 % (bias -24.2 -> -0.7 %), "
+          "pipeline rows 50.7 -> 24.2 % (tt-t5 1F1B 29.3 -> 58.7 GiB of 82.5, Interleaved 31.0 -> 60.3 of "
+          "72.7, tt-t6 42.5 -> 58.7 of 75.3-84.9), tt-t2 8B at 32K tokens -40 -> -10 %. The tt-t5 steps: "
+          "1F1B -15.0 -> -15.3 %, Interleaved -0.2 -> -15.4 %, but their ratio, 1.09 before, is now the "
+          "published 1.28; check MAPE 7.6 -> 7.8 %. Still under: the pipeline rows by 17-31 %, with "
+          "Interleaved predicted above 1F1B where the source has it 9.8 GiB below; not priced yet: the last "
+          "stage's m held outputs, the per-micro-batch receive buffers and fwd_cache's stage outputs (they "
+          "depend on the micro-batch count, which the search's per-row memory cannot carry), ZeRO-3's "
+          "weights kept gathered after a backward, the reserved-over-allocated share of the caching "
+          "allocator. The H200 (Trainy) and B200 (ttmx) torchtitan rows are 39-48 % over: a newer "
+          "torchtitan the model has no term for.",
           "- Rows whose NeMo recipe was not read are planned without recompute (flagged in "
           "fp8_runs.py); torchtitan's 96 GB H100s at 500 W run below the SXM clocks the profile has.",
           "- Mechanisms (fp8b branch, both read from the stacks' code, no constant refitted: every "

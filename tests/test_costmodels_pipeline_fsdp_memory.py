@@ -80,3 +80,24 @@ def test_torchtitan_dec_2024_rows_cut_the_local_batch_into_pp_micro_batches():
     old = {"container": "torch 1963fc8 (2024-12-23), torchao eab345c, torchtitan 9dec370"}
     assert titan_pipeline_micro_batch(old, 32, 8) == 4
     assert titan_pipeline_micro_batch({"container": "torchtitan 0.2.2"}, 32, 8) == 1
+
+
+def test_torchtitans_unfused_loss_holds_its_fp32_gradients_at_the_backwards_start():
+    from costmodels.model.loss_backward_memory import loss_backward_bytes
+    from costmodels.model.memory import activation_bytes
+    plan = PLAN.with_(pp=1, dp=8)
+    fsdp = load_runtime("fsdp")
+    extra = loss_backward_bytes(ARR, plan, fsdp, "bf16-mixed")
+    head = [i for i, r in enumerate(TABLE.rows) if r.kind == "head"]
+    logits = float(ARR.loss_logits.sum()) / TABLE.micro_batch
+    assert extra[head].sum() == pytest.approx(8.0 * logits / plan.tp)   # fp32 d(log-probs) + d(logits)
+    assert extra.sum() == extra[head].sum()
+    assert not loss_backward_bytes(ARR, plan, load_runtime("megatron"), "bf16-mixed").any()   # in place
+    assert not loss_backward_bytes(ARR, plan, load_runtime("fsdp:fused_cross_entropy"), "bf16-mixed").any()
+    # under full recompute the transient and the recompute working set never meet
+    full = loss_backward_bytes(ARR, plan.with_(recompute="full"), fsdp, "bf16-mixed")
+    assert 0 <= full[head].sum() < extra[head].sum()
+    co = row_coefficients(TABLE, H100, plan, "bf16-mixed")   # the search's rows carry it too
+    saved = activation_bytes(ARR, plan.tp, plan.sequence_parallel, 1, "none", plan.attention, "bf16-mixed",
+                             fsdp.loss_saved_bytes)
+    np.testing.assert_allclose(co.act_bytes, saved + extra)

@@ -346,10 +346,15 @@ def predict(run: Fp8Run, table_of, profile) -> dict:
            "fits": any(e.fits for e in e8), "memory_gib": min(e.memory_bytes["total"] for e in e8) / 2 ** 30}
     if run.published_step_s:
         out["error"] = s8 / run.published_step_s - 1
-    if run.published_memory_gib:   # a partial policy: the mean of its readings, as the step is
-        mean = sum(e.memory_bytes["total"] for e in e8) / len(e8) / 2 ** 30
-        out["memory_error"] = mean / run.published_memory_gib - 1
-        out["memory_mean_gib"] = mean
+    if run.published_memory_gib:
+        mems = [e.memory_bytes["total"] / 2 ** 30 for e in e8]
+        if len(mems) == 2:   # a partial policy (none, full): every one here is torchtitan's / torchao's
+            # op-level one (per-op SAC; torchtitan's llama3_8b.toml selective_ac_option = 'op'),
+            # read as open_runs reads it: full + op share of what recompute saves
+            from costmodels.calibration.open_runs import op_policy_share
+            mems = [mems[1] + op_policy_share(table) * (mems[0] - mems[1])]
+        out["memory_error"] = mems[0] / run.published_memory_gib - 1
+        out["memory_mean_gib"] = mems[0]
     if run.published_speedup:
         out["speedup_error"] = out["speedup"] / run.published_speedup - 1
     return out

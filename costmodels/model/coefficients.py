@@ -81,6 +81,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
+from costmodels.model.loss_backward_memory import loss_backward_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline_fsdp_memory import state_bytes_per_param
@@ -218,7 +219,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
                             plan.attention, precision, runtime.loss_saved_bytes)
            - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)
            - te_saved_less(arr, plan, runtime, tp, b)    # TE's fused SwiGLU keeps one tensor fewer (te_activations.py)
-           + loss_logits_held_bytes(arr, plan, runtime, tp, b))   # Megatron's loss (long_sequence_memory.py)
+           + loss_logits_held_bytes(arr, plan, runtime, tp, b)   # Megatron's loss (long_sequence_memory.py)
+           + loss_backward_bytes(arr, plan, runtime, precision))   # unfused loss backward (loss_backward_memory.py)
     if moe is not None:   # the dispatch buffers (experts.py)
         act = act + moe.buffer_bytes
     act = act * (1.0 + fragmentation(runtime))   # what the caching allocator holds for them (allocator.py)
