@@ -101,3 +101,15 @@ def test_torchtitans_unfused_loss_holds_its_fp32_gradients_at_the_backwards_star
     saved = activation_bytes(ARR, plan.tp, plan.sequence_parallel, 1, "none", plan.attention, "bf16-mixed",
                              fsdp.loss_saved_bytes)
     np.testing.assert_allclose(co.act_bytes, saved + extra)
+
+
+def test_zero3_stages_keep_the_weights_each_backward_gathers():
+    plan = PLAN.with_(zero=3)
+    e = _estimate(plan)
+    co = row_coefficients(TABLE, H100, plan, "bf16-mixed")
+    for r, d in enumerate(e.stages_detail):
+        assert d["memory_bytes"]["params"] == pytest.approx(2.0 * _rank_params(e, r), rel=1e-9)   # whole
+        rows = slice(*d["rows"][0])
+        mem = d["memory_bytes"]
+        assert float(co.state_bytes[rows].sum()) == pytest.approx(
+            mem["params"] + mem["grads"] + mem["optimizer"], rel=1e-9)

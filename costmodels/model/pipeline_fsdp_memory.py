@@ -19,11 +19,15 @@ sharded from ZeRO-2 on) misses two per-parameter terms there; the runtime profil
   first backward: exact in the steady state of 1F1B (each backward starts with ``pp − r``
   micro-batches in flight and the gradients of earlier ones whole), one micro-batch's
   activations high on a rank whose micro-batches are all in warm-up (``m ≤ pp − r``).
-* **FP8 weights kept gathered.** ZeRO-2 (torchtitan's ``reshard_after_forward = not
-  pp_enabled``) keeps the stage's gathered weights from forward to backward; with torchao's
-  float8 all-gather (``WeightWithDynamicFloat8CastTensor.fsdp_post_all_gather`` returns a Float8
-  tensor over the gathered uint8 data) each linear weight is held at 1 byte of 2
-  (``precision.fp8_weight_share``).
+* **Weights kept gathered, FP8 ones at 1 byte.** ZeRO-2 (torchtitan's ``reshard_after_forward =
+  not pp_enabled``) keeps the stage's gathered weights from forward to backward. Under ZeRO-3
+  each forward reshards, but the same ``set_reshard_after_backward(False)`` (recursive over the
+  stage's FSDP modules) keeps what each backward gathers, so at a backward's end the stage's
+  weights are whole beside its whole gradients: charged whole, as ZeRO-2's (the ZeRO-3 gather
+  buffer of its two largest rows, ``gathered``, stays as the search's memory program charges it:
+  an overcount of those two rows' weights). With torchao's float8 all-gather
+  (``WeightWithDynamicFloat8CastTensor.fsdp_post_all_gather`` returns a Float8 tensor over the
+  gathered uint8 data) each linear weight is held at 1 byte of 2 (``precision.fp8_weight_share``).
 
 Both are per-row, per-parameter figures: ``row_coefficients`` charges them in ``state_bytes``
 (what the search's memory program sums) and ``estimate`` in its per-rank breakdown
@@ -32,8 +36,7 @@ Both are per-row, per-parameter figures: ``row_coefficients`` charges them in ``
 Not priced yet (they depend on the micro-batch count or on the stage cut, which the search's
 per-row memory terms cannot carry): the last stage keeps every micro-batch's output
 (``output_chunks``, ``m`` logits tensors of ``b·s·vocab/tp``), one receive buffer per micro-batch
-for a stage's input and output gradient, ``fwd_cache``'s stage outputs, and under ZeRO-3 the
-weights ``set_reshard_after_backward(False)`` keeps gathered after each backward. Nor Mixture-of-
+for a stage's input and output gradient, ``fwd_cache``'s stage outputs. Nor Mixture-of-
 Experts tables (their experts are ep shards, ``experts.expert_state_bytes``).
 """
 from __future__ import annotations
@@ -61,8 +64,8 @@ def state_bytes_per_param(arr, plan, runtime, precision: str, zero_dp: int,
     the FP8-held weights and the unsharded reduce-dtype gradients of the module docstring."""
     if not applies(plan, runtime, precision, zero_dp) or expert_arrays(arr).any:
         return np.full(arr.n, p_b), g_b
-    share = fp8_weight_share(arr, plan, stack_key(runtime), plan.zero) if plan.zero == 2 else np.ones(arr.n)
-    return p_b * share, grad_bytes(precision, runtime)
+    share = fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
+    return STATE_BYTES[precision][0] * share, grad_bytes(precision, runtime)   # whole, ZeRO-3 too
 
 
 def stage_states(mem: dict[str, float], arr, chunks: list[tuple[int, int]], plan, runtime,
@@ -74,8 +77,7 @@ def stage_states(mem: dict[str, float], arr, chunks: list[tuple[int, int]], plan
     rows = np.concatenate([np.arange(s, e) for s, e in chunks])
     params = arr.params[rows] / plan.tp
     p_b, g_b = state_bytes_per_param(arr, plan, runtime, precision, zero_dp,
-                                     STATE_BYTES[precision][0] / (zero_dp if plan.zero >= 3 else 1),
-                                     STATE_BYTES[precision][1])
+                                     STATE_BYTES[precision][0], STATE_BYTES[precision][1])
     out = dict(mem)
     out["params"] = float((params * p_b[rows]).sum())
     out["grads"] = g_b * float(params.sum())
