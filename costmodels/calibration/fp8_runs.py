@@ -97,6 +97,7 @@ class Fp8Run:
     hbm_bytes: float | None
     label: str
     seq: int | None = None     # the row's sequence: an ``hf:`` config is traced at it (run_table)
+    published_memory_gib: float | None = None   # the source's peak memory (torchtitan: max reserved over ranks)
 
 
 def _f(x: str) -> float | None:
@@ -185,7 +186,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         mb = int(r["micro_batch"])
         gb = int(_f(r["global_batch"]) or dp * mb)
         if stack == "fsdp" and pp > 1:   # torchtitan's column is the local batch, cut into
-            mb = 1                       # micro-batches of pipeline_parallel_microbatch_size = 1
+            mb = titan_pipeline_micro_batch(r, mb, pp)   # micro-batches as its release did
         zero = titan_pipeline_zero(r, stack, pp, 3 if r["zero"].startswith("3") else 1)
         sp = stated_sequence_parallel(r, stack, tp, runtime)
         rc = r["recompute"]
@@ -215,8 +216,22 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         spec = _spec(r, path.parent / "models")   # Nemotron-4: the traced config beside the CSV
         runs.append(Fp8Run(r["row_id"], hw, scale_key, r["model"], spec, plans, bplans, gpus, gb, step, speed,
                            "calibration" if calib else "check", hbm,
-                           f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}", seq))
+                           f"{r['model']} {gpus} GPUs tp{tp} pp{pp} vpp{vpp} mb{mb} seq {seq} {r['precision']}", seq,
+                           _f(r.get("memory_gib"))))
     return runs, skipped
+
+
+def titan_pipeline_micro_batch(r, local_batch: int, pp: int) -> int:
+    """The micro-batch of a torchtitan pipeline row whose ``micro_batch`` column is the local batch.
+    Before pytorch/torchtitan 5e2033c (2025-04-07, "[PP] Add microbatch_size and remove
+    num_microbatches config") ``experimental.pipeline_parallel_microbatches`` defaulted to the
+    pipeline degree (9dec370, the Dec 2024 benchmark rows' release: torchtitan/parallelisms/
+    pipelining_utils.py build_pipeline_schedule, ``n_microbatches = pipeline_parallel_degree``),
+    so the local batch is cut into pp micro-batches; from 5e2033c on into micro-batches of
+    ``pipeline_parallel_microbatch_size`` = 1. The row's release is its ``container`` column."""
+    if "torchtitan 9dec370" in (r.get("container") or "") and local_batch % pp == 0:
+        return local_batch // pp
+    return 1
 
 
 def titan_pipeline_zero(r, stack: str, pp: int, zero: int) -> int:
@@ -339,6 +354,15 @@ def predict(run: Fp8Run, table_of, profile) -> dict:
            "fits": any(e.fits for e in e8), "memory_gib": min(e.memory_bytes["total"] for e in e8) / 2 ** 30}
     if run.published_step_s:
         out["error"] = s8 / run.published_step_s - 1
+    if run.published_memory_gib:
+        mems = [e.memory_bytes["total"] / 2 ** 30 for e in e8]
+        if len(mems) == 2:   # a partial policy (none, full): every one here is torchtitan's / torchao's
+            # op-level one (per-op SAC; torchtitan's llama3_8b.toml selective_ac_option = 'op'),
+            # read as open_runs reads it: full + op share of what recompute saves
+            from costmodels.calibration.open_runs import op_policy_share
+            mems = [mems[1] + op_policy_share(table) * (mems[0] - mems[1])]
+        out["memory_error"] = mems[0] / run.published_memory_gib - 1
+        out["memory_mean_gib"] = mems[0]
     if run.published_speedup:
         out["speedup_error"] = out["speedup"] / run.published_speedup - 1
     return out

@@ -82,8 +82,10 @@ from costmodels.model.experts import expert_state_bytes, expert_terms, with_expe
 from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
+from costmodels.model.loss_backward_memory import loss_backward_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
+from costmodels.model.pipeline_fsdp_memory import state_bytes_per_param
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.te_activations import te_saved_less
@@ -212,12 +214,14 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     params = on_gpu
     p_b, g_b, o_b = model_state_bytes(1.0, zdp, plan.zero, precision)
     o_b *= optimizer_share(runtime, precision)   # the runtime's optimizer state (allocator.py)
+    p_b, g_b = state_bytes_per_param(arr, plan, runtime, precision, zdp, p_b, g_b)   # pipeline_fsdp_memory.py
     state = params * (p_b + g_b + o_b) if moe is None else expert_state_bytes(arr, plan, precision, runtime)
     act = (activation_bytes(arr, tp, plan.sequence_parallel, b, plan.recompute,
                             plan.attention, precision, runtime.loss_saved_bytes)
            - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)
            - te_saved_less(arr, plan, runtime, tp, b)    # TE's fused SwiGLU keeps one tensor fewer (te_activations.py)
-           + loss_logits_held_bytes(arr, plan, runtime, tp, b))   # Megatron's loss (long_sequence_memory.py)
+           + loss_logits_held_bytes(arr, plan, runtime, tp, b)   # Megatron's loss (long_sequence_memory.py)
+           + loss_backward_bytes(arr, plan, runtime, precision))   # unfused loss backward (loss_backward_memory.py)
     if moe is not None:   # the dispatch buffers (experts.py)
         act = act + moe.buffer_bytes
     act = act * (1.0 + fragmentation(runtime))   # what the caching allocator holds for them (allocator.py)

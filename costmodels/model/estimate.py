@@ -66,6 +66,7 @@ from costmodels.model.memory import (
 )
 from costmodels.model.optimizer import autocast_step_s, optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline import pipeline_time
+from costmodels.model.pipeline_fsdp_memory import stage_states
 from costmodels.model.pipeline_split import split_pipeline_time
 from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.table_arrays import table_arrays
@@ -260,6 +261,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         mems[-1] = as_allocated(fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
                                                  precision, co_r[r].act_none_bytes),
                                 runtime, precision)   # experts.py, allocator.py
+        mems[-1] = stage_states(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, runtime,
+                                precision, zero_group(plan))   # FSDP2 under torch pipelining
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

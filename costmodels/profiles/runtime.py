@@ -58,10 +58,13 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     [memory]                                         # costmodels/model/allocator.py
     fragmentation = { value = 0.0, source = "..." }  # allocator's unallocated bytes per activation byte
     optimizer_state_bytes = { value = 10, source = "..." }  # per parameter (default: the recipe's)
+    torch_pipelining = { value = 1, source = "..." }  # 1: pp stages hold FSDP2's unsharded gradients,
+                                                    # outputs, receive buffers (pipeline_fsdp_memory.py)
 
     [kernels]
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
+    loss_grad_bytes_per_logit = { value = 8, source = "..." }   # live at its backward's start (loss_backward_memory)
     gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
     grad_accumulate_bytes_per_param = { value = 18, source = "..." }   # HBM bytes per parameter and
                                            # micro-batch to cast + accumulate gradients (zero_traffic)
@@ -152,6 +155,7 @@ class RuntimeProfile:
     moe_dispatch_once_per_node: int = 0         # 1: a token crosses the NICs once per node (DeepEP)
     moe_route_consecutive: int = 0              # 1: a token's k experts are k consecutive ids (experts.py)
     loss_saved_bytes: float | None = None
+    loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
     grad_accumulate_bytes: float = 0.0          # per parameter and micro-batch, bf16-mixed pricing (zero_traffic)
@@ -172,6 +176,7 @@ class RuntimeProfile:
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
+    torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with

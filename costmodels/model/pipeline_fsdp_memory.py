@@ -1,0 +1,85 @@
+"""What a pipeline stage of FSDP2 under ``torch.distributed.pipelining`` holds beyond ZeRO's table.
+
+The fsdp runtime (torchtitan) runs pp > 1 with torch's pipelining schedules, whose stages drive
+FSDP2 by hand. ``memory.stage_memory``'s bf16-mixed recipe (ZeRO Table 1: 2-byte gradients,
+sharded from ZeRO-2 on) misses two per-parameter terms there; the runtime profile's
+``[memory] torch_pipelining = 1`` switches them on (fsdp.toml, with its source):
+
+* **Unsharded gradients, accumulated in the reduce dtype, until the stage's last backward.**
+  ``_PipelineStageBase.backward_maybe_with_nosync`` calls ``set_requires_gradient_sync(False)``
+  and ``set_reshard_after_backward(False)`` before every micro-batch's backward and reduces
+  (``post_backward`` of every FSDP param group) only after the last one (torch
+  torch/distributed/pipelining/stage.py: the torch 2.5/2.6 code of torchtitan's Dec 2024 runs;
+  torch 2.13 moved it to ``perform_reduce_grad``). With ``reduce_dtype`` unlike ``param_dtype``
+  FSDP2 upcasts each unsharded gradient into ``unsharded_accumulated_grad``
+  (torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``to_accumulated_grad_if_needed`` /
+  ``accumulate_unsharded_grad_if_needed``): torchtitan's ``MixedPrecisionPolicy(bf16,
+  float32)`` holds ``grad_reduce_bytes`` (4) per parameter of the stage, whole — not ZeRO-2's
+  ``2Ψ/d``. It is charged for the whole backward phase, beside the activations in flight at the
+  first backward: exact in the steady state of 1F1B (each backward starts with ``pp − r``
+  micro-batches in flight and the gradients of earlier ones whole), one micro-batch's
+  activations high on a rank whose micro-batches are all in warm-up (``m ≤ pp − r``).
+* **Weights kept gathered, FP8 ones at 1 byte.** ZeRO-2 (torchtitan's ``reshard_after_forward =
+  not pp_enabled``) keeps the stage's gathered weights from forward to backward. Under ZeRO-3
+  each forward reshards, but the same ``set_reshard_after_backward(False)`` (recursive over the
+  stage's FSDP modules) keeps what each backward gathers, so at a backward's end the stage's
+  weights are whole beside its whole gradients: charged whole, as ZeRO-2's (the ZeRO-3 gather
+  buffer of its two largest rows, ``gathered``, stays as the search's memory program charges it:
+  an overcount of those two rows' weights). With torchao's float8 all-gather
+  (``WeightWithDynamicFloat8CastTensor.fsdp_post_all_gather`` returns a Float8 tensor over the
+  gathered uint8 data) each linear weight is held at 1 byte of 2 (``precision.fp8_weight_share``).
+
+Both are per-row, per-parameter figures: ``row_coefficients`` charges them in ``state_bytes``
+(what the search's memory program sums) and ``estimate`` in its per-rank breakdown
+(``stage_states``), so the two stay equal.
+
+Not priced yet (they depend on the micro-batch count or on the stage cut, which the search's
+per-row memory terms cannot carry): the last stage keeps every micro-batch's output
+(``output_chunks``, ``m`` logits tensors of ``b·s·vocab/tp``), one receive buffer per micro-batch
+for a stage's input and output gradient, ``fwd_cache``'s stage outputs. Nor Mixture-of-
+Experts tables (their experts are ep shards, ``experts.expert_state_bytes``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costmodels.model.dp_sync import grad_bytes
+from costmodels.model.experts import expert_arrays
+from costmodels.model.memory import STATE_BYTES
+from costmodels.model.precision import fp8_weight_share, stack_key
+
+
+def applies(plan, runtime, precision: str, zero_dp: int) -> bool:
+    """Whether the stage is FSDP2 under torch's pipelining: the runtime says so, pp > 1, a ZeRO
+    shard group of more than one rank at ZeRO-2/3, the bf16-mixed recipe (the amp / fp32
+    recipes of autopar's own runtime carry their own terms: memory._runtime_peak)."""
+    return (bool(getattr(runtime, "torch_pipelining", 0)) and plan.pp > 1 and zero_dp > 1
+            and plan.zero >= 2 and precision == "bf16-mixed")
+
+
+def state_bytes_per_param(arr, plan, runtime, precision: str, zero_dp: int,
+                          p_b: float, g_b: float) -> tuple[np.ndarray, float]:
+    """(weight bytes per parameter of each row, gradient bytes per parameter) on a GPU:
+    ZeRO's ``p_b`` / ``g_b`` (``memory.model_state_bytes`` per parameter), or where ``applies``
+    the FP8-held weights and the unsharded reduce-dtype gradients of the module docstring."""
+    if not applies(plan, runtime, precision, zero_dp) or expert_arrays(arr).any:
+        return np.full(arr.n, p_b), g_b
+    share = fp8_weight_share(arr, plan, stack_key(runtime), plan.zero)
+    return STATE_BYTES[precision][0] * share, grad_bytes(precision, runtime)   # whole, ZeRO-3 too
+
+
+def stage_states(mem: dict[str, float], arr, chunks: list[tuple[int, int]], plan, runtime,
+                 precision: str, zero_dp: int) -> dict[str, float]:
+    """``mem`` (one pipeline rank's breakdown from ``memory.stage_memory``) with its weights and
+    gradients as ``state_bytes_per_param`` charges them; unchanged where that is ZeRO's."""
+    if not applies(plan, runtime, precision, zero_dp) or expert_arrays(arr).any:
+        return mem
+    rows = np.concatenate([np.arange(s, e) for s, e in chunks])
+    params = arr.params[rows] / plan.tp
+    p_b, g_b = state_bytes_per_param(arr, plan, runtime, precision, zero_dp,
+                                     STATE_BYTES[precision][0], STATE_BYTES[precision][1])
+    out = dict(mem)
+    out["params"] = float((params * p_b[rows]).sum())
+    out["grads"] = g_b * float(params.sum())
+    out["total"] = mem["total"] + (out["params"] - mem["params"]) + (out["grads"] - mem["grads"])
+    return out
