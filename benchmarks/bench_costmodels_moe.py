@@ -59,7 +59,17 @@ import re
 import sys
 from pathlib import Path
 
-from costmodels.calibration.moe_runs import AUTOMODEL_OPTIONS, FAKE_GATE_OPTION, row_etp, row_recompute
+from costmodels.calibration.moe_runs import (
+    AUTOMODEL_DEEPEP_OPTION,
+    AUTOMODEL_OPTIONS,
+    FAKE_GATE_OPTION,
+    UNPERMUTE_PROBS_OPTION,
+    megatron_unpermutes_probs,
+    row_etp,
+    row_mla,
+    row_recompute,
+    row_recompute_modules,
+)
 from costmodels.calibration.moe_tables import moe_table
 from costmodels.contracts.plan import Plan
 from costmodels.model.estimate import estimate
@@ -135,7 +145,8 @@ def table_of(r: dict):
                      experts=_int(r["experts"]), top_k=_int(r["topk"]), expert_ffn=_int(r["expert_ffn"]),
                      shared=shared, dense_layers=dense,
                      moe_layers=moe_layers if not dense else None,
-                     micro_batch=_int(r["micro_batch"], 1), model=r["model"])
+                     micro_batch=_int(r["micro_batch"], 1), model=r["model"],
+                     mla=row_mla(r), mla_up_proj_recompute="mla_up_proj" in row_recompute_modules(r))
 
 
 def plan_of(r: dict, runtime: str) -> Plan:
@@ -165,8 +176,12 @@ def score(rows: list[dict]) -> list[dict]:
             runtime += ("," if ":" in runtime else ":") + ",".join(AUTOMODEL_OPTIONS)
             if route == "balanced":   # the page's "fake balanced gate": k consecutive experts
                 runtime += "," + FAKE_GATE_OPTION
+        if "AutoModel" in r["framework"] and "deepep" in runtime:   # probs in the experts' activation
+            runtime += "," + AUTOMODEL_DEEPEP_OPTION
         if route == "balanced" and runtime == MEGATRON:
             runtime = MEGATRON + ",force_balance"
+        if megatron_unpermutes_probs(r):   # the container's Megatron-core keeps the combine's tokens
+            runtime += "," + UNPERMUTE_PROBS_OPTION
         plan = plan_of(r, runtime)
         table = table_of(r)
         prof = load_profile(profile_of(r))

@@ -257,7 +257,8 @@ def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: st
     return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
                         zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node),
                         stack_key(runtime),   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
-                        consecutive=bool(runtime.moe_route_consecutive))   # AutoModel's fake balanced gate
+                        consecutive=bool(runtime.moe_route_consecutive),   # AutoModel's fake balanced gate
+                        saved_copies=runtime.moe_saved_token_copies)   # kept token copies (dispatch_buffers.py)
 
 
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
