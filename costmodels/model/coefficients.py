@@ -82,6 +82,7 @@ from costmodels.model.experts import expert_state_bytes, expert_terms, with_expe
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
+from costmodels.model.moe_attention_core import with_moe_core_fix
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
@@ -280,6 +281,7 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
+        rt = with_moe_core_fix(rt, arr, kernels, plan)   # its attention core at e_att (moe_attention_core.py)
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)

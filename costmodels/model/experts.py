@@ -51,7 +51,6 @@ from costmodels.model.context_parallel import zero_group
 from costmodels.model.dispatch_buffers import dispatch_buffer_bytes
 from costmodels.model.expert_precision import fp8_expert_s
 from costmodels.model.memory import STATE_BYTES, model_state_bytes, recompute_working_bytes
-from costmodels.model.moe_attention_core import moe_core_fix_s
 from costmodels.model.table_arrays import TableArrays
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.runtime import load_runtime
@@ -219,10 +218,6 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     fwd = gemm + passes * one_s + (f8_f - f8_w)
     bwd = 2.0 * gemm + passes * one_s + (f8_b - 2.0 * f8_w)
     rec = np.where(moe, rec_pass / 2.0 * (gemm + passes * one_s), 0.0) if rec_pass else np.zeros(arr.n)
-    core_f, core_b = moe_core_fix_s(arr, profile, plan, k, moe)   # the attention core (moe_attention_core.py)
-    fwd, bwd = fwd + core_f, bwd + core_b
-    if rec_pass:
-        rec = rec + core_f
     params = (arr.params - ea.expert_params) / tp + ea.expert_params / (ep * etp)
     if any(zero_param_s):
         fwd = fwd + zero_param_s[0] * (params - arr.params / tp)

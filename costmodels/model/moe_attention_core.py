@@ -18,13 +18,17 @@ fused attention::
     recompute (full) + the forward's
 
 so that the core costs ``F_a/(peak·e_att)`` forward as the formula intends. Dense rows and rows
-without identifiable core GEMMs are left alone.
+without identifiable core GEMMs are left alone. Applied in ``coefficients.plan_row_times`` with
+the runtime's kernel-stack profile, the one ``row_times`` charged the row with (so ``estimate``
+and the search's coefficients price it alike).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from costmodels.model.compute import ATTN_BWD_RATIO
+from costmodels.model.compute import ATTN_BWD_RATIO, RowTimes
 
 
 def moe_core_fix_s(arr, profile, plan, k: float, moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,3 +57,14 @@ def moe_core_fix_s(arr, profile, plan, k: float, moe: np.ndarray) -> tuple[np.nd
         eff_core = f_mm[at].sum() / (f_mm[at] / e_mm[at]).sum()
         out[i] = k * arr.attn_core_flops[i] / tp / peak * (1.0 / eff[i] - 1.0 / eff_core)
     return out, ATTN_BWD_RATIO * out
+
+
+def with_moe_core_fix(rt: RowTimes, arr, kernels, plan) -> RowTimes:
+    """``rt`` with the correction on its MoE rows (``kernels``: the kernel-stack profile
+    ``row_times`` used); a full recompute re-runs the forward's."""
+    moe = np.array([bool(getattr(r, "experts", 0)) for r in arr.table.rows])
+    f, b = moe_core_fix_s(arr, kernels, plan, plan.micro_batch_size / arr.table.micro_batch, moe)
+    if not f.any():
+        return rt
+    rec = rt.recompute_s + f if plan.recompute == "full" else rt.recompute_s
+    return replace(rt, fwd_s=rt.fwd_s + f, bwd_s=rt.bwd_s + b, recompute_s=rec)
