@@ -36,8 +36,9 @@ q / kv layernorm fused in, keeping their input and the normalized output)::
 ``qkv_up_proj_and_rope_apply`` runs under ``CheckpointWithoutOutput``, whose outputs (q, k, v) are
 discarded once the core attention has run (``discard_output_and_register_recompute``) and rebuilt
 in the backward from the kept inputs (the compressed q / kv and the RoPE key). The TP part keeps
-the attention output alone, ``2·a·d_v`` per token (+ ``2·d_r`` outside TP, the checkpoint's RoPE
-input), and the backward runs the up-projections' forward again: ``2·tokens·(r_q·a·d_qk +
+the attention output alone, ``2·a·d_v`` per token, and outside TP the checkpoint keeps its inputs
+only, ``2·(r_q + r_kv + d_r)`` (the fused layernorms run inside it under no_grad, so their
+normalized copies are not kept), and the backward runs the up-projections' forward again: ``2·tokens·(r_q·a·d_qk +
 r_kv·a·(d_n + d_v))`` FLOPs. This is the recompute the dgxc-benchmarking DeepSeek-V3 launch asks
 for on H100 (``--recompute_modules mla_up_proj``); its GB200 launch asks for ``core_attn``,
 which fused attention does not keep anyway (nothing to price). Selective and full recompute
@@ -111,8 +112,8 @@ def mla_saved_bytes(b: int, s: int, a: int, m: MLAShape, recompute_up_proj: bool
     block input and the input norm's output the table counts for every block (module docstring)."""
     t = b * s * dtype_bytes
     outside = 2 * t * ((m.q_lora_rank or 0) + m.kv_lora_rank)
-    if recompute_up_proj:
-        return a * m.v_head_dim * t, outside + m.qk_pos_emb_head_dim * t
+    if recompute_up_proj:   # the checkpoint's inputs: compressed q, kv and the RoPE key
+        return a * m.v_head_dim * t, t * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim)
     return a * (2 * m.qk + 2 * m.v_head_dim) * t, outside
 
 
