@@ -244,7 +244,7 @@ Megatron's expert mesh) are still 5–8 % (GB200) and 16–20 % (H100) too fast.
 recompute MLA's up-projections as their launch script states (`--recompute_modules mla_up_proj`),
 and the dispatched tokens are kept once, as Megatron-core keeps them
 (`costmodels/model/dispatch_buffers.py`; twice more before): the 512-GPU run, predicted at 85.9 GiB
-on a 79.1 GiB H100 before, now fits at 59.4 GiB.
+on a 79.1 GiB H100 before, now fits at 58.9 GiB.
 """
 
 
