@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from autopar.export.megatron import moe_model_args
 from autopar.models import load_model
 from autopar.models.mla import MLAttention
 from autopar.runtime.assemble.prelaunch import check_before_launch
@@ -58,3 +59,11 @@ def test_runtime_refuses_mla_under_tp_and_runs_it_with_ep(source):
     assert "\n" not in str(e.value) and "tp=1" in str(e.value)
     check_before_launch(model, Plan(dp=2, ep=2), spec=source.spec, example_inputs=x, probe=False,
                         on_this_machine=False)
+
+
+def test_megatron_export_writes_mla(source):
+    args = moe_model_args(source.config)
+    flags = dict(a for a in args if isinstance(a, tuple))
+    assert "--multi-latent-attention" in args and "--group-query-attention" not in args
+    assert (flags["--q-lora-rank"], flags["--kv-lora-rank"], flags["--qk-head-dim"],
+            flags["--qk-pos-emb-head-dim"], flags["--v-head-dim"]) == (24, 16, 8, 4, 8)
