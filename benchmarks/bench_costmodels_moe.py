@@ -238,9 +238,10 @@ Latent Attention (`costmodels/calibration/mla.py`: 1,506 M forward FLOPs per MoE
 against 1,325 M for the multi-head attention of head size 56 priced before), and a MoE row's fused
 attention core is priced at the attention efficiency (`costmodels/model/moe_attention_core.py`:
 the row's mean efficiency, which the flash-attention term assumed the core was charged at, is
-dragged down by the small expert GEMMs; this also moves Llama 4 Maverick's rows 4–7 % slower and
+dragged down by the small expert GEMMs; this also moves Llama 4 Maverick's rows 3–7 % slower and
 Qwen3-30B-A3B's 10 %). The dgxc DeepSeek-V3 runs at tp 2, etp 1, ep 32–64 (ep over the tp ranks,
-Megatron's expert mesh) are still 5–8 % (GB200) and 16–20 % (H100) too fast. The H100 ones
+Megatron's expert mesh) on H100 are still 16–20 % too fast (their GB200 twins: about 5 points
+slower with MLA than without, whatever their all-to-all's tier). The H100 ones
 recompute MLA's up-projections as their launch script states (`--recompute_modules mla_up_proj`),
 and the dispatched tokens are kept once, as Megatron-core keeps them
 (`costmodels/model/dispatch_buffers.py`; twice more before): the 512-GPU run, predicted at 85.9 GiB
