@@ -13,7 +13,9 @@ Scout, local batch only). The dgxc DeepSeek-V3 rows at tp 2, etp 1, ep 32-64 ove
 scored: the plan contract takes ep·etp from dp·cp·tp, Megatron's rule (issue 27).
 
 The model: an analytic MoE table of each row's shape (``costmodels.calibration.moe_tables``;
-DeepSeek-V3's MLA as full multi-head attention), the row's plan (ZeRO as stated, sequence parallel
+DeepSeek-V3's attention as Multi-head Latent Attention, ``costmodels.calibration.mla``, with the
+recompute of its up-projections where the row's launch states ``--recompute_modules mla_up_proj``:
+``moe_runs.RECOMPUTE_MODULES``), the row's plan (ZeRO as stated, sequence parallel
 with tp, interleaved 1F1B with vpp > 1) under the runtime that ran it: Megatron-core with
 --overlap-grad-reduce / --overlap-param-gather (NeMo's default) for the dgxc and NeMo rows,
 PyTorch FSDP2 (the ``fsdp`` profile) for NeMo AutoModel's. An FP8 plan runs the routed experts'
@@ -38,8 +40,13 @@ tp; torchtitan and AutoModel: 1); the NeMo AutoModel rows run the recompute thei
 (``activation_checkpointing: true``: full), Transformer Engine's kernels (``fsdp:te``), bf16
 weights, gradients and Adam moments (``bf16_states``), a bf16 loss (``bf16_loss``) and, where the
 page states the fake balanced gate, its routing of each token to k consecutive experts
-(``fake_balanced_gate``). Every row that ran must be predicted to fit
-(tests/test_costmodels_moe_runs_fit.py).
+(``fake_balanced_gate``), and their DeepEP experts' routing weights applied in the activation
+(``probs_in_activation``: no copy of the dispatched tokens kept beyond the experts' input). A
+Megatron row's container says where its Megatron-core multiplies by the routing probabilities
+(``moe_runs.megatron_unpermutes_probs``): in the combine's unpermute up to core_v0.12.0, keeping
+the combined tokens (the megatron profile's ``unpermute_probs`` option: every container before
+nemo:25.04.01), in the experts' activation after (``costmodels/model/dispatch_buffers.py``).
+Every row that ran must be predicted to fit (tests/test_costmodels_moe_runs_fit.py).
 
 Calibration / check split: the one fitted constant, Megatron's load imbalance under real
 routing, is fitted on the calibration row alone (``CALIBRATION``: Llama 4 Maverick BF16 on 512
@@ -47,8 +54,9 @@ H100, chosen before the other rows could be scored) and shipped in ``runtime-pro
 every other row is a check row, scored with the shipped profiles as they are (the FP8 matmul
 scales are issue 28's, fitted on dense pairs; nothing here is fitted on an MoE FP8, cp or GB200
 row). Target: check MAPE <= 12 %. The calibration row (tp 4 = its stated etp 4, Megatron, no
-recompute) is priced the same with or without this stop's mechanisms (0.6 %), so its load
-imbalance was not refitted.
+recompute) is priced at +4.0 % since a MoE row's fused attention core is priced at the attention
+efficiency (``costmodels/model/moe_attention_core.py``; +0.6 % before): already over-predicted at
+the load imbalance's lower bound 1.0, so nothing was refitted.
 """
 from __future__ import annotations
 
@@ -59,7 +67,17 @@ import re
 import sys
 from pathlib import Path
 
-from costmodels.calibration.moe_runs import AUTOMODEL_OPTIONS, FAKE_GATE_OPTION, row_etp, row_recompute
+from costmodels.calibration.moe_runs import (
+    AUTOMODEL_DEEPEP_OPTION,
+    AUTOMODEL_OPTIONS,
+    FAKE_GATE_OPTION,
+    UNPERMUTE_PROBS_OPTION,
+    megatron_unpermutes_probs,
+    row_etp,
+    row_mla,
+    row_recompute,
+    row_recompute_modules,
+)
 from costmodels.calibration.moe_tables import moe_table
 from costmodels.contracts.plan import Plan
 from costmodels.model.estimate import estimate
@@ -135,7 +153,8 @@ def table_of(r: dict):
                      experts=_int(r["experts"]), top_k=_int(r["topk"]), expert_ffn=_int(r["expert_ffn"]),
                      shared=shared, dense_layers=dense,
                      moe_layers=moe_layers if not dense else None,
-                     micro_batch=_int(r["micro_batch"], 1), model=r["model"])
+                     micro_batch=_int(r["micro_batch"], 1), model=r["model"],
+                     mla=row_mla(r), mla_up_proj_recompute="mla_up_proj" in row_recompute_modules(r))
 
 
 def plan_of(r: dict, runtime: str) -> Plan:
@@ -165,8 +184,12 @@ def score(rows: list[dict]) -> list[dict]:
             runtime += ("," if ":" in runtime else ":") + ",".join(AUTOMODEL_OPTIONS)
             if route == "balanced":   # the page's "fake balanced gate": k consecutive experts
                 runtime += "," + FAKE_GATE_OPTION
+        if "AutoModel" in r["framework"] and "deepep" in runtime:   # probs in the experts' activation
+            runtime += "," + AUTOMODEL_DEEPEP_OPTION
         if route == "balanced" and runtime == MEGATRON:
             runtime = MEGATRON + ",force_balance"
+        if megatron_unpermutes_probs(r):   # the container's Megatron-core keeps the combine's tokens
+            runtime += "," + UNPERMUTE_PROBS_OPTION
         plan = plan_of(r, runtime)
         table = table_of(r)
         prof = load_profile(profile_of(r))
@@ -217,13 +240,19 @@ group placed as Megatron's expert mesh places it at etp 1 (8 consecutive ranks, 
 17 % and 4 % too slow. The Mixtral 8x22B cp 8 row at 64K tokens is the long-sequence NeMo model of
 issue 26. NeMo AutoModel rows: their recompute, kernels, bf16 states and fake-gate routing are
 read from their yamls (``costmodels/calibration/moe_runs.py``); the 1024-GPU DeepSeek-V3 run is
-predicted 14 % too fast, its 256-GPU twin within 1 %. The dgxc DeepSeek-V3 runs at tp 2, etp 1,
-ep 32–64 (ep over the tp ranks, Megatron's expert mesh; scored since the plan contract takes
-ep·etp from dp·cp·tp) are 10–27 % too fast, like every DeepSeek-V3 row: the analytic table prices
-MLA as multi-head attention of head size hidden/heads = 56, about 14 % fewer forward FLOPs per MoE
-block than MLA's 192-wide query-key and 128-wide value heads with its low-rank projections. The
-512-GPU H100 one is predicted not to fit: its launch script recomputes the MLA up-projections
-(``--recompute_modules mla_up_proj``), which no plan field states.
+predicted 6 % too fast, its 256-GPU twin 9 % too slow. DeepSeek-V3's attention is Multi-head
+Latent Attention (`costmodels/calibration/mla.py`: 1,506 M forward FLOPs per MoE block and token
+against 1,325 M for the multi-head attention of head size 56 priced before), and a MoE row's fused
+attention core is priced at the attention efficiency (`costmodels/model/moe_attention_core.py`:
+the row's mean efficiency, which the flash-attention term assumed the core was charged at, is
+dragged down by the small expert GEMMs; this also moves Llama 4 Maverick's rows 3–7 % slower and
+Qwen3-30B-A3B's 10 %). The dgxc DeepSeek-V3 runs at tp 2, etp 1, ep 32–64 (ep over the tp ranks,
+Megatron's expert mesh) on H100 are still 16–20 % too fast (their GB200 twins: about 5 points
+slower with MLA than without, whatever their all-to-all's tier). The H100 ones
+recompute MLA's up-projections as their launch script states (`--recompute_modules mla_up_proj`),
+and the dispatched tokens are kept once, as Megatron-core keeps them
+(`costmodels/model/dispatch_buffers.py`; twice more before): the 512-GPU run, predicted at 85.9 GiB
+on a 79.1 GiB H100 before, now fits at 58.9 GiB.
 """
 
 

@@ -29,16 +29,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_costmodels_moe as bench  # noqa: E402
 
 ROWS = list(csv.DictReader(open(ROOT / "tests" / "data" / "validation" / "moe_runs.csv")))
-# rows predicted not to fit, each with why: a new one fails the test below
-KNOWN_NOT_FITTING: dict[str, str] = {
-    # scored since issue 27's ep·etp | dp·cp·tp (tp 2, etp 1, ep 64 over dp 32): its stage 1 (8 MoE
-    # blocks, 7 micro-batches in flight under 1F1B) is charged 85.9 GiB on a 79.1 GiB H100. The run
-    # recomputed the MLA up-projections (dgxc-benchmarking deepseek_v3/pretraining/launch.sh:
-    # --recompute_modules mla_up_proj), which no plan field states, and its dispatched tokens are
-    # charged both in the table's saved bytes and as experts.py's dispatch buffers (closing4: "the
-    # dispatch-buffer charge without recompute looks too large")
-    "dgxc-v25.05.05-deepseek-v3-h100-bf16-512": "mla_up_proj recompute not expressible; dispatch buffers",
-}
+# rows predicted not to fit, each with why: a new one fails the test below. Empty since issue 27's
+# moemla: the dgxc DeepSeek-V3 H100 512-GPU run (85.9 GiB before) is priced with the recompute of
+# MLA's up-projections its launch states and the dispatched tokens kept once, as Megatron-core keeps
+# them (costmodels/calibration/mla.py, costmodels/model/dispatch_buffers.py)
+KNOWN_NOT_FITTING: dict[str, str] = {}
 
 
 def test_every_scored_run_that_ran_is_predicted_to_fit():

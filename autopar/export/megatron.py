@@ -109,16 +109,19 @@ def model_args(ctx: TrainingContext) -> list:
 
 
 def moe_model_args(cfg) -> list:
-    """A ``moe`` spec as Megatron-core's MoE flags (its blocks are llama's with routed experts;
-    MLA and other DeepSeek specifics are not autopar's model and are not written)."""
+    """A ``moe`` spec as Megatron-core's MoE flags (its blocks are llama's with routed experts,
+    MLA's where the spec sets ``kv_lora_rank``: ``mla_args``; DeepSeek's router specifics are
+    not autopar's model and are not written)."""
     out = [("--num-layers", cfg.layers), ("--hidden-size", cfg.hidden),
            ("--num-attention-heads", cfg.heads), ("--ffn-hidden-size", cfg.ffn_dim),
            ("--seq-length", cfg.seq), ("--max-position-embeddings", cfg.seq),
            "--swiglu", ("--normalization", "RMSNorm"), ("--norm-epsilon", cfg.norm_eps),
            ("--position-embedding-type", "rope"), ("--rotary-base", int(cfg.rope_theta)),
            "--disable-bias-linear"]
-    if cfg.n_kv_heads != cfg.heads:
+    if cfg.n_kv_heads != cfg.heads and not getattr(cfg, "kv_lora_rank", 0):
         out += ["--group-query-attention", ("--num-query-groups", cfg.n_kv_heads)]
+    if getattr(cfg, "kv_lora_rank", 0):   # Multi-head Latent Attention (autopar/models/mla.py)
+        out += mla_args(cfg)
     out += [("--num-experts", cfg.experts), ("--moe-router-topk", cfg.top_k),
             ("--moe-ffn-hidden-size", cfg.expert_ffn_dim), "--moe-grouped-gemm",
             ("--moe-token-dispatcher-type", "alltoall")]
@@ -132,6 +135,18 @@ def moe_model_args(cfg) -> list:
         out.append("--untie-embeddings-and-output-weights")
     out.append(f"# vocabulary: {cfg.vocab} tokens, from your tokenizer flags")
     return out
+
+
+def mla_args(cfg) -> list:
+    """A ``moe`` spec's Multi-head Latent Attention as Megatron-LM's flags (megatron/training/
+    arguments.py, NVIDIA/Megatron-LM f98b1a008b76: --multi-latent-attention, --q-lora-rank,
+    --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim; --qk-layernorm for the
+    q / kv RMSNorms autopar's MLA applies to the latents)."""
+    out = ["--multi-latent-attention", "--qk-layernorm"]
+    if cfg.q_lora_rank:
+        out.append(("--q-lora-rank", cfg.q_lora_rank))
+    return out + [("--kv-lora-rank", cfg.kv_lora_rank), ("--qk-head-dim", cfg.qk_nope_head_dim),
+                  ("--qk-pos-emb-head-dim", cfg.qk_rope_head_dim), ("--v-head-dim", cfg.v_head_dim)]
 
 
 def expert_args(plan: Plan, ctx: TrainingContext) -> list:

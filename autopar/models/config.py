@@ -40,6 +40,13 @@ class ModelConfig:
     shared_experts: int = 0
     dense_layers: int = 0
     capacity_factor: float = 0.0
+    # moe only: Multi-head Latent Attention (autopar/models/mla.py) when kv_lora_rank is set; its
+    # query rank (0: one h → heads·(nope + rope) projection) and head widths
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def n_kv_heads(self) -> int:
@@ -77,7 +84,8 @@ FAMILY_KEYS = {
     "mlp": ("layers", "hidden", "ffn", "in_features", "classes", "seq", "dropout"),
     "moe": ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "norm_eps",
             "rope_theta", "tied", "experts", "top_k", "expert_ffn", "shared_experts",
-            "dense_layers", "capacity_factor"),
+            "dense_layers", "capacity_factor", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+            "qk_rope_head_dim", "v_head_dim"),
 }
 REQUIRED_KEYS = {
     "gpt": ("layers", "hidden", "heads", "vocab", "seq"),

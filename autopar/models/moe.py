@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from autopar.models.config import ModelConfig
 from autopar.models.llama import GQAttention, Llama, RMSNorm, SwiGLU
+from autopar.models.mla import MLAttention, uses_mla
 from costmodels.contracts.errors import SpecError
 
 
@@ -155,7 +156,7 @@ class MoEBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, attention: str, dense: bool = False):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.attn = GQAttention(cfg, attention)
+        self.attn = MLAttention(cfg, attention) if uses_mla(cfg) else GQAttention(cfg, attention)
         self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.mlp = SwiGLU(cfg.hidden, cfg.ffn_dim) if dense else MoEFFN(cfg)
 

@@ -121,6 +121,8 @@ def _check(cfg: ModelConfig) -> None:
     if cfg.family == "moe":
         from autopar.models.moe import check_moe_config
         check_moe_config(cfg)
+        from autopar.models.mla import check_mla_config
+        check_mla_config(cfg)   # Multi-head Latent Attention's widths
     if cfg.family in ("gpt", "llama", "bert", "moe") and cfg.vocab < 1:
         raise SpecError(f"family {cfg.family} needs vocab >= 1")
     if cfg.family == "vit":

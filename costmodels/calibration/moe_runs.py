@@ -109,3 +109,58 @@ def row_recompute(row: dict) -> str:
     if row["row_id"] in STATED_RECOMPUTE:
         return STATED_RECOMPUTE[row["row_id"]][0]
     return "full" if row.get("recompute", "").startswith("full") else "none"
+
+
+# ---- DeepSeek-V3's attention and the launches' selective recompute (issue 27, moemla) ----------
+
+def row_mla(row: dict):
+    """The row's Multi-head Latent Attention shape (``costmodels.calibration.mla``), None where the
+    row's attention is not MLA. The CSV marks MLA in ``kv_heads`` and states the two ranks in
+    ``family`` ("MLA q_lora 1536 / kv_lora 512"); the head widths are DeepSeek-V3's
+    (``mla.DEEPSEEK_V3``, NeMo's DeepSeekConfig), the only MLA model of the CSV."""
+    from dataclasses import replace
+
+    from costmodels.calibration.mla import DEEPSEEK_V3
+    if (row.get("kv_heads") or "").strip() != "MLA":
+        return None
+    m = re.search(r"q_lora\s*(\d+)\s*/\s*kv_lora\s*(\d+)", row.get("family", ""))
+    if not m or "deepseek" not in row.get("model", "").lower():
+        raise ValueError(f"moe_runs: row {row.get('row_id')} has MLA without DeepSeek-V3's shape")
+    return replace(DEEPSEEK_V3, q_lora_rank=int(m.group(1)), kv_lora_rank=int(m.group(2)))
+
+
+# Megatron-core's --recompute-modules where a row's launch script states it (selective granularity):
+# dgxc-benchmarking v25.05.05 deepseek_v3/pretraining/launch.sh (the tag's commit c5c765f2684f; the
+# same file at 1f6d9f40e4117d) sets RM='mla_up_proj' on H100 and RM='core_attn' on GB200 and passes
+# --recompute_modules $RM to NeMo's scripts/performance/llm/pretrain_deepseek_v3.py, which sets
+# recompute_granularity = "selective" (NVIDIA/NeMo v2.3.1 abddc854389e line 65). core_attn drops
+# the attention core's saved scores, which fused attention never keeps (nothing to price).
+RECOMPUTE_MODULES = {
+    "dgxc-v25.05.05-deepseek-v3-h100-": ("mla_up_proj",),
+    "dgxc-v25.05.05-deepseek-v3-gb200-": ("core_attn",),
+}
+
+
+def row_recompute_modules(row: dict) -> tuple[str, ...]:
+    """The selective-recompute modules a row's launch states (``RECOMPUTE_MODULES``), else ()."""
+    return next((mods for prefix, mods in RECOMPUTE_MODULES.items() if row["row_id"].startswith(prefix)), ())
+
+
+# Megatron-core's routing probabilities: multiplied in the combine's unpermute (kept tokens: the
+# megatron profile's ``unpermute_probs`` option) up to core_v0.12.0, in the experts' activation from
+# the core_r0.12.0 MoE cherry-pick on (runtime-profiles/megatron.toml, [moe] saved_token_copies).
+# A row's container says which: NeMo v2.3.1 (nvcr.io/nvidia/nemo:25.04.01) pins Megatron-LM
+# f98b1a008b76 (requirements/manifest.json), the later one; every earlier container (NeMo 1 24.09 /
+# 24.12, NeMo 2 25.02 and 25.04.00 = v2.3.0, pinning 3cdfd613e68e) the earlier one.
+PROBS_IN_ACTIVATION_CONTAINERS = ("nemo:25.04.01",)
+UNPERMUTE_PROBS_OPTION = "unpermute_probs"
+# NeMo AutoModel's DeepEP experts apply the probabilities in their activation (runtime-profiles/
+# fsdp.toml [options.probs_in_activation]; every AutoModel row of the CSV runs DeepEP)
+AUTOMODEL_DEEPEP_OPTION = "probs_in_activation"
+
+
+def megatron_unpermutes_probs(row: dict) -> bool:
+    """Whether a Megatron row's Megatron-core multiplies the tokens by the probabilities in the
+    combine's unpermute (its container predates the MoE cherry-pick, module comment above)."""
+    return stack_of(row["framework"]) == "megatron" and not any(
+        c in row.get("container", "") for c in PROBS_IN_ACTIVATION_CONTAINERS)

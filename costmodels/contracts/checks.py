@@ -43,6 +43,11 @@ LIMITS: dict[str, int] = {
     "expert_ffn": 1_048_576,     # one expert's inner width
     "shared_experts": 1024,      # always-on experts of a MoE layer
     "dense_layers": 2048,        # leading dense blocks of a MoE model
+    "kv_lora_rank": 131_072,     # Multi-head Latent Attention's ranks and head widths (DeepSeek-V3:
+    "q_lora_rank": 131_072,      # 512, 1536, 128, 64, 128)
+    "qk_nope_head_dim": 65_536,
+    "qk_rope_head_dim": 65_536,
+    "v_head_dim": 65_536,
     "gpus": 262_144,             # GPUs in one search / plan (dp·tp·pp)
     "global_batch": 16_777_216,  # sequences per optimizer step
     "micro_batch": 65_536,       # sequences per micro-batch

@@ -84,6 +84,7 @@ from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
 from costmodels.model.loss_backward_memory import loss_backward_bytes
 from costmodels.model.memory import STATE_BYTES, activation_bytes, model_state_bytes
+from costmodels.model.moe_attention_core import with_moe_core_fix
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline_fsdp_memory import state_bytes_per_param
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
@@ -262,7 +263,8 @@ def plan_experts(arr: TableArrays, profile: HardwareProfile, plan, precision: st
     return expert_terms(arr, profile, plan, plan.recompute, runtime.moe_load_imbalance,
                         zero_hbm_param_s(plan, profile, runtime, precision), bool(runtime.moe_dispatch_once_per_node),
                         stack_key(runtime),   # FP8 plans: the experts' GEMMs in FP8 (expert_precision.py)
-                        consecutive=bool(runtime.moe_route_consecutive))   # AutoModel's fake balanced gate
+                        consecutive=bool(runtime.moe_route_consecutive),   # AutoModel's fake balanced gate
+                        saved_copies=runtime.moe_saved_token_copies)   # kept token copies (dispatch_buffers.py)
 
 
 def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: str,
@@ -287,6 +289,7 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     moe = plan_experts(arr, profile, plan, precision, runtime) if moe is False else moe
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
+        rt = with_moe_core_fix(rt, arr, kernels, plan)   # its attention core at e_att (moe_attention_core.py)
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)

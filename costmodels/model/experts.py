@@ -25,9 +25,10 @@ line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factor
 ``dp_shard``), the experts over the expert-dp ranks inside that shard group
 (``expert_zero_group``: ``dp·cp·(tp/etp)/ep``, or ``max(1, dp_shard·cp·(tp/etp)/ep)`` under
 HSDP: with etp < tp the tp ranks holding the same experts are expert-dp ranks too); ZeRO-3 gathers
-a row's local part, never the experts of other ep ranks. The dispatch buffers (the received
-tokens of dispatch and combine, which autograd keeps for the backward) are ``2·ι·V`` per MoE
-row and micro-batch in flight, added to the row's saved activations. Under full recompute a
+a row's local part, never the experts of other ep ranks. The dispatch buffers (the copies of the
+dispatched tokens autograd keeps beyond the experts' input, which the table counts: the
+runtime's ``[moe] saved_token_copies``, 0 or 1, ``costmodels.model.dispatch_buffers``) are
+``copies·ι·V`` per MoE row and micro-batch in flight, added to the row's saved activations. Under full recompute a
 block keeps only its input: its dispatch buffers are freed after its forward and rebuilt when it
 is recomputed, so they are held for one block at a time, in the recompute working set (the
 largest block's saved bytes plus its buffers: ``work_buffer_bytes``, ``working_set_extra``),
@@ -47,6 +48,7 @@ import numpy as np
 from costmodels.model.allocator import optimizer_share
 from costmodels.model.compute import RowTimes
 from costmodels.model.context_parallel import zero_group
+from costmodels.model.dispatch_buffers import dispatch_buffer_bytes
 from costmodels.model.expert_precision import fp8_expert_s
 from costmodels.model.memory import STATE_BYTES, model_state_bytes, recompute_working_bytes
 from costmodels.model.table_arrays import TableArrays
@@ -184,13 +186,15 @@ class ExpertTerms:
 def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: str,
                  imbalance: float, zero_param_s: tuple[float, float] = (0.0, 0.0),
                  dedup: bool = False, runtime_name: str | None = None,
-                 consecutive: bool = False) -> ExpertTerms | None:
+                 consecutive: bool = False, saved_copies: int = 1) -> ExpertTerms | None:
     """The additions of ``plan``'s ep / etp to each row (module docstring); None for a dense
     table. ``zero_param_s``: ZeRO's HBM seconds per parameter on the GPU (forward, backward),
     which ``compute.row_times`` charged on ``params/tp``: the experts' part is moved to their
     ep shard. ``runtime_name``: the FP8 stack (``precision.stack_key``) that runs an FP8 plan's
     experts in FP8 (``costmodels.model.expert_precision``; None: BF16 experts). ``consecutive``:
-    the router picks ``k`` consecutive experts (``all_to_all_s``; with ``dedup`` only)."""
+    the router picks ``k`` consecutive experts (``all_to_all_s``; with ``dedup`` only).
+    ``saved_copies``: the runtime's copies of the dispatched tokens kept beyond the experts' input
+    (``[moe] saved_token_copies``, costmodels.model.dispatch_buffers)."""
     ea = expert_arrays(arr)
     if not ea.any:
         return None
@@ -225,11 +229,11 @@ def expert_terms(arr: TableArrays, profile: HardwareProfile, plan, recompute: st
     if any(zero_param_s):
         fwd = fwd + zero_param_s[0] * (params - arr.params / tp)
         bwd = bwd + zero_param_s[1] * (params - arr.params / tp)
+    held, work = dispatch_buffer_bytes(v, moe, imbalance, saved_copies, recompute)   # dispatch_buffers.py
     return ExpertTerms(fwd_s=fwd, bwd_s=bwd, bwd_w_s=gemm, recompute_s=rec,
                        a2a_bytes=(2 * passes + rec_pass) * one_b,
                        a2a_s=(2 * passes + rec_pass) * one_s, params=params,
-                       buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0) * (recompute != "full"),
-                       work_buffer_bytes=np.where(moe, 2.0 * imbalance * v, 0.0))
+                       buffer_bytes=held, work_buffer_bytes=work)
 
 
 def with_expert_times(rt: RowTimes, moe: ExpertTerms) -> RowTimes:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
+from costmodels.model.attention_core import core_flops_from_matmuls
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +64,7 @@ def table_arrays(table: LayerTable) -> TableArrays:
         core_flops = np.where(is_block & (f("act_attention_core_bytes") > 0),
                               4.0 * table.micro_batch * table.seq ** 2 * table.hidden
                               * getattr(table, "cp", 1), 0.0)   # cp: S²/cp per rank (context_parallel)
+        core_flops = core_flops_from_matmuls(table, core_flops, is_block)   # MLA's widths (attention_core.py)
     ncoll = np.array([len(r.tp_pairs) if r.tp_pairs else (1 if r.tp_comm_bytes else 0) for r in rows],
                      dtype=float)
     logits = np.array([float(table.micro_batch * table.seq * table.vocab)

@@ -154,6 +154,7 @@ class RuntimeProfile:
                                                 # (costmodels.model.experts); 1.0: balanced
     moe_dispatch_once_per_node: int = 0         # 1: a token crosses the NICs once per node (DeepEP)
     moe_route_consecutive: int = 0              # 1: a token's k experts are k consecutive ids (experts.py)
+    moe_saved_token_copies: int = 1             # token copies kept beyond the experts' input (dispatch_buffers)
     loss_saved_bytes: float | None = None
     loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)

@@ -31,6 +31,9 @@ def check_tp_modules(rows, plan) -> None:
                                 "autopar's tensor-parallel rewrite does not shard (only the block's MLP would "
                                 "be); use tp=1, or write the attention as linears and "
                                 "F.scaled_dot_product_attention")
+            if type(m).__name__ == "MLAttention":   # autopar/models/mla.py: no Megatron pair to shard
+                from autopar.models.mla import check_mla_plan
+                check_mla_plan(where, plan.tp)
             if isinstance(m, _ConvNd):
                 raise PlanError(f"plan field 'tp'={plan.tp}: {where} is a {type(m).__name__}; autopar's "
                                 "tensor-parallel rewrite does not shard convolutions; use tp=1 (dp, ZeRO "
