@@ -67,3 +67,24 @@ def test_search_never_offers_what_estimate_refuses(table):
                                                          precisions=("bf16", "fp8"))}
     assert {(4, "bf16"), (8, "bf16"), (16, "bf16"), (2, "fp8"), (1, "fp8")} <= tps
     assert not {(4, "fp8"), (8, "fp8"), (16, "fp8")} & tps
+
+
+def test_pinned_search_names_the_rule(table):
+    from autopar.search import search
+    from costmodels.contracts.errors import AutoparError
+    with pytest.raises(AutoparError, match=r"precision=fp8 at tp=4 .*\[512, 344\]"):
+        search(SPEC, "h100-80g-sxm", 8, 8, fix={"tp": 4, "precision": "fp8", "runtime": MEGATRON},
+               top=1, table=table, time_limit_s=5)
+
+
+def test_profile_names_a_known_rule():
+    from pathlib import Path
+
+    from costmodels.contracts.errors import ProfileError
+    from costmodels.contracts.files import tomllib
+    from costmodels.profiles.runtime import parse_runtime
+    data = tomllib.loads((Path(__file__).parents[1] / "runtime-profiles" / "megatron.toml").read_text())
+    assert parse_runtime(data).fp8_gemm_shapes == "transformer-engine"
+    data["capabilities"]["fp8_gemm_shapes"] = "cublas"
+    with pytest.raises(ProfileError, match="fp8_gemm_shapes.*transformer-engine, torch-scaled-mm"):
+        parse_runtime(data)

@@ -147,3 +147,15 @@ def check_fp8_shapes(table, plan, rt) -> None:
             fix = f"choose tp in {ok}" if ok else "change tp"
         raise PlanError(f"plan field 'precision'='{plan.precision}' with tp={plan.tp} on runtime "
                         f"'{rt.name}': {why}; use precision='bf16' or {fix}")
+
+
+def pinned_reason(rt, fix: dict, shapes: Fp8Shapes | None) -> str | None:
+    """Why a search whose ``--fix`` pins an FP8 precision and a tp has no configuration, where
+    this rule is the reason (the search's "no plan can exist" message names it)."""
+    from types import SimpleNamespace
+    if fix.get("precision", "bf16") == "bf16" or "tp" not in fix:
+        return None
+    probe = SimpleNamespace(precision=fix["precision"], tp=fix["tp"], cp=fix.get("cp", 1),
+                            sequence_parallel=False, micro_batch_size=fix.get("micro_batch_size", 1))
+    why = fp8_shape_rule(rt, probe, shapes)
+    return f"precision={fix['precision']} at tp={fix['tp']} on runtime '{rt.name}': {why}" if why else None
