@@ -56,6 +56,8 @@ def test_torchao_rule_binds_converted_linears_only(table):
     assert estimate(odd, "h100-80g-sxm", _plan(2, runtime="fsdp", zero=3), 8, 8).step_time_s > 0
     with pytest.raises(PlanError, match="1368"):
         estimate(odd, "h100-80g-sxm", _plan(1, sp=False), 8, 8)
+    with pytest.raises(PlanError, match="1368"):   # Composer (fsdp:fsdp1) runs te.Linear: TE's rule
+        estimate(odd, "h100-80g-sxm", _plan(1, runtime="fsdp:fsdp1", sp=False, zero=3), 8, 8)
     # autopar's own runtime keeps such a shard in BF16 (assemble/float8.py): no rule
     assert estimate(table, "h100-80g-sxm", _plan(4, runtime="autopar", zero=1), 8, 8).step_time_s > 0
 

@@ -29,6 +29,9 @@ refuses a plan that breaks it in one line (``check_fp8_shapes``) and the search 
   torchtitan/components/quantization/utils.py, 0.2.2), before tensor parallelism shards it, so
   the rule binds the converted linears only. MXFP8 (another op) is not covered.
 
+The ``fsdp`` runtime with its ``fsdp1`` option is Composer, which multiplies through ``te.Linear``
+(``costmodels.model.precision.stack_key``): Transformer Engine's rule, every linear converted.
+
 autopar's own runtime converts each LOCAL shard only when it is a multiple of 16 and leaves the
 others in BF16 (``autopar.runtime.assemble.float8``): it never refuses, so its profile names no
 rule. Routed-expert linears (grouped GEMMs), the MoE router and the LM head (BF16 in every stack)
@@ -114,6 +117,8 @@ def fp8_shape_rule(rt, plan, shapes: Fp8Shapes | None) -> str | None:
     """The reason ``plan`` (a Plan or the search's Config) cannot run its FP8 GEMMs on ``rt``'s
     stack, or None (BF16, a runtime without a rule, a model of unknown shape)."""
     rule = getattr(rt, "fp8_gemm_shapes", "")
+    if rule and getattr(rt, "base", "") == "fsdp" and "fsdp1" in getattr(rt, "options", ()):
+        rule = "transformer-engine"   # Composer under FSDP1 multiplies through te.Linear (precision.stack_key)
     p = getattr(plan, "precision", "bf16")
     if not rule or shapes is None or p not in PRECISIONS.get(rule, ()):
         return None
