@@ -275,6 +275,10 @@ def _no_configuration_message(shape: Shape, gpus, global_batch, costs, fix, allo
                     f"ScheduleDualPipeV), so a global batch of at least 2·dp·pp ≥ 2·{gpus}/tp = {need} "
                     f"on {gpus} GPUs (tp at most {max(tps)} here); raise the global batch to {need}, "
                     "use fewer GPUs, or schedule zb-v (any micro-batch count)")
+    from costmodels.profiles.fp8_shapes import pinned_reason  # FP8 GEMM shapes (fp8_shapes)
+    fp8_why = pinned_reason(load_runtime(fix.get("runtime")), fix, shape.fp8)
+    if fp8_why:
+        bits.append(fp8_why)
     if fix:
         bits.append(f"the pinned fields {', '.join(f'{k}={v}' for k, v in fix.items())} rule out "
                     "the rest")

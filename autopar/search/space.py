@@ -56,6 +56,7 @@ from costmodels.contracts.plan import (
     Plan,
 )
 from costmodels.contracts.runnable import ModelDims, is_runnable
+from costmodels.profiles.fp8_shapes import Fp8Shapes, fp8_shape_rule
 from costmodels.profiles.runtime import DEFAULT_RUNTIME, RuntimeProfile, load_runtime
 from costmodels.profiles.runtime_rules import (
     context_parallel_rule,
@@ -137,12 +138,14 @@ class Shape:
     kv_heads: int | None
     seq: int | None = None
     experts: int = 0               # routed experts per MoE layer (0: dense)
+    fp8: Fp8Shapes | None = None   # block linears' shapes (costmodels.profiles.fp8_shapes; None: unchecked)
 
     @classmethod
     def of(cls, table) -> Shape:
         return cls(rows=len(table.rows), layers=table.layers, heads=table.heads,
                    kv_heads=table.kv_heads, seq=table.seq,
-                   experts=max((getattr(r, "experts", 0) for r in table.rows), default=0))
+                   experts=max((getattr(r, "experts", 0) for r in table.rows), default=0),
+                   fp8=Fp8Shapes.of_table(table))
 
 
 def tp_candidates(shape: Shape, gpus_per_node: int, allow_cross_node_tp: bool, limit: int) -> list[int]:
@@ -179,8 +182,11 @@ def configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: in
 
     from autopar.search.context_space import with_context_parallel
     inner = partial(_configurations, precisions=precisions)
-    yield from with_context_parallel(inner, shape, gpus, global_batch, gpus_per_node, fix,
-                                     allow_cross_node_tp, max_micro_batch, zero_bubble)
+    rt = load_runtime((fix or {}).get("runtime"))
+    for c in with_context_parallel(inner, shape, gpus, global_batch, gpus_per_node, fix,
+                                   allow_cross_node_tp, max_micro_batch, zero_bubble):
+        if c.precision == "bf16" or not fp8_shape_rule(rt, c, shape.fp8):   # FP8 GEMM shapes (fp8_shapes)
+            yield c
 
 
 def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: int,

@@ -24,7 +24,7 @@ How rows become plans (a rule of this harness, stated, not fitted):
 * model: Llama as the ``llama`` family; Nemotron-4 as the traced squared-ReLU transformers
   config of its shape beside the CSV (``models/nemotron4-*.json``, traced at the row's seq), the
   model ``dgxc_runs`` prices the same runs with (``costmodels.calibration.traced_configs``); a
-  Nemotron row with no such config (Nemotron-3) as ``llama`` with ``ffn = 2f/3`` (a SwiGLU of
+  Nemotron row with no such config (Nemotron-3) as ``llama`` with ``ffn ≈ 2f/3`` (a SwiGLU of
   three matmuls: the same weights and FLOPs, but three f-wide activations kept, not two);
   GPT-3 and MPT as ``gpt`` (tied; dropout 0 unless the row's notes state the yaml's, as
   the v24.11.1 GPT-3 175B rows do: ``dropout 0.1``, the figure ``dgxc_nemo_h100.csv`` prices the
@@ -137,7 +137,10 @@ def _spec(r, models: Path | None = None) -> str | None:
                 f"seq={g['seq']},dropout={drop.group(1) if drop else 0},tied=true")
     ffn, kv = int(float(r["ffn"])), int(float(r["kv_heads"] or g["heads"]))
     if "nemotron" in fam or m.startswith("nemotron"):
-        ffn = 2 * ffn // 3
+        # 2f/3 to the nearest multiple of 128: a width whose tp ≤ 8 shards stay multiples of 16,
+        # as the model's own f (16384) does, so the proxy runs where Transformer Engine's FP8 ran it
+        # (costmodels/profiles/fp8_shapes.py; 2·16384/3 = 10922.7 -> 10880, 0.4 % fewer MLP FLOPs)
+        ffn = 128 * round(2 * ffn / 3 / 128)
     elif not m.startswith("llama"):
         return None
     return (f"llama:layers={g['layers']},hidden={g['hidden']},heads={g['heads']},kv_heads={kv},"

@@ -72,6 +72,7 @@ from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
+from costmodels.profiles.fp8_shapes import check_fp8_shapes
 from costmodels.profiles.hardware import HardwareProfile  # noqa: F401  (re-exported)
 from costmodels.profiles.kernel_stacks import stack_profile
 from costmodels.profiles.runtime import load_runtime
@@ -171,6 +172,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
         plan = Plan.from_dict(plan)
     if plan.attention == "flash" and not table.fused_attention:   # the model runs materialised attention
         plan = replace(plan, attention="math")
+    if plan.precision != "bf16":   # the stack's FP8 GEMM shape rule (costmodels.profiles.fp8_shapes)
+        check_fp8_shapes(table, plan, load_runtime(plan.runtime))
     if plan.cp > 1:   # context parallelism: the per-rank share, cp folded into dp (context_parallel)
         from costmodels.model.context_parallel_estimate import cp_estimate
         return cp_estimate(estimate, table, profile, plan, gpus, global_batch, precision)

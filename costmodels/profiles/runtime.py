@@ -87,6 +87,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     hsdp_zero = [2, 3]                               # ZeRO stages it runs HSDP with (default none)
     expert_mesh_over_tp = true                       # ep·etp over tp·cp·dp: ep may exceed dp·cp
                                                     # (runtime_rules.expert_mesh_rule; default false)
+    fp8_gemm_shapes = "transformer-engine"           # FP8 GEMM shape rule on local shards
+                                                    # (costmodels.profiles.fp8_shapes; default none)
     zero = [0, 1]
     pipeline_zero = [0, 1]                           # ZeRO stages it runs with a pipeline
     schedules = ["1f1b", "interleaved-1f1b"]
@@ -188,6 +190,9 @@ class RuntimeProfile:
     # the expert mesh (etp, ep, expert-dp) built over the tp·cp·dp ranks, so ep may take ranks
     # from tp when etp < tp (runtime_rules.expert_mesh_rule)
     expert_mesh_over_tp: bool = False
+    # the shape rule its FP8 GEMMs enforce on each linear's local shard ("": none;
+    # costmodels.profiles.fp8_shapes: "transformer-engine", "torch-scaled-mm")
+    fp8_gemm_shapes: str = ""
     path: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

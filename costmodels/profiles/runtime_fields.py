@@ -94,7 +94,7 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
     known = {"zero", "pipeline_zero", "schedules", "uneven_interleaving", "sequence_parallel", "precisions", "source",
              "split_backward_dp_after_step", "context_parallel", "hsdp_zero", "ddp_beside_model_parallel",
-             "expert_mesh_over_tp"}
+             "expert_mesh_over_tp", "fp8_gemm_shapes"}
     for key in t:
         if key not in known:
             raise err(f"capabilities.{key}", f"is not one of {', '.join(sorted(known))}")
@@ -122,6 +122,12 @@ def _capabilities(t: Any, err, sources: dict) -> dict[str, Any]:
             if not isinstance(t[key], bool):
                 raise err(f"capabilities.{key}", f"must be true or false, got {t[key]!r}")
             out[key] = t[key]
+    if "fp8_gemm_shapes" in t:   # the stack's FP8 GEMM shape rule (costmodels.profiles.fp8_shapes)
+        from costmodels.profiles.fp8_shapes import RULES
+        if t["fp8_gemm_shapes"] not in RULES:
+            raise err("capabilities.fp8_gemm_shapes",
+                      f"must be one of {', '.join(RULES)}, got {t['fp8_gemm_shapes']!r}")
+        out["fp8_gemm_shapes"] = t["fp8_gemm_shapes"]
     if 0 not in out.get("zero_stages", (0,)) or 0 not in out.get("pipeline_zero", (0,)):
         raise err("capabilities.zero", "must include 0 (a plan without data parallelism shards nothing)")
     if "1f1b" not in out.get("schedules", ("1f1b",)):
