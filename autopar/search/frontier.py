@@ -27,8 +27,14 @@ RETRY_FACTOR = 5
 SECOND_CHANCE_FACTOR = 2   # the end-of-search retry (``_second_chance``): 2 × the retry's budget
 # CP-SAT stops once its bound passes the next entry's by this fraction (gpt3-175b, GPT-1T on
 # bench_search_scale: 0 → 121 and 114 solves, 3.5 and 13 s; 1 % → 69 solves, 2.2 and 9.6 s;
-# 3 % and 10 % slower again: each solve then proves more than the search needs)
-STOP_MARGIN = 0.01   # a configuration CP-SAT did not prove gets a second solve this many times longer
+# 3 % and 10 % slower again: each solve then proves more than the search needs). searchregress:
+# 1 % → 5 %. fp8b's per-chunk dp sync (dp_sync_per_chunk) brought many interleaved layouts within
+# a few % of each other while their level-1 bounds stay 5–12 % under their optima, so a 1 % stop
+# deferred each of them 2–3 times on cheap (< 0.005 unit) solves whose cost is the program's
+# build: 42 / 57 / 20 solves (gpt3-175b / llama3-405b / GPT 1T) → 23 / 31 / 15, the same plans.
+# 4–7 % measured alike; not wider: at 12–20 % GPT 1T's stalling bounds took 9.4–9.5 units (25–27 s
+# CPU) against 1.2–2.1 at 1–7 %.
+STOP_MARGIN = 0.05   # a configuration CP-SAT did not prove gets a second solve this many times longer
 # each time a configuration is deferred its margin grows this many times: one deferred again and
 # again is one whose bound lies far under its optimum (a memory-bound split), and proving it past
 # the next entry in 1 % steps re-solved it up to six times (gpt3-175b) — 259 of llama3-405b's 287
@@ -94,7 +100,9 @@ class Frontier(SeedingMixin):
             return not self.heap
         last = self.results[-1]
         last_key = objective_key(self.objective, last.config, last.prediction["step_time_s"])
-        return not _ties(self.heap[0][0], last_key)
+        # searchregress: an entry under the last plan (a second chance, ``_second_chance``, goes
+        # back at its proved bound) may still enter the top k: not done until it is resolved
+        return not (self.heap[0][0] < last_key or _ties(self.heap[0][0], last_key))
 
     def offer(self, c: Config) -> None:
         """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
@@ -158,6 +166,9 @@ class Frontier(SeedingMixin):
                 return
         if len(self.results) < self.top:   # a tie popped after the top-k is full merges or goes
             self.results.append(cand)
+        else:   # searchregress: a second chance's plan under the last one takes its place
+            from autopar.search.result_order import replace_last_if_better
+            replace_last_if_better(self.results, cand, self.objective)
 
     def describe(self) -> str:
         best = (f"best {self.results[0].prediction['step_time_s']:.4g} s" if self.results
