@@ -71,6 +71,7 @@ class Frontier(SeedingMixin):
         # (one that fits, scored by the evaluator); the k-th smallest bounds the k-th plan
         self.known: dict = {}
         self.exact_keys: list = []     # sorted values of ``known``
+        self.known_splits: dict = {}   # configuration -> (its best key, that split's stages): own_cut
         self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
@@ -157,7 +158,11 @@ class Frontier(SeedingMixin):
 
     def _add_result(self, cand: Candidate) -> None:
         """Append a plan, or merge it with a shown plan it ties with (``same_but_zero``): the tie
-        goes to the plan with less memory, so the top-k lists distinct layouts."""
+        goes to the plan with less memory, so the top-k lists distinct layouts. A configuration is
+        shown once, at its best split (``result_order.replace_own_plan``: a second chance's)."""
+        from autopar.search.result_order import replace_last_if_better, replace_own_plan
+        if replace_own_plan(self.results, cand, self.objective):
+            return
         for i, shown in enumerate(self.results):
             if same_but_zero(shown, cand):
                 self.stats.ties_merged += 1
@@ -167,7 +172,6 @@ class Frontier(SeedingMixin):
         if len(self.results) < self.top:   # a tie popped after the top-k is full merges or goes
             self.results.append(cand)
         else:   # searchregress: a second chance's plan under the last one takes its place
-            from autopar.search.result_order import replace_last_if_better
             replace_last_if_better(self.results, cand, self.objective)
 
     def describe(self) -> str:
@@ -257,8 +261,10 @@ class Frontier(SeedingMixin):
         if ub is not None and not terms.split_backward and self.twins.proved_out(self, c, terms, ub):
             self.stats.pruned_bound += 1   # dense: a twin with no more bytes has no split under the cut
             return
+        from autopar.search.own_cut import own_cut, push_own_split
+        cut, own = own_cut(self, c, ub)   # a re-solve: under its own best split where that is tighter
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
-                           upper_bound_s=ub, stop_above_s=stop)
+                           upper_bound_s=cut, stop_above_s=stop)
         if terms.split_backward and not some_split_fits(model):
             # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
             # program alone: a configuration no split fits is dropped on the memory program
@@ -282,6 +288,9 @@ class Frontier(SeedingMixin):
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
         if res.status == "infeasible":
+            if own is not None:       # no split beats the one c holds: that one is its optimum
+                push_own_split(self, c, own)
+                return
             if ub is not None:        # no split fits *and* beats the k-th plan: out
                 self.stats.pruned_bound += 1
                 self.twins.record(terms, ub)
@@ -360,11 +369,13 @@ class Frontier(SeedingMixin):
         if self._misses_target(pred["step_time_s"]):
             return
         cand = Candidate(c, plan, pred, res.objective_s, res.status)
-        self._know(c, self.push(c, pred["step_time_s"], 2, cand))
+        self._know(c, self.push(c, pred["step_time_s"], 2, cand), res.stages)
 
-    def _know(self, c: Config, key) -> None:
+    def _know(self, c: Config, key, stages=None) -> None:
         if c not in self.known or key < self.known[c]:
             self.known[c] = key
+            if stages is not None:
+                self.known_splits[c] = (key, stages)
             # configurations that differ only in ZeRO stage at the same key become one plan of
             # the top-k (``_add_result``), so they count once towards the k-th plan's bound
             self.exact_keys = sorted({(replace(c2, zero=0), k2) for c2, k2 in self.known.items()},
@@ -379,4 +390,4 @@ class Frontier(SeedingMixin):
             return
         pred = self._evaluate(c.plan(res.stages))
         if pred.get("fits", True):
-            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
+            self._know(c, objective_key(self.objective, c, pred["step_time_s"]), res.stages)
