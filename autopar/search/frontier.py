@@ -27,8 +27,14 @@ RETRY_FACTOR = 5
 SECOND_CHANCE_FACTOR = 2   # the end-of-search retry (``_second_chance``): 2 × the retry's budget
 # CP-SAT stops once its bound passes the next entry's by this fraction (gpt3-175b, GPT-1T on
 # bench_search_scale: 0 → 121 and 114 solves, 3.5 and 13 s; 1 % → 69 solves, 2.2 and 9.6 s;
-# 3 % and 10 % slower again: each solve then proves more than the search needs)
-STOP_MARGIN = 0.01   # a configuration CP-SAT did not prove gets a second solve this many times longer
+# 3 % and 10 % slower again: each solve then proves more than the search needs). searchregress:
+# 1 % → 5 %. fp8b's per-chunk dp sync (dp_sync_per_chunk) brought many interleaved layouts within
+# a few % of each other while their level-1 bounds stay 5–12 % under their optima, so a 1 % stop
+# deferred each of them 2–3 times on cheap (< 0.005 unit) solves whose cost is the program's
+# build: 42 / 57 / 20 solves (gpt3-175b / llama3-405b / GPT 1T) → 23 / 31 / 15, the same plans.
+# 4–7 % measured alike; not wider: at 12–20 % GPT 1T's stalling bounds took 9.4–9.5 units (25–27 s
+# CPU) against 1.2–2.1 at 1–7 %.
+STOP_MARGIN = 0.05   # a configuration CP-SAT did not prove gets a second solve this many times longer
 # each time a configuration is deferred its margin grows this many times: one deferred again and
 # again is one whose bound lies far under its optimum (a memory-bound split), and proving it past
 # the next entry in 1 % steps re-solved it up to six times (gpt3-175b) — 259 of llama3-405b's 287
@@ -65,6 +71,7 @@ class Frontier(SeedingMixin):
         # (one that fits, scored by the evaluator); the k-th smallest bounds the k-th plan
         self.known: dict = {}
         self.exact_keys: list = []     # sorted values of ``known``
+        self.known_splits: dict = {}   # configuration -> (its best key, that split's stages): own_cut
         self.unresolved: list = []     # (config, proved lower bound on its step time) of unfinished proofs
         self.memory_dropped: list = []  # (memory lower bound, config) for the explanation
         self.retried: set = set()      # configurations whose split CP-SAT gets a second, longer try
@@ -94,7 +101,9 @@ class Frontier(SeedingMixin):
             return not self.heap
         last = self.results[-1]
         last_key = objective_key(self.objective, last.config, last.prediction["step_time_s"])
-        return not _ties(self.heap[0][0], last_key)
+        # searchregress: an entry under the last plan (a second chance, ``_second_chance``, goes
+        # back at its proved bound) may still enter the top k: not done until it is resolved
+        return not (self.heap[0][0] < last_key or _ties(self.heap[0][0], last_key))
 
     def offer(self, c: Config) -> None:
         """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
@@ -149,7 +158,11 @@ class Frontier(SeedingMixin):
 
     def _add_result(self, cand: Candidate) -> None:
         """Append a plan, or merge it with a shown plan it ties with (``same_but_zero``): the tie
-        goes to the plan with less memory, so the top-k lists distinct layouts."""
+        goes to the plan with less memory, so the top-k lists distinct layouts. A configuration is
+        shown once, at its best split (``result_order.replace_own_plan``: a second chance's)."""
+        from autopar.search.result_order import replace_last_if_better, replace_own_plan
+        if replace_own_plan(self.results, cand, self.objective):
+            return
         for i, shown in enumerate(self.results):
             if same_but_zero(shown, cand):
                 self.stats.ties_merged += 1
@@ -158,6 +171,8 @@ class Frontier(SeedingMixin):
                 return
         if len(self.results) < self.top:   # a tie popped after the top-k is full merges or goes
             self.results.append(cand)
+        else:   # searchregress: a second chance's plan under the last one takes its place
+            replace_last_if_better(self.results, cand, self.objective)
 
     def describe(self) -> str:
         best = (f"best {self.results[0].prediction['step_time_s']:.4g} s" if self.results
@@ -246,8 +261,10 @@ class Frontier(SeedingMixin):
         if ub is not None and not terms.split_backward and self.twins.proved_out(self, c, terms, ub):
             self.stats.pruned_bound += 1   # dense: a twin with no more bytes has no split under the cut
             return
+        from autopar.search.own_cut import own_cut, push_own_split
+        cut, own = own_cut(self, c, ub)   # a re-solve: under its own best split where that is tighter
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
-                           upper_bound_s=ub, stop_above_s=stop)
+                           upper_bound_s=cut, stop_above_s=stop)
         if terms.split_backward and not some_split_fits(model):
             # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
             # program alone: a configuration no split fits is dropped on the memory program
@@ -271,6 +288,9 @@ class Frontier(SeedingMixin):
             self.push(c, max(res.bound_s, terms.time_lower_bound()), 1, terms)
             return
         if res.status == "infeasible":
+            if own is not None:       # no split beats the one c holds: that one is its optimum
+                push_own_split(self, c, own)
+                return
             if ub is not None:        # no split fits *and* beats the k-th plan: out
                 self.stats.pruned_bound += 1
                 self.twins.record(terms, ub)
@@ -349,11 +369,13 @@ class Frontier(SeedingMixin):
         if self._misses_target(pred["step_time_s"]):
             return
         cand = Candidate(c, plan, pred, res.objective_s, res.status)
-        self._know(c, self.push(c, pred["step_time_s"], 2, cand))
+        self._know(c, self.push(c, pred["step_time_s"], 2, cand), res.stages)
 
-    def _know(self, c: Config, key) -> None:
+    def _know(self, c: Config, key, stages=None) -> None:
         if c not in self.known or key < self.known[c]:
             self.known[c] = key
+            if stages is not None:
+                self.known_splits[c] = (key, stages)
             # configurations that differ only in ZeRO stage at the same key become one plan of
             # the top-k (``_add_result``), so they count once towards the k-th plan's bound
             self.exact_keys = sorted({(replace(c2, zero=0), k2) for c2, k2 in self.known.items()},
@@ -368,4 +390,4 @@ class Frontier(SeedingMixin):
             return
         pred = self._evaluate(c.plan(res.stages))
         if pred.get("fits", True):
-            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
+            self._know(c, objective_key(self.objective, c, pred["step_time_s"]), res.stages)

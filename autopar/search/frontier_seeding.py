@@ -47,6 +47,6 @@ class SeedingMixin:
         except AutoparError:
             return False
         if pred.get("fits", True):
-            self._know(c, objective_key(self.objective, c, pred["step_time_s"]))
+            self._know(c, objective_key(self.objective, c, pred["step_time_s"]), stages)
             return True
         return False
