@@ -177,6 +177,8 @@ class RuntimeProfile:
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)
+    grad_buffer_zero_passes: float = 0.0        # writes of the whole grad buffer a step (step_tail)
+    param_gather_exposed_buckets: float = 0.0   # overlapped param all-gather buckets left exposed (step_tail)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with
