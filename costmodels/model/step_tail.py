@@ -49,8 +49,14 @@ the grad-norm (``clip_grads.get_grad_norm_fp32``: ``multi_tensor_l2norm`` over t
 the optimizer's 40 bytes count, and one all-reduce of a scalar over the model-parallel group),
 the sequence-parallel norm-gradient all-reduce (``finalize_model_grads._allreduce_layernorm_grads``,
 kilobytes per layer), the loss / num-tokens all-reduce (one scalar per micro-batch), and the host
-time the grad-norm's ``.item()`` leaves exposed before the optimizer's kernels are issued, for
-which no measured figure exists here.
+time the grad-norm's ``.item()`` leaves exposed before the optimizer's kernels are issued
+(megatron/core/optimizer/clip_grads.py ``get_grad_norm_fp32``: ``total_norm.item()``, a host-device
+sync inside every step), for which no measured figure exists here. What the published step is:
+NeMo's ``train_step_timing`` is host wall time from Lightning's ``on_train_batch_start`` to
+``on_train_batch_end`` with no CUDA sync of its own (NVIDIA/NeMo 00780235 nemo/utils/exp_manager.py
+``StepTimingParams(sync_cuda=False)``, ``TimingCallback``): it spans the data fetch inside the
+schedule, the forward-backward, the optimizer step and the logging call, and measures the GPU's
+step because that ``.item()`` keeps the host within one step of the GPU.
 """
 from __future__ import annotations
 
