@@ -88,6 +88,7 @@ from costmodels.model.moe_attention_core import with_moe_core_fix
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline_fsdp_memory import state_bytes_per_param
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
+from costmodels.model.step_tail import step_tail_per_param_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.te_activations import te_saved_less
 from costmodels.model.te_backward_overlap import te_async_backward
@@ -240,7 +241,9 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention)
         + (0.0 if moe is None else moe.work_buffer_bytes),   # + a MoE block's dispatch buffers (experts.py)
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
-        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero),
+        optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero)
+        + step_tail_per_param_s(arr, plan, runtime, kernels, grad_bytes(precision, runtime),
+                                optimizer_shards(zdp, plan.zero)),   # Megatron-core's once-a-step work (step_tail.py)
         zero_bwd_window_s=zov * (rt.bwd_s + rt.recompute_s), zero_fwd_s=zf_s, zero_bwd_s=zb_s,
         zero_fwd_bytes=zf_b, zero_bwd_bytes=zb_b, zero_first_fwd_s=first_f, zero_first_bwd_s=first_b,
         slowdown=s, dp_bucket_s=bucket, dp_after_latency_s=a_lat, dp_after_per_param_s=a_per_param,

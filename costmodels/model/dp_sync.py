@@ -11,6 +11,7 @@ from costmodels.model.comm import collective_latency, collective_time
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.context_parallel import hsdp_sync
 from costmodels.model.memory import STATE_BYTES
+from costmodels.model.step_tail import first_param_gather
 from costmodels.profiles.hardware import HardwareProfile
 from costmodels.profiles.runtime import RuntimeProfile, load_runtime
 
@@ -77,14 +78,15 @@ def dp_sync(params_per_gpu: float, plan, profile: HardwareProfile, tier: str,
         name, nbytes, seconds, _ = hsdp_sync(params_per_gpu, plan, profile, colls, phase,
                                              grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))
         return name, nbytes, seconds
+    first_b, first_s = _first_gather(plan, profile, tier, precision, phase)   # step_tail.py
     if not colls:
-        return "none", 0.0, 0.0
+        return ("all_gather", first_b, first_s) if first_s else ("none", 0.0, 0.0)
     t = dp_link(profile, plan, tier)
     nbytes = seconds = 0.0
     for kind, per_param in colls:
         b, s = collective_time(kind, per_param * params_per_gpu, plan.dp, t, line=True)
         nbytes, seconds = nbytes + b, seconds + s
-    return "+".join(k for k, _ in colls), nbytes, seconds
+    return "+".join(k for k, _ in colls), nbytes + first_b, seconds + first_s
 
 
 def dp_sync_line(plan, profile: HardwareProfile, tier: str,
@@ -98,11 +100,23 @@ def dp_sync_line(plan, profile: HardwareProfile, tier: str,
         latency = hsdp_sync(1.0, plan, profile, colls, phase,
                             grad_bytes(precision, load_runtime(getattr(plan, "runtime", None))))[3]
         return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
+    first_s = _first_gather(plan, profile, tier, precision, phase)[1]   # a constant a step (step_tail.py)
     if not colls:
-        return 0.0, 0.0
+        return first_s, 0.0
     t = dp_link(profile, plan, tier)
-    latency = sum(collective_latency(kind, plan.dp, t) for kind, _ in colls)
+    latency = sum(collective_latency(kind, plan.dp, t) for kind, _ in colls) + first_s
     return latency, dp_sync(1.0, plan, profile, tier, precision, phase)[2] - latency
+
+
+def _first_gather(plan, profile: HardwareProfile, tier: str, precision: str, phase) -> tuple[float, float]:
+    """The "after" phase's exposed first parameter all-gather bucket of an overlapped distributed
+    optimizer (costmodels.model.step_tail.first_param_gather); (0, 0) in every other phase."""
+    if phase != "after" or plan.dp <= 1 or precision in RUNTIME_PRECISIONS:
+        return 0.0, 0.0
+    runtime = load_runtime(getattr(plan, "runtime", None))
+    if not runtime.param_gather_exposed_buckets:
+        return 0.0, 0.0
+    return first_param_gather(plan, runtime, dp_link(profile, plan, tier), STATE_BYTES[precision][0])
 
 
 def dp_link(profile: HardwareProfile, plan, tier: str):

@@ -49,7 +49,14 @@ from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Pla
 from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
-from costmodels.model.coefficients import dp_exposed, dp_sync, row_coefficients, zero_exposed, zero_row_collectives
+from costmodels.model.coefficients import (
+    dp_exposed,
+    dp_sync,
+    grad_bytes,
+    row_coefficients,
+    zero_exposed,
+    zero_row_collectives,
+)
 from costmodels.model.comm import collective_time, plan_tiers
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.context_parallel import zero_group
@@ -69,6 +76,7 @@ from costmodels.model.pipeline import pipeline_time
 from costmodels.model.pipeline_fsdp_memory import stage_states
 from costmodels.model.pipeline_split import split_pipeline_time
 from costmodels.model.precision import check_plan_precision, stack_key
+from costmodels.model.step_tail import step_tail_per_param_s
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.cluster import Cluster
 from costmodels.profiles.error_bands import band_for
@@ -220,7 +228,10 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
     dp_exposed_s = max(dp_exposed_r)
     opt_r = [optimizer_step_s(params_r[r] / optimizer_shards(zero_group(plan), plan.zero),
                               stack_profile(profs[r], runtime.kernel_stack))   # its stack's optimizer
-             + autocast_step_s(params_r[r], m, precision, profs[r]) for r in range(p)]
+             + autocast_step_s(params_r[r], m, precision, profs[r])
+             + params_r[r] * step_tail_per_param_s(   # Megatron-core's once-a-step work (step_tail.py)
+                 arr, plan, runtime, stack_profile(profs[r], runtime.kernel_stack), grad_bytes(precision, runtime),
+                 optimizer_shards(zero_group(plan), plan.zero)) for r in range(p)]
     opt_s = max(opt_r)
     step = pipe_s + dp_exposed_s + opt_s
     if step <= 0.0:   # a table with no FLOPs and no bytes (nothing to run): avoid dividing by 0

@@ -25,6 +25,9 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
                                                     # after the last backward: never hidden
     param_gather = { value = 0.0, source = "..." }  # share of the weights' all-gather after the
                                                     # optimizer step (ZeRO-1/2) the next forward hides
+    param_gather_exposed_buckets = { value = 1, source = "..." }  # of that hidden gather, the
+                                                    # buckets the step's first forward waits for
+                                                    # (costmodels/model/step_tail.py); default 0
     zero_gathers = { value = 1.0, source = "..." }  # share of compute ZeRO collectives hide in
     zero_edges_exposed = { value = 1, source = "..." }  # 1: a stage's first forward gather and its
                                                     # last backward reduce-scatter are never hidden
@@ -68,6 +71,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
     grad_accumulate_bytes_per_param = { value = 18, source = "..." }   # HBM bytes per parameter and
                                            # micro-batch to cast + accumulate gradients (zero_traffic)
+    grad_buffer_zero_passes = { value = 1, source = "..." }   # writes of the whole gradient buffer
+                                           # (every parameter held) once a step (step_tail); default 0
     reduce_copy_passes = { value = 2, source = "..." }  # ... over each reduced gradient, per micro-
                                                     # batch on a GPU (costmodels.model.zero_traffic); default 0
 
@@ -180,6 +185,8 @@ class RuntimeProfile:
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)
+    grad_buffer_zero_passes: float = 0.0        # writes of the whole grad buffer a step (step_tail)
+    param_gather_exposed_buckets: float = 0.0   # overlapped param all-gather buckets left exposed (step_tail)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with

@@ -27,7 +27,8 @@ FIGURES = {
                 "dp_sync_per_chunk": ("dp_sync_per_chunk", 0, 1, True),   # costmodels.profiles.interleaved_dp_window
                 "tp_bwd_reduce_scatter_exposed": ("tp_bwd_reduce_scatter_exposed", 0, 1, True),   # async_tp_fusion
                 "tp_fwd_reduce_scatter_fp8": ("tp_fwd_reduce_scatter_fp8", 0.0, 1.0, False),   # fp8_tensor_parallel
-                "pp_p2p_overlap": ("pp_p2p_overlap", 0, 1, True)},   # costmodels.model.interleaved_p2p_overlap
+                "pp_p2p_overlap": ("pp_p2p_overlap", 0, 1, True),   # costmodels.model.interleaved_p2p_overlap
+                "param_gather_exposed_buckets": ("param_gather_exposed_buckets", 0.0, 64.0, False)},   # step_tail
     "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False),
                       "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False)},
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
@@ -35,7 +36,8 @@ FIGURES = {
                 "loss_grad_bytes_per_logit": ("loss_grad_bytes", 0.0, 64.0, False),   # loss_backward_memory
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False),
-                "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False)},
+                "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False),
+                "grad_buffer_zero_passes": ("grad_buffer_zero_passes", 0.0, 4.0, False)},   # step_tail
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False),
