@@ -65,6 +65,7 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
     loss_grad_bytes_per_logit = { value = 8, source = "..." }   # live at its backward's start (loss_backward_memory)
+    loss_parallel_grad_bytes_per_logit = { value = 12, source = "..." }   # the same at tp > 1 (loss parallel)
     gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
     grad_accumulate_bytes_per_param = { value = 18, source = "..." }   # HBM bytes per parameter and
                                            # micro-batch to cast + accumulate gradients (zero_traffic)
@@ -156,6 +157,7 @@ class RuntimeProfile:
     moe_route_consecutive: int = 0              # 1: a token's k experts are k consecutive ids (experts.py)
     loss_saved_bytes: float | None = None
     loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
+    loss_parallel_grad_bytes: float | None = None   # ... at tp > 1 under loss parallel (None: loss_grad_bytes)
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
     grad_accumulate_bytes: float = 0.0          # per parameter and micro-batch, bf16-mixed pricing (zero_traffic)

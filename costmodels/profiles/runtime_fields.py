@@ -33,6 +33,7 @@ FIGURES = {
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "loss_grad_bytes_per_logit": ("loss_grad_bytes", 0.0, 64.0, False),   # loss_backward_memory
+                "loss_parallel_grad_bytes_per_logit": ("loss_parallel_grad_bytes", 0.0, 64.0, False),   # tp > 1
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False),
                 "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False)},
