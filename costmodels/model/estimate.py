@@ -46,6 +46,7 @@ from costmodels.contracts.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: 
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
+from costmodels.model import torch_tp_memory
 from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
@@ -263,6 +264,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                 runtime, precision)   # experts.py, allocator.py
         mems[-1] = stage_states(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, runtime,
                                 precision, zero_group(plan))   # FSDP2 under torch pipelining
+        mems[-1] = torch_tp_memory.with_working_set(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
+                                                    runtime, precision, co_r[r].act_none_bytes)
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

@@ -158,6 +158,7 @@ class RuntimeProfile:
     loss_saved_bytes: float | None = None
     loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
     loss_parallel_grad_bytes: float | None = None   # ... at tp > 1 under loss parallel (None: loss_grad_bytes)
+    tp_saves_gathered_inputs: int = 0           # 1: torch TP + SP keeps column-parallel inputs whole (torch_tp_memory)
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
     grad_accumulate_bytes: float = 0.0          # per parameter and micro-batch, bf16-mixed pricing (zero_traffic)

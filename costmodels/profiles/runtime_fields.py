@@ -40,7 +40,8 @@ FIGURES = {
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False),
-               "torch_pipelining": ("torch_pipelining", 0, 1, True)},   # costmodels.model.pipeline_fsdp_memory
+               "torch_pipelining": ("torch_pipelining", 0, 1, True),   # costmodels.model.pipeline_fsdp_memory
+               "tp_saves_gathered_inputs": ("tp_saves_gathered_inputs", 0, 1, True)},   # torch_tp_memory
     "context_parallel": {"overlap": ("cp_overlap", 0.0, 1.0, False),
                          "all_gather_kv": ("cp_all_gather", 0, 1, True)},
     "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
