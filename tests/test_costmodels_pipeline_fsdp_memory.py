@@ -103,7 +103,7 @@ def test_torchtitans_unfused_loss_holds_its_fp32_gradients_at_the_backwards_star
     co = row_coefficients(TABLE, H100, plan, "bf16-mixed")   # the search's rows carry it too
     saved = activation_bytes(ARR, plan.tp, plan.sequence_parallel, 1, "none", plan.attention, "bf16-mixed",
                              fsdp.loss_saved_bytes)
-    from costmodels.model.torch_tp_memory import saved_bytes as gathered   # torch TP's whole inputs (tp 2, sp)
+    from costmodels.model.torch_tp_memory import saved_bytes as gathered  # torch TP's whole inputs (tp 2, sp)
     np.testing.assert_allclose(co.act_bytes, saved + extra + gathered(ARR, plan, fsdp, "bf16-mixed"))
 
 

@@ -67,7 +67,7 @@ from costmodels.model.memory import (
 )
 from costmodels.model.optimizer import autocast_step_s, optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline import pipeline_time
-from costmodels.model.pipeline_fsdp_memory import stage_states
+from costmodels.model.pipeline_fsdp_memory import stage_states, with_held_outputs
 from costmodels.model.pipeline_split import split_pipeline_time
 from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.table_arrays import table_arrays
@@ -266,6 +266,8 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                 precision, zero_group(plan))   # FSDP2 under torch pipelining
         mems[-1] = torch_tp_memory.with_working_set(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
                                                     runtime, precision, co_r[r].act_none_bytes)
+        mems[-1] = with_held_outputs(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, runtime,
+                                     precision, m)   # the last stage's outputs (pipeline_fsdp_memory.py)
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM
