@@ -49,6 +49,8 @@ Mixture-of-Experts tables (their experts are ep shards, ``experts.expert_state_b
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from costmodels.model.dp_sync import grad_bytes
@@ -99,8 +101,13 @@ def held_output_bytes(arr, plan, runtime, precision: str, m: int) -> np.ndarray:
     from costmodels.model.memory import logits
     if not (getattr(runtime, "torch_pipelining", 0) and plan.pp > 1 and precision == "bf16-mixed"):
         return np.zeros(arr.n)
-    head = np.array([r.kind == "head" for r in arr.table.rows], dtype=float)
-    return head * m * arr.table.act_dtype_bytes * logits(arr, plan.micro_batch_size) / plan.tp
+    return _head_rows(arr) * m * arr.table.act_dtype_bytes * logits(arr, plan.micro_batch_size) / plan.tp
+
+
+@functools.lru_cache(maxsize=64)
+def _head_rows(arr) -> np.ndarray:
+    """1.0 on the head row(s) of ``arr`` (the search asks once per configuration)."""
+    return np.array([r.kind == "head" for r in arr.table.rows], dtype=float)
 
 
 def with_held_outputs(mem: dict, arr, chunks: list[tuple[int, int]], plan, runtime, precision: str,
