@@ -131,7 +131,8 @@ class Costs:
                       else [n for n, _ in max(states[r], key=lambda st: sum(n for n, _ in st))])
             for j, count in enumerate(counts):
                 inflight[stages[j]] = count
-        return Terms(config=c, coef=coef or row_coefficients(table, self.profile, c), m=m,
+        coef = with_held_state(coef or row_coefficients(table, self.profile, c), arr, c, m)   # needs m
+        return Terms(config=c, coef=coef, m=m,
                      inflight=inflight, reserve=self.profile.memory_reserve_bytes
                      + fixed_buffer_bytes(table, c, load_runtime(c.runtime)),   # long_sequence_memory.py
                      hbm=self.profile.hbm_bytes, states=states, w_input_bytes=w_bytes)
@@ -149,3 +150,16 @@ class Costs:
     def evaluate(self, plan) -> dict:
         """``costmodels.model.estimate`` on ``plan`` (the solver-free scorer of any plan)."""
         return estimate(self.table, self.profile, plan, plan.world_size, self.global_batch).to_dict()
+
+
+def with_held_state(coef, arr, c, m: int):
+    """``coef`` with the last pipeline stage's held outputs, ``m`` micro-batches' logits, in the
+    head row's state bytes (``costmodels.model.pipeline_fsdp_memory.held_output_bytes``; zero
+    except for torch's pipelining), as ``estimate`` charges them; ``coef`` itself where none."""
+    import dataclasses
+
+    from costmodels.model.pipeline_fsdp_memory import held_output_bytes
+    held = held_output_bytes(arr, c, load_runtime(c.runtime), "bf16-mixed", m)
+    if not held.any():
+        return coef
+    return dataclasses.replace(coef, state_bytes=coef.state_bytes + held)

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes, with_p2p_overlap
+from costmodels.calibration.titan_releases import with_release as with_titan_release
 from costmodels.calibration.traced_configs import traced_nemotron_config
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
@@ -304,9 +305,11 @@ UB_FP8_RS = {"llama3-70b": "ub_fp8_rs", "llama3.1-405b": "ub_fp8_rs", "gpt3-175b
 
 def _titan_runtime(r, tp: int) -> str:
     """torchtitan / torchao rows: ``fsdp``, with ``async_tp`` where the row says its run had
-    torchtitan's async TP (``enable_async_tensor_parallel``; "AsyncTP" in its label or detail)."""
+    torchtitan's async TP (``enable_async_tensor_parallel``; "AsyncTP" in its label or detail),
+    and the switches its torchtitan release implies (``titan_releases``: its compiled loss)."""
     text = (r["row_id"] + r["precision_detail"] + r["notes"]).lower().replace(" ", "")
-    return "fsdp:async_tp" if tp > 1 and "asynctp" in text else "fsdp"
+    runtime = "fsdp:async_tp" if tp > 1 and "asynctp" in text else "fsdp"
+    return with_titan_release(runtime, r["framework"], r.get("container") or "")   # its loss, as its release ran it
 
 
 def _why_not(r) -> str:

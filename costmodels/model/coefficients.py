@@ -64,6 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels.contracts.layer_table import LayerTable
+from costmodels.model import torch_tp_memory
 from costmodels.model.allocator import fragmentation, optimizer_share
 from costmodels.model.async_tp_fusion import micro_pipeline_tp_cost, unfused_bwd_reduce_scatter_s
 from costmodels.model.collectives_at_scale import extra_collectives_s
@@ -223,7 +224,8 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
            - (fp8_saved_bytes(arr, plan, stack_key(runtime), tp, b) if plan.recompute != "full" else 0.0)
            - te_saved_less(arr, plan, runtime, tp, b)    # TE's fused SwiGLU keeps one tensor fewer (te_activations.py)
            + loss_logits_held_bytes(arr, plan, runtime, tp, b)   # Megatron's loss (long_sequence_memory.py)
-           + loss_backward_bytes(arr, plan, runtime, precision))   # unfused loss backward (loss_backward_memory.py)
+           + loss_backward_bytes(arr, plan, runtime, precision)   # unfused loss backward (loss_backward_memory.py)
+           + torch_tp_memory.saved_bytes(arr, plan, runtime, precision))   # torch TP's gathered inputs
     if moe is not None:   # the dispatch buffers (experts.py)
         act = act + moe.buffer_bytes
     act = act * (1.0 + fragmentation(runtime))   # what the caching allocator holds for them (allocator.py)
@@ -239,6 +241,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
         weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=state, act_bytes=act,
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention)
+        + torch_tp_memory.working_bytes(arr, plan, runtime, precision)   # torch TP's gathered inputs
         + (0.0 if moe is None else moe.work_buffer_bytes),   # + a MoE block's dispatch buffers (experts.py)
         is_block=arr.is_block, dp_latency_s=dp_lat, dp_per_param_s=dp_per_param,
         optimizer_per_param_s=optimizer_step_s(1.0, kernels) / optimizer_shards(zdp, plan.zero)

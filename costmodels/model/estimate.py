@@ -46,6 +46,7 @@ from costmodels.contracts.breakdown import BREAKDOWN_KEYS, MEMORY_KEYS  # noqa: 
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES, V_SCHEDULES, Plan
+from costmodels.model import torch_tp_memory
 from costmodels.model.allocator import as_allocated
 from costmodels.model.checks import check_plan
 from costmodels.model.cluster_estimate import cross_pool_sends, pool_detail, rank_hardware
@@ -73,7 +74,7 @@ from costmodels.model.memory import (
 )
 from costmodels.model.optimizer import autocast_step_s, optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline import pipeline_time
-from costmodels.model.pipeline_fsdp_memory import stage_states
+from costmodels.model.pipeline_fsdp_memory import stage_states, with_held_outputs
 from costmodels.model.pipeline_split import split_pipeline_time
 from costmodels.model.precision import check_plan_precision, stack_key
 from costmodels.model.step_tail import step_tail_per_param_s
@@ -277,6 +278,10 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                 runtime, precision)   # experts.py, allocator.py
         mems[-1] = stage_states(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, runtime,
                                 precision, zero_group(plan))   # FSDP2 under torch pipelining
+        mems[-1] = torch_tp_memory.with_working_set(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
+                                                    runtime, precision, co_r[r].act_none_bytes)
+        mems[-1] = with_held_outputs(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan, runtime,
+                                     precision, m)   # the last stage's outputs (pipeline_fsdp_memory.py)
     if hw.uniform:
         rm = int(np.argmax([mm["total"] for mm in mems]))
     else:   # the most loaded GPU against its own pool's HBM

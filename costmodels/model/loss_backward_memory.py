@@ -9,7 +9,10 @@ the fp32 gradient of the logits (log-softmax's backward) beside the saved fp32 l
 runtime profile's ``[kernels] loss_grad_bytes_per_logit`` (8 for torchtitan; 0 where the loss
 writes its gradient into the logits' buffer in the forward, as Megatron's vocab-parallel
 cross-entropy and flash-attn's fused one do). With loss parallel (torchtitan at tp > 1) the
-logits are vocab shards: ``/tp``, as the saved bytes are.
+logits are vocab shards: ``/tp``, as the saved bytes are, and the backward is DTensor's own
+(``torch.distributed.tensor.parallel.loss._nll_loss_and_log_softmax_backward``), which holds three
+fp32 shards beside the saved log-softmax, not two: ``[kernels] loss_parallel_grad_bytes_per_logit``
+(12 for torchtitan) replaces the figure at tp > 1.
 
 That moment comes before any block's backward, so under full recompute it never meets the
 recompute working set (one block's whole activations, ``memory.recompute_working_bytes``): the
@@ -28,6 +31,8 @@ from costmodels.model.table_arrays import TableArrays, activation_bytes_none
 def loss_backward_bytes(arr: TableArrays, plan, runtime, precision: str) -> np.ndarray:
     """Per row and micro-batch: the loss backward's transient beyond the working set (head row)."""
     per_logit = float(getattr(runtime, "loss_grad_bytes", 0.0) or 0.0)
+    if plan.tp > 1 and getattr(runtime, "loss_parallel_grad_bytes", None) is not None:
+        per_logit = float(runtime.loss_parallel_grad_bytes)   # torch's loss_parallel() handler (docstring)
     if not per_logit or precision != "bf16-mixed":   # amp / fp32: memory._runtime_peak's own
         return np.zeros(arr.n)
     tp, b = plan.tp, plan.micro_batch_size

@@ -33,13 +33,23 @@ Both are per-row, per-parameter figures: ``row_coefficients`` charges them in ``
 (what the search's memory program sums) and ``estimate`` in its per-rank breakdown
 (``stage_states``), so the two stay equal.
 
-Not priced yet (they depend on the micro-batch count or on the stage cut, which the search's
-per-row memory terms cannot carry): the last stage keeps every micro-batch's output
-(``output_chunks``, ``m`` logits tensors of ``b·s·vocab/tp``), one receive buffer per micro-batch
-for a stage's input and output gradient, ``fwd_cache``'s stage outputs. Nor Mixture-of-
-Experts tables (their experts are ep shards, ``experts.expert_state_bytes``).
+**The last stage's outputs, every micro-batch's.** torch's stage keeps each forward's output on
+the last stage for the step's merged return (``_PipelineStageBase.forward_one_chunk``:
+``self.output_chunks.append(output)`` when ``is_last``, cleared by ``clear_runtime_states`` at the
+next step; torch 2.6 has no switch, torch 2.13 only ``return_outputs=False``): ``m`` bf16 logits
+tensors of ``b·s·vocab/tp`` (vocab shards under loss parallel) for the whole step, charged as
+model state on the head row (``held_output_bytes``: a per-row figure once ``m`` is known, which
+the search adds where it knows ``m``, ``Costs.terms``, and ``estimate`` on the rank holding it).
+
+Not priced yet (they depend on the stage cut, which the search's per-row memory terms cannot
+carry): one receive buffer per micro-batch for a stage's input and output gradient, allocated
+for every micro-batch up front (``_prepare_forward_infra`` / ``_prepare_backward_infra``), the
+input ones doubling as the saved stage inputs while their micro-batch is in flight. Nor
+Mixture-of-Experts tables (their experts are ep shards, ``experts.expert_state_bytes``).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -83,3 +93,29 @@ def stage_states(mem: dict[str, float], arr, chunks: list[tuple[int, int]], plan
     out["grads"] = g_b * float(params.sum())
     out["total"] = mem["total"] + (out["params"] - mem["params"]) + (out["grads"] - mem["grads"])
     return out
+
+
+def held_output_bytes(arr, plan, runtime, precision: str, m: int) -> np.ndarray:
+    """Per row: the bf16 logits of all ``m`` micro-batches the last pipeline stage keeps for the
+    step (module docstring), on the head row; zeros where torch's pipelining is not the runtime's."""
+    from costmodels.model.memory import logits
+    if not (getattr(runtime, "torch_pipelining", 0) and plan.pp > 1 and precision == "bf16-mixed"):
+        return np.zeros(arr.n)
+    return _head_rows(arr) * m * arr.table.act_dtype_bytes * logits(arr, plan.micro_batch_size) / plan.tp
+
+
+@functools.lru_cache(maxsize=64)
+def _head_rows(arr) -> np.ndarray:
+    """1.0 on the head row(s) of ``arr`` (the search asks once per configuration)."""
+    return np.array([r.kind == "head" for r in arr.table.rows], dtype=float)
+
+
+def with_held_outputs(mem: dict, arr, chunks: list[tuple[int, int]], plan, runtime, precision: str,
+                      m: int) -> dict:
+    """``mem`` (one pipeline rank's breakdown) with the held outputs of the rows of its ``chunks``
+    charged as activations (``held_output_bytes``)."""
+    held = held_output_bytes(arr, plan, runtime, precision, m)
+    add = float(sum(held[s:e].sum() for s, e in chunks))
+    if add == 0.0:
+        return mem
+    return {**mem, "activations": mem["activations"] + add, "total": mem["total"] + add}

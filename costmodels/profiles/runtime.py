@@ -68,6 +68,7 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     elementwise_bytes_per_saved_byte = { value = 3.0, source = "..." }  # compute.C_FWD
     loss_saved_bytes_per_logit = { value = 4, source = "..." }          # kept for the backward
     loss_grad_bytes_per_logit = { value = 8, source = "..." }   # live at its backward's start (loss_backward_memory)
+    loss_parallel_grad_bytes_per_logit = { value = 12, source = "..." }   # the same at tp > 1 (loss parallel)
     gather_copy_passes = { value = 2, source = "..." }  # HBM passes over each ZeRO-gathered weight
     grad_accumulate_bytes_per_param = { value = 18, source = "..." }   # HBM bytes per parameter and
                                            # micro-batch to cast + accumulate gradients (zero_traffic)
@@ -164,6 +165,8 @@ class RuntimeProfile:
     moe_saved_token_copies: int = 1             # token copies kept beyond the experts' input (dispatch_buffers)
     loss_saved_bytes: float | None = None
     loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
+    loss_parallel_grad_bytes: float | None = None   # ... at tp > 1 under loss parallel (None: loss_grad_bytes)
+    tp_saves_gathered_inputs: int = 0           # 1: torch TP + SP keeps column-parallel inputs whole (torch_tp_memory)
     gather_copy_passes: float = 0.0             # HBM passes over each gathered weight (zero_traffic)
     reduce_copy_passes: float = 0.0             # ... over each reduced gradient
     grad_accumulate_bytes: float = 0.0          # per parameter and micro-batch, bf16-mixed pricing (zero_traffic)

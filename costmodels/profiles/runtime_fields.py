@@ -34,6 +34,7 @@ FIGURES = {
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "loss_grad_bytes_per_logit": ("loss_grad_bytes", 0.0, 64.0, False),   # loss_backward_memory
+                "loss_parallel_grad_bytes_per_logit": ("loss_parallel_grad_bytes", 0.0, 64.0, False),   # tp > 1
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False),
                 "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False),
@@ -41,7 +42,8 @@ FIGURES = {
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False),
-               "torch_pipelining": ("torch_pipelining", 0, 1, True)},   # costmodels.model.pipeline_fsdp_memory
+               "torch_pipelining": ("torch_pipelining", 0, 1, True),   # costmodels.model.pipeline_fsdp_memory
+               "tp_saves_gathered_inputs": ("tp_saves_gathered_inputs", 0, 1, True)},   # torch_tp_memory
     "context_parallel": {"overlap": ("cp_overlap", 0.0, 1.0, False),
                          "all_gather_kv": ("cp_all_gather", 0, 1, True)},
     "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
