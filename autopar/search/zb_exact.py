@@ -136,6 +136,12 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     t0 = time.perf_counter()
     left = frontier.deadline - time.perf_counter()
     cut = min([b for b in (ub, stop) if b is not None], default=None)
+    gave_up = terms._bounds.get("zb_gave_up_at")
+    if gave_up is not None and (cut is None or cut >= gave_up):
+        # its tree outgrew NODE_LIMIT under a cut no looser than this one: it would again (a
+        # looser cut prunes less), so CP-SAT straight away (issue 30: 15 of 29 such re-solves
+        # on pinned zb-v gpt3-175b, 0.2–1 s each)
+        return None
 
     def fits(stages) -> bool:
         return bool(frontier._evaluate(c.plan(stages)).get("fits", True))
@@ -145,8 +151,8 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         from autopar.search.zb_memory import RankMemory
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
-    bb = ZbBranchAndBound(terms, upper_bound_s=cut, wall_limit_s=max(0.05, min(left, SOLVE_WALL_S)), fits=fits,
-                          memory=memory)
+    bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=NODE_LIMIT,
+                          wall_limit_s=max(0.05, min(left, SOLVE_WALL_S)), fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1
@@ -154,6 +160,7 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     st.solver_s += time.perf_counter() - t0
     wall = time.perf_counter() - t0
     if not bb.complete:
+        terms._bounds["zb_gave_up_at"] = float("inf") if cut is None else cut
         return None
     if out is None:
         if ub is not None and cut == ub:
