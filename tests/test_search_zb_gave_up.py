@@ -32,3 +32,27 @@ def test_a_tree_cut_short_is_not_grown_again_under_a_looser_cut(monkeypatch):
     monkeypatch.setattr(zb_exact, "NODE_LIMIT", 10 ** 6)
     res = zb_exact.solve_split(frontier, c, terms, None, 5e8)              # tighter: tried, proved
     assert frontier.stats.exact_splits == 2 and res is not None and res.status == "optimal"
+
+
+def test_a_configuration_cp_sat_could_not_prove_gets_one_larger_tree(monkeypatch):
+    """Once CP-SAT failed to prove it (``Frontier.retried``), the tree is tried again, once, with
+    ``RETRY_NODES`` times the nodes, even under a cut no tighter than the one it outgrew."""
+    table = gpt_table(12, 256, 4, 5000, 128, model="gpt-12")
+    prof = load_profile("a100-80g-sxm")
+    costs = Costs(table, prof, 32)
+    c = next(c for c in configurations(Shape.of(table), 4, 32, prof.gpus_per_node,
+                                       fix={"schedule": "zb-v", "pp": 4, "runtime": no_host_runtime()}))
+    frontier = SimpleNamespace(deadline=time.perf_counter() + 60, costs=costs, stats=SearchStats(),
+                               _evaluate=lambda plan: {"fits": True}, retried=set())
+    terms = costs.terms(c)
+    monkeypatch.setattr(zb_exact, "NODE_LIMIT", 2)
+    assert zb_exact.solve_split(frontier, c, terms, None, 1e9) is None
+    nodes = frontier.stats.exact_nodes
+    frontier.retried.add(c)
+    monkeypatch.setattr(zb_exact, "RETRY_NODES", 10 ** 6)
+    res = zb_exact.solve_split(frontier, c, terms, None, 1e9)      # the larger tree: proved
+    assert res is not None and res.status == "optimal" and frontier.stats.exact_nodes > nodes + 2
+    splits = frontier.stats.exact_splits
+    terms._bounds["zb_gave_up_at"] = 1e9                           # once only: then CP-SAT
+    assert zb_exact.solve_split(frontier, c, terms, None, 1e9) is None
+    assert frontier.stats.exact_splits == splits

@@ -48,6 +48,10 @@ from autopar.search.zb_stage_costs import StageCosts
 # that finish on pinned zb-v gpt3-175b, 52 of 58 need fewer than 600 nodes
 NODE_LIMIT = 600
 SOLVE_WALL_S = 2.0
+# a configuration CP-SAT failed to prove once (``Frontier.retried``: its retry gets 5× the budget,
+# which on gpt3-175b's dp16·tp8·pp8 b6 ran 9 s without a proof) gets the branch-and-bound once
+# more with this many times the nodes and wall time first (there: 4,600 nodes, 2.7 s, proved)
+RETRY_NODES = 10
 REL = 1e-9             # float tolerance of a bound against an incumbent
 
 
@@ -137,7 +141,10 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     left = frontier.deadline - time.perf_counter()
     cut = min([b for b in (ub, stop) if b is not None], default=None)
     gave_up = terms._bounds.get("zb_gave_up_at")
-    if gave_up is not None and (cut is None or cut >= gave_up):
+    grow = c in getattr(frontier, "retried", ()) and not terms._bounds.get("zb_grown")
+    if grow:
+        terms._bounds["zb_grown"] = True
+    elif gave_up is not None and (cut is None or cut >= gave_up):
         # its tree outgrew NODE_LIMIT under a cut no looser than this one: it would again (a
         # looser cut prunes less), so CP-SAT straight away (issue 30: 15 of 29 such re-solves
         # on pinned zb-v gpt3-175b, 0.2–1 s each)
@@ -151,8 +158,9 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         from autopar.search.zb_memory import RankMemory
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
-    bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=NODE_LIMIT,
-                          wall_limit_s=max(0.05, min(left, SOLVE_WALL_S)), fits=fits, memory=memory)
+    k = RETRY_NODES if grow else 1
+    bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
+                          wall_limit_s=max(0.05, min(left, k * SOLVE_WALL_S)), fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1
