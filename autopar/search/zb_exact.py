@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 
 from autopar.search.split_result import SplitResult
+from autopar.search.zb_node_lp import MAX_DEPTH, NodeLP
 from autopar.search.zb_stage_costs import StageCosts
 
 # past this many nodes (or SOLVE_WALL_S), CP-SAT's program takes over: where few micro-batches
@@ -71,6 +72,7 @@ class ZbBranchAndBound:
         self.best = None          # (step time, cuts)
         self.nodes = 0
         self.complete = True      # False: the node limit or the deadline cut the search
+        self.node_lp = None       # zb_node_lp.NodeLP, built at its first use
 
     def upper(self) -> float:
         return min(self.cut, self.best[0] if self.best else float("inf"))
@@ -102,6 +104,17 @@ class ZbBranchAndBound:
             return value <= self.cut
         return value < self.best[0] * (1 - REL) and value <= self.cut
 
+    def _lp_worth(self, fixed: list, depth: int, done: list) -> bool:
+        """Whether the op graph's LP with the fixed stages pinned (``zb_node_lp``) leaves the node
+        worth a look; asked only where a cut up to ``MAX_DEPTH`` deep has just completed a rank."""
+        sc = self.sc
+        if depth >= MAX_DEPTH or not any(all(fixed[u] is not None for u in sc.ranks[sc.rank_of[v]])
+                                         for v in done):
+            return True
+        if self.node_lp is None:
+            self.node_lp = NodeLP(self.t, sc)
+        return self._worth(self.node_lp.bound(fixed))
+
     def _dfs(self, x: list, fixed: list, depth: int) -> None:
         """Fix cut ``sc.order[depth]`` to each value worth trying, then the next."""
         sc = self.sc
@@ -123,7 +136,7 @@ class ZbBranchAndBound:
             done = [v for v in (i - 1, i) if x[v] is not None and x[v + 1] is not None]
             for v in done:
                 fixed[v] = sc.stage(v, x[v], x[v + 1])
-            if self._worth(sc.node_bound(fixed, self.upper())):
+            if self._worth(sc.node_bound(fixed, self.upper())) and self._lp_worth(fixed, depth, done):
                 self._dfs(x, fixed, depth + 1)
             for v in done:
                 fixed[v] = None
