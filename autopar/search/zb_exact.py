@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 
 from autopar.search.split_result import SplitResult
-from autopar.search.zb_node_lp import MAX_DEPTH, NodeLP
+from autopar.search.zb_node_lp import ALL_DEPTHS_OPS, MAX_DEPTH, NodeLP
 from autopar.search.zb_stage_costs import StageCosts
 
 # past this many nodes (or SOLVE_WALL_S), CP-SAT's program takes over: where few micro-batches
@@ -106,10 +106,11 @@ class ZbBranchAndBound:
 
     def _lp_worth(self, fixed: list, depth: int, done: list) -> bool:
         """Whether the op graph's LP with the fixed stages pinned (``zb_node_lp``) leaves the node
-        worth a look; asked only where a cut up to ``MAX_DEPTH`` deep has just completed a rank."""
+        worth a look; asked only where a cut has just completed a rank, up to ``MAX_DEPTH`` deep
+        (at any depth in graphs of up to ``ALL_DEPTHS_OPS`` ops)."""
         sc = self.sc
-        if depth >= MAX_DEPTH or not any(all(fixed[u] is not None for u in sc.ranks[sc.rank_of[v]])
-                                         for v in done):
+        shallow = depth < MAX_DEPTH or 3 * sc.S * sc.m_sim <= ALL_DEPTHS_OPS
+        if not shallow or not any(all(fixed[u] is not None for u in sc.ranks[sc.rank_of[v]]) for v in done):
             return True
         if self.node_lp is None:
             self.node_lp = NodeLP(self.t, sc)

@@ -11,14 +11,15 @@ placements of the free rows are a subset of its points, each at most the estimat
 ``zb_bound``'s docstring), so a node whose LP is above the cut has no completion under it.
 
 Only where it pays: the LP is built once per branch-and-bound (0.005–0.1 s at pp ≤ 16) and
-solved only at the nodes where a rank has just been completed, up to ``MAX_DEPTH`` cuts deep,
-after the cheap bounds left the node under the cut.
+solved only at the nodes where a rank has just been completed, up to ``MAX_DEPTH`` cuts deep
+(at every depth in small graphs), after the cheap bounds left the node under the cut.
 """
 from __future__ import annotations
 
 from autopar.search.zb_bound import SAFETY, SCALE, build_lp, solve_lp
 
 MAX_DEPTH = 4        # cuts fixed: the first two ranks of a V schedule
+ALL_DEPTHS_OPS = 1200   # graphs up to this (pp 8, m 24) get it at every depth (~5 ms a solve)
 V_LP_OPS = 2400      # op graphs up to this (3·S·m_sim ops: pp 16, m 24) get the LP
 KEEP_MB = 4          # micro-batches at each end whose cross-rank waits it keeps (all: 4× slower)
 
