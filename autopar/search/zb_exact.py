@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 
 from autopar.search.split_result import SplitResult
-from autopar.search.zb_node_lp import ALL_DEPTHS_OPS, MAX_DEPTH, NodeLP
+from autopar.search.zb_node_lp import ALL_DEPTHS_OPS, LP_SCHEDULES, MAX_DEPTH, NodeLP
 from autopar.search.zb_stage_costs import StageCosts
 
 # past this many nodes (or SOLVE_WALL_S), CP-SAT's program takes over: where few micro-batches
@@ -53,6 +53,7 @@ SOLVE_WALL_S = 2.0
 # which on gpt3-175b's dp16·tp8·pp8 b6 ran 9 s without a proof) gets the branch-and-bound once
 # more with this many times the nodes and wall time first (there: 4,600 nodes, 2.7 s, proved)
 RETRY_NODES = 10
+RETRY_WALL = 3         # … and this many times the wall time (dualpipe-v: 10× spent 20 s unproved)
 REL = 1e-9             # float tolerance of a bound against an incumbent
 
 
@@ -73,6 +74,7 @@ class ZbBranchAndBound:
         self.nodes = 0
         self.complete = True      # False: the node limit or the deadline cut the search
         self.node_lp = None       # zb_node_lp.NodeLP, built at its first use
+        self.lp_calls = self.lp_prunes = 0   # its solves past MAX_DEPTH, and how many pruned
 
     def upper(self) -> float:
         return min(self.cut, self.best[0] if self.best else float("inf"))
@@ -109,12 +111,21 @@ class ZbBranchAndBound:
         worth a look; asked only where a cut has just completed a rank, up to ``MAX_DEPTH`` deep
         (at any depth in graphs of up to ``ALL_DEPTHS_OPS`` ops)."""
         sc = self.sc
-        shallow = depth < MAX_DEPTH or 3 * sc.S * sc.m_sim <= ALL_DEPTHS_OPS
+        if sc.schedule not in LP_SCHEDULES:
+            return True
+        # deeper than MAX_DEPTH only in small graphs, and only while it prunes (dualpipe-v,
+        # gpt3-175b pp 8: ~5 ms a node for 1 prune in 10 there)
+        shallow = depth < MAX_DEPTH or (3 * sc.S * sc.m_sim <= ALL_DEPTHS_OPS
+                                        and (self.lp_calls < 20 or self.lp_prunes >= 0.3 * self.lp_calls))
         if not shallow or not any(all(fixed[u] is not None for u in sc.ranks[sc.rank_of[v]]) for v in done):
             return True
         if self.node_lp is None:
             self.node_lp = NodeLP(self.t, sc)
-        return self._worth(self.node_lp.bound(fixed))
+        worth = self._worth(self.node_lp.bound(fixed))
+        if depth >= MAX_DEPTH:
+            self.lp_calls += 1
+            self.lp_prunes += not worth
+        return worth
 
     def _dfs(self, x: list, fixed: list, depth: int) -> None:
         """Fix cut ``sc.order[depth]`` to each value worth trying, then the next."""
@@ -172,9 +183,9 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         from autopar.search.zb_memory import RankMemory
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
-    k = RETRY_NODES if grow else 1
+    k, kw = (RETRY_NODES, RETRY_WALL) if grow else (1, 1)
     bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
-                          wall_limit_s=max(0.05, min(left, k * SOLVE_WALL_S)), fits=fits, memory=memory)
+                          wall_limit_s=max(0.05, min(left, kw * SOLVE_WALL_S)), fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1

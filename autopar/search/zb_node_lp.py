@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from autopar.search.zb_bound import SAFETY, SCALE, build_lp, solve_lp
 
+# zb-v only: on dualpipe-v (gpt3-175b, pp 8) its solves cost ~15 ms a node and pruned little, and
+# the pinned search took 150 s CPU with it against 132 s without
+LP_SCHEDULES = ("zb-v",)
 MAX_DEPTH = 4        # cuts fixed: the first two ranks of a V schedule
 ALL_DEPTHS_OPS = 1200   # graphs up to this (pp 8, m 24) get it at every depth (~5 ms a solve)
 V_LP_OPS = 2400      # op graphs up to this (3·S·m_sim ops: pp 16, m 24) get the LP
