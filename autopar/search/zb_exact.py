@@ -24,6 +24,9 @@ splits that can be best are few once the step time's dominant term is used to bo
   ``max(M_lb, m_sim·T_lb) + (m − m_sim)·T_lb + O_lb`` — below the step time of every completion
   (``pipeline_split``: past ``m_sim`` each micro-batch adds at least ``T``).
 
+On zb-v the nodes where a rank is completed also get the op graph's LP with the fixed stages
+pinned (``zb_node_lp``), which sees the bubble the least-duration graph does not.
+
 The search uses it for the V schedules (zb-v, dualpipe-v; ``Frontier._split``). It is exact for
 interleaved-zb too (tested), but there rank r's stages r, r + pp, … leave free stages between
 fixed ones until late and its rooms stay loose: on gpt3-175b (pp 8, vpp 4–12, m 16) 11 of 15
