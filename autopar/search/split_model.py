@@ -40,7 +40,8 @@ for configuration ``c``, per micro-batch and GPU; ``Terms`` adds the schedule's 
   GPipe ``m``, 1F1B ``pp − r``, interleaved Megatron's warm-up count); ``R`` ``Terms.reserve``
   the memory reserve; ``Terms.hbm`` the GPU's memory.
 
-Constraints (one method of ``SplitModel`` per family):
+Constraints (one method of ``SplitModel`` per family; 1 and 2 in ``split_sums``, the solve in
+``split_solve``):
 
 1. ``_split_points``  ordering: ``x_v + 1 ≤ x_{v+1}``, ``x_0 = 0``, ``x_S = n`` (pinned stages fix them);
 2. ``_stage_sums``    prefix sums joined to the cut variables by element constraints:
@@ -76,36 +77,18 @@ configuration at a time: ``autopar.search.engine``'s docstring ("Decomposition")
 from __future__ import annotations
 
 import math
-import time
 
-import numpy as np
-
-from autopar.search.solver_limits import set_limits
 from autopar.search.split_comm import add_communication, add_data_parallel, dp_rank_cost
-from autopar.search.split_memory import add_memory, up
+from autopar.search.split_memory import add_memory
 from autopar.search.split_result import SplitResult  # noqa: F401  (re-exported)
 from autopar.search.split_schedules import SplitScheduleTime, is_split, rank_stages
-from autopar.search.split_stop import (
-    add_stop_cut,
-    cut_bound,
-    stop_limit,
-    stop_when_bound_passes,
-    stopped_by_cut,
-)
+from autopar.search.split_solve import SplitSolve
+from autopar.search.split_stop import add_stop_cut
+from autopar.search.split_sums import SplitSums, _kink_counts  # noqa: F401  (re-exported)
 from autopar.search.terms import TIME_UNIT, Terms, time_unit  # noqa: F401  (re-exported)
 
 
-def _kink_counts(table: list[int]) -> list[int]:
-    """``k[i]``: how many of the second differences ``table[j+2] − 2·table[j+1] + table[j]``,
-    ``j < i``, are non-zero; ``table`` is affine on ``[lo, hi]`` iff ``k[hi − 1] == k[lo]``."""
-    out, run = [0], 0
-    for j in range(len(table) - 2):
-        run += (table[j + 2] - table[j + 1]) != (table[j + 1] - table[j])
-        out.append(run)
-    return out
-
-
-class SplitModel:
+class SplitModel(SplitSums, SplitSolve):
     """CP-SAT over the split points of one configuration (the module docstring's program)."""
 
     def __init__(self, terms: Terms, objective: str = "time", time_limit_s: float = 10.0,
@@ -142,84 +125,6 @@ class SplitModel:
     def _ns(self, x) -> list[int]:
         u = self.unit
         return [int(round(float(v) / u)) for v in x]
-
-    # 1. -------------------------------------------------------------------------------------
-    def _split_points(self):
-        n, S, md = self.n, self.S, self.model
-        self.dom = [(0, 0)] + [(v, n - S + v) for v in range(1, S)] + [(n, n)]
-        if self.fixed_stages is not None:
-            self.dom = [(a, a) for a, _b in self.fixed_stages] + [(n, n)]
-        self.x = ([md.NewConstant(0)] + [md.NewIntVar(*self.dom[v], f"x{v}") for v in range(1, S)]
-                  + [md.NewConstant(n)])
-        for v in range(S):
-            md.Add(self.x[v] + 1 <= self.x[v + 1])
-
-    # 2. -------------------------------------------------------------------------------------
-    def _at(self, name: str, table: list[int]):
-        """[table[x_v] for v = 0..S] as CP-SAT expressions.
-
-        Where ``table`` is affine over the domain of ``x_v`` (a run of identical rows, as the
-        repeated blocks of a transformer are) the expression is that affine function of ``x_v``,
-        exact and linear; elsewhere an element constraint links them."""
-        out = []
-        kinks = _kink_counts(table)   # affine runs found once per table, not once per stage
-        for v, xv in enumerate(self.x):
-            if v == 0:
-                out.append(table[0])
-                continue
-            if v == self.S:
-                out.append(table[self.n])
-                continue
-            lo, hi = self.dom[v]
-            if hi - lo < 2 or kinks[hi - 1] == kinks[lo]:
-                d = table[lo + 1] - table[lo] if hi > lo else 0
-                out.append(xv * d + (table[lo] - d * lo))
-                continue
-            seg = table[lo:hi + 1]
-            var = self.model.NewIntVar(min(seg), max(seg), f"{name}{v}")
-            self.model.AddElement(xv, table, var)
-            out.append(var)
-        return out
-
-    def _sums(self, name: str, per_row: list[int]):
-        pref = [0]
-        for w in per_row:
-            pref.append(pref[-1] + w)
-        at = self._at(name, pref)
-        return [at[v + 1] - at[v] for v in range(self.S)]
-
-    def _stage_sums(self):
-        t, co = self.t, self.co
-        self.A = self._sums("pA", self._ns(co.row_s))
-        self.Bk = self._sums("pB", self._ns(co.bwd_window_s))
-        self.Pi = self._sums("pP", [int(p) for p in np.rint(co.params)])
-        self.Sig = self._sums("pS", up(co.state_bytes))
-        self.U = self._sums("pU", up(co.act_bytes))
-        if t.zero3_gathers:
-            self.F = self._sums("pF", self._ns(co.fwd_window_s))
-            self.Zf = self._sums("pZ", self._ns(co.zero_fwd_s))
-            self.Bz = self._sums("pBz", self._ns(co.zero_bwd_window_s))
-            self.Zb = self._sums("pZb", self._ns(co.zero_bwd_s))
-            if not co.legacy:
-                self.SF = self._sums("pSF", self._ns(co.slowdown * co.zero_fwd_s))
-                self.SB = self._sums("pSB", self._ns(co.slowdown * co.zero_bwd_s))
-        if t.dp_sync:
-            self.Dt = self._sums("pD", self._ns(co.dp_per_param_s * co.params))
-            if not co.legacy:
-                s_ = co.slowdown
-                self.Dt1 = self._sums("pD1", self._ns((1.0 - s_) * co.dp_per_param_s * co.params))
-                self.Dts = self._sums("pDs", self._ns(s_ * co.dp_per_param_s * co.params))
-                self.Da = self._sums("pDa", self._ns(co.dp_after_per_param_s * co.params))
-        self.Ot = self._sums("pO", self._ns(co.optimizer_per_param_s * co.params))
-        if t.full_recompute:
-            self.K = self._sums("pK", [int(b) for b in co.is_block])
-
-    def _has(self, expr, name):
-        """Boolean ⇔ expr ≥ 1 (expr a non-negative integer expression)."""
-        b = self.model.NewBoolVar(name)
-        self.model.Add(expr >= 1).OnlyEnforceIf(b)
-        self.model.Add(expr == 0).OnlyEnforceIf(b.Not())
-        return b
 
     # 3., 5. communication, data parallel, optimizer: autopar.search.split_comm ------------------
     # (methods, so that pool_split's per-pool model can override them)
@@ -338,61 +243,3 @@ class SplitModel:
         add_memory(self)
         self._objective()
         return self
-
-    def solve(self) -> SplitResult:
-        t0 = time.perf_counter()
-        self.build()
-        solver = self.cp.CpSolver()
-        set_limits(solver, self.time_limit_s, self.wall_limit_s)
-        from autopar.search.probing_budget import allow_load_probing
-        allow_load_probing(solver)   # moespeed: the budget counts search, not load-time probing
-        solver.parameters.num_workers = self.workers
-        # CP-SAT's presolve expands the exact domains of the large-coefficient linear expressions
-        # (nanoseconds, bytes) into thousands of intervals and can spend seconds there; the model
-        # is small and linear, so search it directly (milliseconds).
-        solver.parameters.cp_model_presolve = False
-        # full linearisation of the max constraints: a tighter LP bound proves the split optimal
-        # several times faster on the memory-bound interleaved configurations
-        solver.parameters.linearization_level = 2
-        if self.sched is not None:
-            # the zero-bubble op graphs: thousands of max-plus rows; level 1 proves "no split
-            # beats the k-th plan" 3-6× faster there (gpt3-175b, pp 16, m 24: 0.8 s vs 2.4-4.5 s)
-            solver.parameters.linearization_level = 1
-        # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
-        # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
-        solver.parameters.catch_sigint_signal = False
-        stopped = stop_when_bound_passes(self, solver)
-        code = solver.Solve(self.model)
-        wall = time.perf_counter() - t0
-        res = self._result(solver, code, stopped, wall, t0)
-        res.det_s = float(solver.response_proto.deterministic_time)
-        return res
-
-    def _result(self, solver, code, stopped: list, wall: float, t0: float) -> SplitResult:
-        cp = self.cp
-        if code in (cp.OPTIMAL, cp.FEASIBLE):
-            xs = [int(solver.Value(x)) for x in self.x]
-            stages = tuple((xs[v], xs[v + 1]) for v in range(self.S))
-            bound = None
-            if self.objective == "memory":
-                obj = float(solver.Value(self.M))
-            else:
-                obj = solver.ObjectiveValue() * self.unit / self.scale
-                # CP-SAT's proved bound, less the rounding slack: no split does better than this
-                best = cut_bound(self, max([solver.BestObjectiveBound()] + stopped))
-                bound = (best - self.slack()) * self.unit / self.scale
-            return SplitResult("optimal" if code == cp.OPTIMAL else "feasible", stages, obj, wall, bound,
-                               bound_only=self.sched is not None and self.sched.bound_only,
-                               slack_s=self.slack() * self.unit / self.scale,
-                               stopped=code != cp.OPTIMAL and bool(stopped))
-        if code == cp.INFEASIBLE:
-            if stopped_by_cut(self, solver):   # every split is above the cut: after the next entry
-                bound = (stop_limit(self) + 1 - self.slack()) * self.unit / self.scale
-                return SplitResult("unknown", None, None, time.perf_counter() - t0, bound, stopped=True)
-            return SplitResult("infeasible", None, None, time.perf_counter() - t0)
-        bound = None
-        if self.objective != "memory":
-            bound = (cut_bound(self, solver.BestObjectiveBound()) - self.slack()) * self.unit / self.scale
-        if stopped and bound is not None:   # the bound that stopped it, should the final one lag
-            bound = max(bound, (cut_bound(self, stopped[0]) - self.slack()) * self.unit / self.scale)
-        return SplitResult("unknown", None, None, wall, bound, stopped=bool(stopped))

@@ -62,7 +62,7 @@ def _types(co, share: float):
     groups: dict = {}
     for i in range(1, n - 1):
         groups.setdefault(tuple(np.round(mat[i], 15)), []).append(i)
-    types = [(mat[idx[0]], len(idx)) for idx in groups.values()]
+    types = [(mat[idx[0]], len(idx), idx) for idx in groups.values()]
     return names, mat, types
 
 
@@ -78,6 +78,25 @@ def _solve(terms, keep_mb: int = 2) -> float:
     one of its waits on another rank (micro-batches ``< keep_mb`` from either end); every other
     op ends the sum of its rank's durations after the last such variable (a linear expression),
     which drops its waits: a relaxation, so still a bound, and the LP stays small."""
+    built = build_lp(terms, keep_mb)
+    if built is None:
+        return terms.time_lower_bound()
+    best = solve_lp(built[0])
+    if best <= 0:
+        return terms.time_lower_bound()
+    return best / SCALE * SAFETY
+
+
+def solve_lp(lp) -> float:
+    """The LP's optimum in its units (0 where GLOP gives none)."""
+    from ortools.linear_solver import pywraplp
+    return lp.Objective().Value() if lp.Solve() == pywraplp.Solver.OPTIMAL else 0.0
+
+
+def build_lp(terms, keep_mb: int = 2):
+    """``(lp, variables, row types)`` of ``_solve``'s LP, the placement ``x[k][v]`` (rows of type
+    ``k`` in stage ``v``) at ``variables[k·S + v]``, each type ``(columns, count, its rows)``;
+    None where the table is too small for it."""
     from ortools.linear_solver import pywraplp
 
     from costmodels.model.schedule_program import program
@@ -85,7 +104,7 @@ def _solve(terms, keep_mb: int = 2) -> float:
     pp, vpp, m, n = terms.pp, terms.vpp, terms.m, terms.n
     S = pp * vpp
     if n < S or n < 3:
-        return terms.time_lower_bound()
+        return None
     share = 1 / 3 if terms.full_recompute else 1 / 2
     names, mat, types = _types(co, share)
     col = {k: j for j, k in enumerate(names)}
@@ -233,10 +252,7 @@ def _solve(terms, keep_mb: int = 2) -> float:
     for j, a in ((iM, 1.0), (iT, float(m - m_sim)), (iD, 1.0), (iO, 1.0)):
         obj.SetCoefficient(var[j], a)
     obj.SetMinimization()
-    best = obj.Value() if lp.Solve() == pywraplp.Solver.OPTIMAL else 0.0
-    if best <= 0:
-        return terms.time_lower_bound()
-    return best / SCALE * SAFETY
+    return lp, var, types
 
 
 def defer_by_graph_bound(frontier, c, terms) -> bool:

@@ -24,6 +24,9 @@ splits that can be best are few once the step time's dominant term is used to bo
   ``max(M_lb, m_sim·T_lb) + (m − m_sim)·T_lb + O_lb`` — below the step time of every completion
   (``pipeline_split``: past ``m_sim`` each micro-batch adds at least ``T``).
 
+On zb-v the nodes where a rank is completed also get the op graph's LP with the fixed stages
+pinned (``zb_node_lp``), which sees the bubble the least-duration graph does not.
+
 The search uses it for the V schedules (zb-v, dualpipe-v; ``Frontier._split``). It is exact for
 interleaved-zb too (tested), but there rank r's stages r, r + pp, … leave free stages between
 fixed ones until late and its rooms stay loose: on gpt3-175b (pp 8, vpp 4–12, m 16) 11 of 15
@@ -40,6 +43,7 @@ from __future__ import annotations
 import time
 
 from autopar.search.split_result import SplitResult
+from autopar.search.zb_node_lp import ALL_DEPTHS_OPS, LP_SCHEDULES, MAX_DEPTH, NodeLP
 from autopar.search.zb_stage_costs import StageCosts
 
 # past this many nodes (or SOLVE_WALL_S), CP-SAT's program takes over: where few micro-batches
@@ -48,6 +52,11 @@ from autopar.search.zb_stage_costs import StageCosts
 # that finish on pinned zb-v gpt3-175b, 52 of 58 need fewer than 600 nodes
 NODE_LIMIT = 600
 SOLVE_WALL_S = 2.0
+# a configuration CP-SAT failed to prove once (``Frontier.retried``: its retry gets 5× the budget,
+# which on gpt3-175b's dp16·tp8·pp8 b6 ran 9 s without a proof) gets the branch-and-bound once
+# more with this many times the nodes and wall time first (there: 4,600 nodes, 2.7 s, proved)
+RETRY_NODES = 10
+RETRY_WALL = 3         # … and this many times the wall time (dualpipe-v: 10× spent 20 s unproved)
 REL = 1e-9             # float tolerance of a bound against an incumbent
 
 
@@ -67,6 +76,8 @@ class ZbBranchAndBound:
         self.best = None          # (step time, cuts)
         self.nodes = 0
         self.complete = True      # False: the node limit or the deadline cut the search
+        self.node_lp = None       # zb_node_lp.NodeLP, built at its first use
+        self.lp_calls = self.lp_prunes = 0   # its solves past MAX_DEPTH, and how many pruned
 
     def upper(self) -> float:
         return min(self.cut, self.best[0] if self.best else float("inf"))
@@ -98,6 +109,27 @@ class ZbBranchAndBound:
             return value <= self.cut
         return value < self.best[0] * (1 - REL) and value <= self.cut
 
+    def _lp_worth(self, fixed: list, depth: int, done: list) -> bool:
+        """Whether the op graph's LP with the fixed stages pinned (``zb_node_lp``) leaves the node
+        worth a look; asked only where a cut has just completed a rank, up to ``MAX_DEPTH`` deep
+        (at any depth in graphs of up to ``ALL_DEPTHS_OPS`` ops)."""
+        sc = self.sc
+        if sc.schedule not in LP_SCHEDULES:
+            return True
+        # deeper than MAX_DEPTH only in small graphs, and only while it prunes (dualpipe-v,
+        # gpt3-175b pp 8: ~5 ms a node for 1 prune in 10 there)
+        shallow = depth < MAX_DEPTH or (3 * sc.S * sc.m_sim <= ALL_DEPTHS_OPS
+                                        and (self.lp_calls < 20 or self.lp_prunes >= 0.3 * self.lp_calls))
+        if not shallow or not any(all(fixed[u] is not None for u in sc.ranks[sc.rank_of[v]]) for v in done):
+            return True
+        if self.node_lp is None:
+            self.node_lp = NodeLP(self.t, sc)
+        worth = self._worth(self.node_lp.bound(fixed))
+        if depth >= MAX_DEPTH:
+            self.lp_calls += 1
+            self.lp_prunes += not worth
+        return worth
+
     def _dfs(self, x: list, fixed: list, depth: int) -> None:
         """Fix cut ``sc.order[depth]`` to each value worth trying, then the next."""
         sc = self.sc
@@ -119,7 +151,7 @@ class ZbBranchAndBound:
             done = [v for v in (i - 1, i) if x[v] is not None and x[v + 1] is not None]
             for v in done:
                 fixed[v] = sc.stage(v, x[v], x[v + 1])
-            if self._worth(sc.node_bound(fixed, self.upper())):
+            if self._worth(sc.node_bound(fixed, self.upper())) and self._lp_worth(fixed, depth, done):
                 self._dfs(x, fixed, depth + 1)
             for v in done:
                 fixed[v] = None
@@ -136,6 +168,15 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     t0 = time.perf_counter()
     left = frontier.deadline - time.perf_counter()
     cut = min([b for b in (ub, stop) if b is not None], default=None)
+    gave_up = terms._bounds.get("zb_gave_up_at")
+    grow = c in getattr(frontier, "retried", ()) and not terms._bounds.get("zb_grown")
+    if grow:
+        terms._bounds["zb_grown"] = True
+    elif gave_up is not None and (cut is None or cut >= gave_up):
+        # its tree outgrew NODE_LIMIT under a cut no looser than this one: it would again (a
+        # looser cut prunes less), so CP-SAT straight away (issue 30: 15 of 29 such re-solves
+        # on pinned zb-v gpt3-175b, 0.2–1 s each)
+        return None
 
     def fits(stages) -> bool:
         return bool(frontier._evaluate(c.plan(stages)).get("fits", True))
@@ -145,8 +186,9 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         from autopar.search.zb_memory import RankMemory
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
-    bb = ZbBranchAndBound(terms, upper_bound_s=cut, wall_limit_s=max(0.05, min(left, SOLVE_WALL_S)), fits=fits,
-                          memory=memory)
+    k, kw = (RETRY_NODES, RETRY_WALL) if grow else (1, 1)
+    bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
+                          wall_limit_s=max(0.05, min(left, kw * SOLVE_WALL_S)), fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1
@@ -154,6 +196,7 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     st.solver_s += time.perf_counter() - t0
     wall = time.perf_counter() - t0
     if not bb.complete:
+        terms._bounds["zb_gave_up_at"] = float("inf") if cut is None else cut
         return None
     if out is None:
         if ub is not None and cut == ub:
