@@ -51,7 +51,8 @@ def own_cut(frontier, c, ub: float | None) -> tuple[float | None, tuple | None]:
     step = _step_to_beat(frontier.objective, c, key)
     if step is None or (ub is not None and step >= ub):
         return ub, None
-    if c not in frontier.second_chances:   # the retry: uncut (docstring)
+    from autopar.search.further_chances import own_cut_chance
+    if not own_cut_chance(frontier, c):   # the retry (and the even further chances): uncut (docstring)
         return None, None
     cut = step * (1 + OWN_CUT_MARGIN)
     return (cut if ub is None else min(cut, ub)), stages
