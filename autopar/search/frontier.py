@@ -128,10 +128,11 @@ class Frontier(SeedingMixin):
     def _second_chance(self) -> bool:
         """Once the top plans are out, each configuration CP-SAT left unproved under the last
         plan's key is solved once more, under the k-th plan's cut alone and a longer budget
-        (True: some went back on the heap). The order in which configurations meet their cuts
-        decides which proofs stall (GPT 1T, dp32·pp12 vpp4: unproved at a bound of 69.3 s
-        before the 5th plan, 70.8 s, was known); under the final cut such a program is mostly
-        infeasible at once, which is the proof the ranking lacked."""
+        (True: some went back on the heap; up to ``further_chances.MAX_CHANCES`` times, each
+        longer). The order in which configurations meet their cuts decides which proofs stall
+        (GPT 1T, dp32·pp12 vpp4: unproved at a bound of 69.3 s before the 5th plan, 70.8 s, was
+        known); under the final cut such a program is mostly infeasible at once, which is the
+        proof the ranking lacked."""
         if len(self.results) < self.top or self.proved():
             return False
         last = self.results[-1]
