@@ -18,6 +18,7 @@ from autopar.search.costs import Costs
 from autopar.search.engine import all_splits
 from autopar.search.frontier import Candidate, Frontier
 from autopar.search.frontier_keys import objective_key
+from autopar.search.further_chances import count_chance
 from autopar.search.own_cut import OWN_CUT_MARGIN
 from autopar.search.space import Config
 from costmodels.profiles.hardware_files import load_profile
@@ -75,7 +76,7 @@ def test_a_re_solve_of_a_held_split_ends_at_the_enumerated_optimum(monkeypatch, 
     f.offered.add(c)
     f.retried.add(c)                  # a re-solve: the retry or the second chance
     if second_chance:
-        f.second_chances.add(c)
+        count_chance(f, c)
     f.seeded.add(c)                   # no seed: the held split alone bounds it
     step, stages = scored[-1] if held == "worst" else scored[0]
     f._know(c, objective_key("step_time", c, step), stages)
@@ -110,4 +111,4 @@ def test_deepseek_v3_like_top_5_is_distinct_and_proved():
     assert r.optimal
     best = r.plans[0]
     assert best.config.ep > 1 and best.config.zero == 3
-    assert best.prediction["step_time_s"] == pytest.approx(12.8166, rel=1e-4)
+    assert best.prediction["step_time_s"] == pytest.approx(13.0637, rel=1e-4)   # moemla: 12.8166 -> 13.0637

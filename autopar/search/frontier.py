@@ -24,7 +24,6 @@ from autopar.search.frontier_seeding import SeedingMixin
 from autopar.search.space import Config
 
 RETRY_FACTOR = 5
-SECOND_CHANCE_FACTOR = 2   # the end-of-search retry (``_second_chance``): 2 × the retry's budget
 # CP-SAT stops once its bound passes the next entry's by this fraction (gpt3-175b, GPT-1T on
 # bench_search_scale: 0 → 121 and 114 solves, 3.5 and 13 s; 1 % → 69 solves, 2.2 and 9.6 s;
 # 3 % and 10 % slower again: each solve then proves more than the search needs). searchregress:
@@ -79,6 +78,7 @@ class Frontier(SeedingMixin):
         self.seeded: set = set()       # configurations whose min-max split was scored (_seed)
         self.awaiting_cut: set = set()  # unproved twice, solved again under the k-th plan's cut
         self.second_chances: set = set()   # unproved configurations solved once more at the end
+        self.chance_counts: dict = {}  # configuration -> its end-of-search chances (further_chances)
         self.deferrals: dict = {}      # configuration -> times its solve was deferred (DEFER_GROWTH)
         from autopar.search.twins import Twins
         self.twins = Twins(costs)      # dense: ZeRO twins of one objective share their proofs
@@ -128,20 +128,22 @@ class Frontier(SeedingMixin):
     def _second_chance(self) -> bool:
         """Once the top plans are out, each configuration CP-SAT left unproved under the last
         plan's key is solved once more, under the k-th plan's cut alone and a longer budget
-        (True: some went back on the heap). The order in which configurations meet their cuts
-        decides which proofs stall (GPT 1T, dp32·pp12 vpp4: unproved at a bound of 69.3 s
-        before the 5th plan, 70.8 s, was known); under the final cut such a program is mostly
-        infeasible at once, which is the proof the ranking lacked."""
+        (True: some went back on the heap; up to ``further_chances.MAX_CHANCES`` times, each
+        longer). The order in which configurations meet their cuts decides which proofs stall
+        (GPT 1T, dp32·pp12 vpp4: unproved at a bound of 69.3 s before the 5th plan, 70.8 s, was
+        known); under the final cut such a program is mostly infeasible at once, which is the
+        proof the ranking lacked."""
         if len(self.results) < self.top or self.proved():
             return False
         last = self.results[-1]
         last_key = objective_key(self.objective, last.config, last.prediction["step_time_s"])
-        again = [(c, b) for c, b in self.unresolved if c not in self.second_chances
+        from autopar.search.further_chances import count_chance, may_have_another
+        again = [(c, b) for c, b in self.unresolved if may_have_another(self, c)
                  and (b is None or objective_key(self.objective, c, b) < last_key)]
         for c, b in again:
             self.unresolved.remove((c, b))
             self.stats.not_proved -= 1
-            self.second_chances.add(c)
+            count_chance(self, c)   # frontier6: more chances, each longer, while time allows
             self.retried.add(c)
             self.awaiting_cut.add(c)
             self.push(c, b if b is not None else 0.0, 1, self.costs.terms(c))
@@ -250,8 +252,8 @@ class Frontier(SeedingMixin):
         if ub is None and c in self.awaiting_cut:   # give it a k-th plan's cut: seed the next ones
             self._seed_ahead()
             ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
-        limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1) \
-            * (SECOND_CHANCE_FACTOR if c in self.second_chances else 1)
+        from autopar.search.further_chances import budget_factor
+        limit = self.solve_limit_s * (RETRY_FACTOR if c in self.retried else 1) * budget_factor(self, c)
         # the entry next in line: once CP-SAT proves every split of c sorts after it, c waits
         stop = _step_to_beat(self.objective, c, self.heap[0][0]) if self.heap else None
         if c in self.awaiting_cut and ub is not None:

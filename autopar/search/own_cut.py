@@ -7,7 +7,8 @@ configuration already holds a real split (a seed's, or one CP-SAT found on the w
 it): the cut's one use there is gone, and what is left is proving the configuration's own
 optimum. How long CP-SAT takes for that moves several-fold with the cut, either way round, so the
 two re-solves are two different programs, not one program twice: the retry is uncut, the second
-chance is cut just above the held split (``OWN_CUT_MARGIN``). DeepSeek-V3-like on 1024 H100,
+chance is cut just above the held split (``OWN_CUT_MARGIN``; a further chance, where the second
+left it unproved, takes the other program: ``further_chances``). DeepSeek-V3-like on 1024 H100,
 batch 4096 (issue 27's must-show), ZeRO-2 dp256·pp4 mb2 (63 rows), CP-SAT units for the proof of
 ``SplitModel`` alone ("-": unproved in 5–10 units):
 
@@ -51,7 +52,8 @@ def own_cut(frontier, c, ub: float | None) -> tuple[float | None, tuple | None]:
     step = _step_to_beat(frontier.objective, c, key)
     if step is None or (ub is not None and step >= ub):
         return ub, None
-    if c not in frontier.second_chances:   # the retry: uncut (docstring)
+    from autopar.search.further_chances import own_cut_chance
+    if not own_cut_chance(frontier, c):   # the retry (and the even further chances): uncut (docstring)
         return None, None
     cut = step * (1 + OWN_CUT_MARGIN)
     return (cut if ub is None else min(cut, ub)), stages
