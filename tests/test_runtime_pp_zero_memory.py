@@ -16,6 +16,7 @@ records. About 20 s of 4 processes: slow.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 SPEC = "gpt:layers=4,hidden=32,heads=4,vocab=64,seq=8,dropout=0"
@@ -133,3 +134,36 @@ def test_autopar_pp_stages_hold_whole_fp32_grads_gathered_weights_and_m_outputs(
             assert r["sharded_grad_bytes"] * 2 == r["param_bytes_whole"]   # dp = 2, even dims
             if rank >= 2:
                 assert r["output_chunks"] == N_MICRO
+
+
+def test_autopar_profile_and_amp_memory_price_what_the_world_measured():
+    """What the measurement above says, as the cost model prices autopar's runtime: the profile's
+    switch (bf16-mixed: pipeline_fsdp_memory), and in the amp recipe (autopar validate) a ZeRO-3
+    stage under pp holding every weight gathered at its backward's end, not two rows as at pp = 1."""
+    import dataclasses
+
+    from synthetic_tables import llama_table
+
+    from costmodels.contracts.plan import Plan
+    from costmodels.model.estimate import estimate
+    from costmodels.model.memory import STATE_BYTES
+    from costmodels.model.table_arrays import table_arrays
+    from costmodels.profiles.hardware_files import load_profile
+    from costmodels.profiles.runtime import load_runtime
+    assert load_runtime("autopar").torch_pipelining == 1
+    table = llama_table(8, 1024, 8, 8, 2816, 1024, 256)   # weights outweigh activations
+    arr = table_arrays(table)
+    hw = dataclasses.replace(load_profile("h100-80g-sxm"), hbm_bytes=1e15)
+    bp = STATE_BYTES["amp"][0]
+    for pp in (1, 2):
+        plan = Plan(dp=2, pp=pp, micro_batch_size=1, zero=3, schedule="1f1b", recompute="full")
+        e = estimate(table, hw, plan, plan.world_size, 8, precision="amp")
+        for r, st in enumerate(e.stages_detail):
+            sizes = np.concatenate([arr.params[s:t] for s, t in st["rows"]])
+            whole = bp * float(sizes.sum())
+            gathered = st["memory_bytes"]["gathered"]
+            if pp == 1:
+                assert gathered == pytest.approx(bp * float(np.sort(sizes)[::-1][:2].sum()))
+                assert gathered < whole
+            else:
+                assert gathered == pytest.approx(whole), r
