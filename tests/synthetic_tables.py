@@ -137,6 +137,21 @@ def no_host_runtime() -> str:
     return "autopar-no-host"
 
 
+def sharded_grads_runtime() -> str:
+    """autopar's runtime priced as before its pipelined ZeRO-2/3 was measured (``torch_pipelining
+    = 0``: ZeRO-2's gradients sharded under pp, ZeRO Table 1): the gpt3-175b solver tests need a
+    configuration whose memory forces uneven splits yet fits (dp128·tp2·pp4 ZeRO-2), which the
+    measured runtime, holding whole fp32 gradients per stage, no longer fits. Registered once; its
+    name."""
+    import dataclasses
+
+    from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
+    if "autopar-sharded-grads" not in _REGISTERED:
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-sharded-grads",
+                                             torch_pipelining=0))
+    return "autopar-sharded-grads"
+
+
 def tight_memory_costs(layers: int, batch: int, fraction: float):
     """Search costs of a tiny GPT on an A100 whose HBM is ``fraction`` of the serial model's
     memory: tight enough that memory decides the splits (the memory-floor and fit-check tests)."""
