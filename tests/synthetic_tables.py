@@ -137,6 +137,23 @@ def no_host_runtime() -> str:
     return "autopar-no-host"
 
 
+def no_torch_pipelining_runtime() -> str:
+    """autopar's runtime priced as before its pipelined ZeRO-2/3 was measured (``torch_pipelining
+    = 0``: ZeRO Table 1's sharded gradients under pp, no held outputs on the last stage). For the
+    tests of mechanisms that a pp configuration happens to carry: the gpt3-175b solver tests need
+    dp128·tp2·pp4 ZeRO-2 to fit with uneven splits (the measured runtime, holding whole fp32
+    gradients per stage, no longer fits it), the coefficient test checks Table 1's formula, and
+    the memory-floor / V-placement tests count in-flight activations, which the last stage's held
+    outputs would blur. Registered once; its name."""
+    import dataclasses
+
+    from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
+    if "autopar-no-torch-pipelining" not in _REGISTERED:
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name="autopar-no-torch-pipelining",
+                                             torch_pipelining=0))
+    return "autopar-no-torch-pipelining"
+
+
 def tight_memory_costs(layers: int, batch: int, fraction: float):
     """Search costs of a tiny GPT on an A100 whose HBM is ``fraction`` of the serial model's
     memory: tight enough that memory decides the splits (the memory-floor and fit-check tests)."""

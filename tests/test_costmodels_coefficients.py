@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from synthetic_tables import gpt3_175b, gpt_table
+from synthetic_tables import gpt3_175b, gpt_table, no_torch_pipelining_runtime
 
 from costmodels.contracts.plan import Plan
 from costmodels.model.checks import check_plan
@@ -47,7 +47,8 @@ def test_chunks_are_range_sums_of_the_coefficients(plan, gpus, batch):
 def test_coefficients_follow_the_docstring_formulas():
     t = gpt_table(layers=4, hidden=512, heads=8, vocab=8000, seq=256)
     prof = load_profile("cpu-2core")
-    plan = Plan(dp=2, tp=2, pp=2, zero=3, micro_batch_size=4)
+    # ZeRO Table 1 (16Ψ/d at ZeRO-3): a runtime without torch pipelining's whole stage states
+    plan = Plan(dp=2, tp=2, pp=2, zero=3, micro_batch_size=4, runtime=no_torch_pipelining_runtime())
     co = row_coefficients(t, prof, plan)
     arr = table_arrays(t)
     tiers = plan_tiers(plan, prof.gpus_per_node)

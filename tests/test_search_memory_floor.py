@@ -4,7 +4,7 @@ import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic_tables import tight_memory_costs
+from synthetic_tables import no_torch_pipelining_runtime, tight_memory_costs
 
 from autopar.search.engine import all_splits
 from autopar.search.space import Shape, configurations
@@ -45,7 +45,8 @@ def test_the_floor_lifts_the_bound_where_memory_binds():
     costs = _costs(8, 16, 1e6)
     c = next(c for c in configurations(Shape.of(costs.table), 4, 16, 8, {"tp": 1, "pp": 4, "schedule": "1f1b",
                                                                          "zero": 0, "recompute": "none",
-                                                                         "micro_batch_size": 1}))
+                                                                         "micro_batch_size": 1,
+                                                                         "runtime": no_torch_pipelining_runtime()}))
     roomy = costs.terms(c)
     roomy.set_block_floor()
     assert roomy.blocks[0] == 2                   # 8 blocks on 4 ranks: memory does not bind

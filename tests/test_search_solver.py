@@ -175,9 +175,9 @@ def test_objectives_throughput_per_gpu_and_fewest_gpus():
 def test_at_scale_gpt3_on_1024_a100_is_proved_and_matches_estimate():
     """gpt3-175b on 1024 A100s (analytic table): proved optimal, every prediction = estimate, the
     CP-SAT split is at least as good as the cost model's balanced split of the same configuration."""
-    from synthetic_tables import gpt3_175b
+    from synthetic_tables import gpt3_175b, no_torch_pipelining_runtime  # the ZeRO-2 that defers (there)
     costs = Costs(gpt3_175b(), BASE, 1536)
-    res = run_search(costs, gpus=1024, global_batch=1536, top=3)
+    res = run_search(costs, gpus=1024, global_batch=1536, top=3, fix={"runtime": no_torch_pipelining_runtime()})
     assert res.optimal and len(res.plans) == 3
     assert res.stats.deferred > 0      # configurations re-queued behind a better bound, still proved
     _check_plans(res, costs)
@@ -242,14 +242,14 @@ def test_a_split_solve_stops_once_its_bound_passes_the_next_entry():
     """``stop_above_s``: CP-SAT ends as soon as it proves every split slower than the given step
     time, and reports a bound above it yet no better than the split it found; the search re-queues
     such a configuration (``stats.deferred``) and still proves the same ranking."""
-    from synthetic_tables import gpt3_175b
+    from synthetic_tables import gpt3_175b, no_torch_pipelining_runtime
 
     from autopar.search.space import Config
     from autopar.search.split_model import SplitModel
     costs = Costs(gpt3_175b(), BASE, 1536)
     # pp=4 with 8 chunks per rank: its memory forces uneven splits far above the balanced bound
     c = Config(dp=128, tp=2, pp=4, vpp=8, micro_batch_size=1, zero=2, recompute="none",
-               sequence_parallel=True, schedule="interleaved-1f1b")
+               sequence_parallel=True, schedule="interleaved-1f1b", runtime=no_torch_pipelining_runtime())
     terms = costs.terms(c)
     lb = terms.time_lower_bound()
     res = SplitModel(terms, time_limit_s=5.0, stop_above_s=lb * 1.05).solve()
@@ -269,13 +269,13 @@ def test_the_stop_cut_tells_after_the_next_entry_from_no_split_at_all():
     every split sorts after the next entry (stopped, bound above it), and a split under it is
     still the optimum. Where no split fits the GPU's memory the solve says infeasible, or (CP-SAT's
     core need not be minimal) stopped with a bound above the stop: both keep the search exact."""
-    from synthetic_tables import gpt3_175b
+    from synthetic_tables import gpt3_175b, no_torch_pipelining_runtime
 
     from autopar.search.space import Config
     from autopar.search.split_model import SplitModel
     costs = Costs(gpt3_175b(), BASE, 1536)
     c = Config(dp=128, tp=2, pp=4, vpp=2, micro_batch_size=1, zero=2, recompute="none",
-               sequence_parallel=True, schedule="interleaved-1f1b")
+               sequence_parallel=True, schedule="interleaved-1f1b", runtime=no_torch_pipelining_runtime())
     terms = costs.terms(c)
     best = SplitModel(terms, time_limit_s=20.0).solve()
     assert best.status == "optimal"

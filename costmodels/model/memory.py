@@ -60,6 +60,9 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
   (``PΨ/d``) and every gathered weight from forward to backward (``PΨ``); ZeRO-3's gathered rows
   are not live at a backward's start (FSDP2 re-gathers a row in its pre-backward hook, after the
   loss backward). With several micro-batches FSDP2 accumulates *unsharded* gradients (``GΨ``);
+  under pp > 1 torch's pipelining turns FSDP2's resharding after backward off on the whole stage
+  (``set_reshard_after_backward(False)``), so at the end of the backward a ZeRO-3 stage holds
+  every weight gathered (``PΨ``, not two rows; measured: tests/test_runtime_pp_zero_memory.py);
 * pp > 1: ``torch.distributed.pipelining``'s receive buffers, one per micro-batch for every
   input (chunk start > 0) and output-gradient (chunk end < rows) of the rank's chunks:
   ``m·k·boundary·4/act_dtype_bytes`` each (the fp32 residual stream), ``/t`` with sp;
@@ -311,6 +314,8 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
         held = (m if pp > 1 else 1) * LOGIT_BYTES[precision] * lg
         transient = LOSS_GRAD_BYTES * lg
     merged = 2.0 if pp > 1 else 1.0   # pipelining returns the held outputs concatenated
+    if pp > 1 and dp > 1 and zero >= 3:   # the stage's backwards keep what they gather (docstring)
+        gather = bp * params
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     # (params, grads, activations, gathered) at each moment
