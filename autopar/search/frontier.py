@@ -22,7 +22,6 @@ from autopar.search.frontier_keys import (  # noqa: F401  (re-exported: engine, 
 )
 from autopar.search.frontier_seeding import SeedingMixin
 from autopar.search.space import Config
-from autopar.search.split_hint import held_split
 
 RETRY_FACTOR = 5
 # CP-SAT stops once its bound passes the next entry's by this fraction (gpt3-175b, GPT-1T on
@@ -268,7 +267,6 @@ class Frontier(SeedingMixin):
         cut, own = own_cut(self, c, ub)   # a re-solve: under its own best split where that is tighter
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
                            upper_bound_s=cut, stop_above_s=stop)
-        model.hint_stages = held_split(self, c)   # a re-solve starts from its held split (split_hint)
         if terms.split_backward and not some_split_fits(model):
             # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
             # program alone: a configuration no split fits is dropped on the memory program

@@ -112,7 +112,6 @@ class SplitModel(SplitSums, SplitSolve):
         self.stop_above_s = stop_above_s
         self.stop_lit = None        # the stop cut's assumption where it binds (split_stop)
         self.fits_only = fits_only  # objective "memory": any split under HBM, no minimum
-        self.hint_stages = None     # a split the configuration already holds: the hint (split_hint)
         self.model = cp_model.CpModel()
         self.n, self.S, self.pp, self.vpp = terms.n, terms.n_virtual, terms.pp, terms.vpp
         self.unit = time_unit(terms.time_lower_bound())
@@ -222,13 +221,8 @@ class SplitModel(SplitSums, SplitSolve):
         return 4 * self.n * (self.t.m + self.pp + 2)
 
     def _hint(self):
-        """Start from the split the configuration already holds (``split_hint``), else the
-        min-max split of the row times (``costmodels.contracts.split.partition``)."""
+        """Start from the min-max split of the row times (``costmodels.contracts.split.partition``)."""
         if self.fixed_stages is not None or self.S < 2:
-            return
-        if self.hint_stages is not None and self.sched is None:   # (zero-bubble programs: unmeasured)
-            from autopar.search.split_hint import add_held_hint
-            add_held_hint(self)
             return
         from costmodels.contracts.split import partition
         try:

@@ -41,8 +41,6 @@ class SplitSolve:
         # CP-SAT's own SIGINT handler would end this solve early and let the search go on and
         # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
         solver.parameters.catch_sigint_signal = False
-        from autopar.search.split_hint import prove_from_held
-        prove_from_held(self, solver)   # a re-solve from its held split: the bound's search (split_hint)
         stopped = stop_when_bound_passes(self, solver)
         code = solver.Solve(self.model)
         wall = time.perf_counter() - t0
