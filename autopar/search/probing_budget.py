@@ -27,7 +27,9 @@ stalled (dp256·pp4 vpp6 ZeRO-2: uncut 7.34 -> 0.57 units, own cut 11.25 -> 0.78
 DeepSeek-V3-like on 1024 H100 (batch 4096) proved, the same top 5, 25 -> 23 CP-SAT solves,
 56.6 -> 24.6 units, 43.9 s CPU at load 1.8 (main: 115.5 s at load 3; level 1 gave the same
 units as level 0). The dense cases' units are unchanged (gpt3-175b 0.22, GPT 1T 1.56;
-llama3-405b 0.10 -> 0.13). The zero-bubble op-graph programs keep CP-SAT's default (unmeasured).
+llama3-405b 0.10 -> 0.13). The zero-bubble op-graph programs keep CP-SAT's default: skipping it
+there changed nothing (pinned zb-v, gpt3-175b on 1024 A100: 7.19 units either way, 47.4 / 49.0 s
+CPU at load 0.8).
 
 Tried and left out (same measurements): a solution hint of the split a re-solve's configuration
 already holds changed nothing (vpp6 ZeRO-2, 6 units: same bound, same split; CP-SAT finds that
