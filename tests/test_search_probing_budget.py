@@ -2,7 +2,9 @@
 
 On a DeepSeek-V3-sized MoE's ZeRO-3 interleaved layout CP-SAT probes for its full 1.0 unit cap
 before searching: with the search's first budget of exactly 1.0 unit the solve came back with
-neither a split nor a bound (and was solved again at five times the budget)."""
+neither a split nor a bound (and was solved again at five times the budget). Since
+``skip_load_probing`` the dense programs skip that probing; the allowance still covers it where it
+runs (the tests restore it)."""
 from __future__ import annotations
 
 import pytest
@@ -30,13 +32,25 @@ def _first_solve(terms):
     return stop, SplitModel(terms, time_limit_s=2.0, stop_above_s=stop).solve()
 
 
-def test_the_first_budget_reaches_the_search(zero3_interleaved_terms):
+def _with_probing(monkeypatch):
+    monkeypatch.setattr(probing_budget, "skip_load_probing", lambda model, solver: None)
+
+
+def test_without_the_probing_the_first_solve_proves_its_bound_at_once(zero3_interleaved_terms):
+    stop, res = _first_solve(zero3_interleaved_terms)
+    assert res.stopped and res.bound_s >= stop
+    assert res.det_s < 0.25 * probing_budget.LOAD_PROBING_DET   # no unit spent probing
+
+
+def test_the_first_budget_reaches_the_search(zero3_interleaved_terms, monkeypatch):
+    _with_probing(monkeypatch)
     stop, res = _first_solve(zero3_interleaved_terms)
     assert res.det_s > probing_budget.LOAD_PROBING_DET   # the probing did reach its cap here
     assert res.stopped and res.bound_s >= stop            # a bound the frontier can defer it at
 
 
 def test_without_the_allowance_the_probing_eats_the_budget(zero3_interleaved_terms, monkeypatch):
+    _with_probing(monkeypatch)
     monkeypatch.setattr(probing_budget, "FLOOR_DET", 0.0)
     stop, res = _first_solve(zero3_interleaved_terms)
     assert not res.stopped and res.stages is None and (res.bound_s or 0.0) < stop

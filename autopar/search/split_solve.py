@@ -24,6 +24,8 @@ class SplitSolve:
         set_limits(solver, self.time_limit_s, self.wall_limit_s)
         from autopar.search.probing_budget import allow_load_probing
         allow_load_probing(solver)   # moespeed: the budget counts search, not load-time probing
+        from autopar.search.probing_budget import skip_load_probing
+        skip_load_probing(self, solver)   # hint: and the dense programs skip that probing
         solver.parameters.num_workers = self.workers
         # CP-SAT's presolve expands the exact domains of the large-coefficient linear expressions
         # (nanoseconds, bytes) into thousands of intervals and can spend seconds there; the model
