@@ -187,6 +187,17 @@ def row_times(table: LayerTable, profile: HardwareProfile, tp: int, sp: bool, mi
 
 
 @lru_cache(maxsize=4096)
+def row_matmul_efficiency(arr: TableArrays, profile: HardwareProfile, k: float, tp: int) -> np.ndarray:
+    """Each row's matmul efficiency, the FLOP-weighted harmonic mean over its GEMMs (one GPU, the
+    micro-batch ``k`` times the table's, tp-sharded): the rate at which the row's FLOPs run. Rows
+    without GEMMs get 1.0. Shared by the row times and the MoE attention-core correction."""
+    f_mm = arr.mm_flops * k / tp
+    e_mm = profile.matmul_efficiency(f_mm)
+    num = np.bincount(arr.mm_row, weights=f_mm, minlength=arr.n)
+    den = np.bincount(arr.mm_row, weights=f_mm / e_mm, minlength=arr.n)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+
+
 def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b: int,
                recompute: str, attention: str, tp_tier, precision: str,
                elementwise_traffic: float | None = None, host_block_s: float = 0.0,
@@ -199,12 +210,7 @@ def _row_times(arr: TableArrays, profile: HardwareProfile, tp: int, sp: bool, b:
     logits = arr.loss_logits if autopar_rt else arr.loss_logits / tp
     k = b / t.micro_batch
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
-    # flops-weighted harmonic efficiency per row
-    f_mm = arr.mm_flops * k / tp
-    eff_mm = profile.matmul_efficiency(f_mm)
-    num = np.bincount(arr.mm_row, weights=f_mm, minlength=arr.n)
-    den = np.bincount(arr.mm_row, weights=f_mm / eff_mm, minlength=arr.n)
-    eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    eff = row_matmul_efficiency(arr, profile, k, tp)
     ew = profile.elementwise_bw
     act = activation_bytes_none(arr, tp, sp, b, attention)
     fwd = k * arr.fwd_flops / (tp * peak * eff) + c_fwd * act / ew

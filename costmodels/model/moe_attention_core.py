@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodels.model.compute import ATTN_BWD_RATIO, RowTimes
+from costmodels.model.compute import ATTN_BWD_RATIO, RowTimes, row_matmul_efficiency
 
 
 def moe_core_fix_s(arr, profile, plan, k: float, moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -42,9 +42,7 @@ def moe_core_fix_s(arr, profile, plan, k: float, moe: np.ndarray) -> tuple[np.nd
     peak = profile.peak_flops_per_s(t.act_dtype_bytes)
     f_mm = arr.mm_flops * k / tp
     e_mm = profile.matmul_efficiency(f_mm)
-    num = np.bincount(arr.mm_row, weights=f_mm, minlength=arr.n)
-    den = np.bincount(arr.mm_row, weights=f_mm / e_mm, minlength=arr.n)
-    eff = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
+    eff = row_matmul_efficiency(arr, profile, k, tp)
     per_head = t.micro_batch * t.heads * t.seq
     out = np.zeros(arr.n)
     for i, r in enumerate(t.rows):
