@@ -14,12 +14,18 @@ from autopar.search.space import Shape, configurations
 from costmodels.profiles.hardware_files import load_profile
 
 
-def test_a_tree_cut_short_is_not_grown_again_under_a_looser_cut(monkeypatch):
+def _zb_v_configuration():
+    """A 12-layer gpt's first zb-v pp4 configuration on 32 A100s, with its search costs."""
     table = gpt_table(12, 256, 4, 5000, 128, model="gpt-12")
     prof = load_profile("a100-80g-sxm")
     costs = Costs(table, prof, 32)
-    c = next(c for c in configurations(Shape.of(table), 4, 32, prof.gpus_per_node,
-                                       fix={"schedule": "zb-v", "pp": 4, "runtime": no_host_runtime()}))
+    return costs, next(c for c in configurations(Shape.of(table), 4, 32, prof.gpus_per_node,
+                                                 fix={"schedule": "zb-v", "pp": 4,
+                                                      "runtime": no_host_runtime()}))
+
+
+def test_a_tree_cut_short_is_not_grown_again_under_a_looser_cut(monkeypatch):
+    costs, c = _zb_v_configuration()
     frontier = SimpleNamespace(deadline=time.perf_counter() + 60, costs=costs, stats=SearchStats(),
                                _evaluate=lambda plan: {"fits": True})
     terms = costs.terms(c)
@@ -37,11 +43,7 @@ def test_a_tree_cut_short_is_not_grown_again_under_a_looser_cut(monkeypatch):
 def test_a_configuration_cp_sat_could_not_prove_gets_one_larger_tree(monkeypatch):
     """Once CP-SAT failed to prove it (``Frontier.retried``), the tree is tried again, once, with
     ``RETRY_NODES`` times the nodes, even under a cut no tighter than the one it outgrew."""
-    table = gpt_table(12, 256, 4, 5000, 128, model="gpt-12")
-    prof = load_profile("a100-80g-sxm")
-    costs = Costs(table, prof, 32)
-    c = next(c for c in configurations(Shape.of(table), 4, 32, prof.gpus_per_node,
-                                       fix={"schedule": "zb-v", "pp": 4, "runtime": no_host_runtime()}))
+    costs, c = _zb_v_configuration()
     frontier = SimpleNamespace(deadline=time.perf_counter() + 60, costs=costs, stats=SearchStats(),
                                _evaluate=lambda plan: {"fits": True}, retried=set())
     terms = costs.terms(c)
