@@ -67,6 +67,7 @@ import re
 import sys
 from pathlib import Path
 
+from costmodels.calibration.mla_attention_kernel import plan_recompute, row_attention
 from costmodels.calibration.moe_runs import (
     AUTOMODEL_DEEPEP_OPTION,
     AUTOMODEL_OPTIONS,
@@ -162,9 +163,13 @@ def plan_of(r: dict, runtime: str) -> Plan:
     vpp = _int(r["vpp"], 1) if pp > 1 else 1
     zero = 3 if r["zero"].startswith("3") else 1
     etp = row_etp(r)   # blank: the stack's default (Megatron: tp; costmodels.calibration.moe_runs)
+    # MLA's core as the container's Transformer Engine ran it, and --recompute_modules core_attn
+    # (costmodels.calibration.mla_attention_kernel)
+    attention = row_attention(r, row_mla(r) is not None)
+    recompute = plan_recompute(row_recompute(r), row_recompute_modules(r))
     return Plan(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp,
                 micro_batch_size=_int(r["micro_batch"], 1),
-                zero=zero, sequence_parallel=tp > 1, recompute=row_recompute(r),
+                zero=zero, sequence_parallel=tp > 1, recompute=recompute, attention=attention,
                 schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime,
                 ep=_int(r["ep"]), etp=etp if tp % etp == 0 else 1, precision=PRECISIONS[r["precision"]])
 
