@@ -30,6 +30,11 @@ Routing assumption per row, as its source states it (column ``routing``):
 * ``routed``: real top-k routing with an auxiliary loss (dgxc Llama 4, NeMo's
   Mixtral rows, which state nothing else): the megatron profile's ``[moe] load_imbalance``.
 
+Attention kernel: MLA's core as the row's Transformer Engine ran it
+(``costmodels.calibration.mla_attention_kernel``): unfused (the plan's ``attention = "math"``) on
+GB200 under nemo:25.04.01, whose TE has no Blackwell kernel for its 192 / 128 head widths; fused
+elsewhere. The GB200 launch's ``--recompute_modules core_attn`` is the plan's ``selective`` recompute.
+
 Dispatch: rows whose source states DeepEP (NeMo AutoModel: "TE + DeepEP") run the runtime's
 ``deepep`` option (a token crosses the NICs once per destination node); the others Megatron's
 alltoall dispatcher (every token-expert copy sent).
@@ -67,6 +72,7 @@ import re
 import sys
 from pathlib import Path
 
+from costmodels.calibration.mla_attention_kernel import plan_recompute, row_attention
 from costmodels.calibration.moe_runs import (
     AUTOMODEL_DEEPEP_OPTION,
     AUTOMODEL_OPTIONS,
@@ -162,9 +168,13 @@ def plan_of(r: dict, runtime: str) -> Plan:
     vpp = _int(r["vpp"], 1) if pp > 1 else 1
     zero = 3 if r["zero"].startswith("3") else 1
     etp = row_etp(r)   # blank: the stack's default (Megatron: tp; costmodels.calibration.moe_runs)
+    # MLA's core as the container's Transformer Engine ran it, and --recompute_modules core_attn
+    # (costmodels.calibration.mla_attention_kernel)
+    attention = row_attention(r, row_mla(r) is not None)
+    recompute = plan_recompute(row_recompute(r), row_recompute_modules(r))
     return Plan(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp,
                 micro_batch_size=_int(r["micro_batch"], 1),
-                zero=zero, sequence_parallel=tp > 1, recompute=row_recompute(r),
+                zero=zero, sequence_parallel=tp > 1, recompute=recompute, attention=attention,
                 schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime,
                 ep=_int(r["ep"]), etp=etp if tp % etp == 0 else 1, precision=PRECISIONS[r["precision"]])
 
@@ -230,10 +240,29 @@ on an FP8 row). GB200 / B200 rows carry the Blackwell Transformer-Engine constan
 NVLink domain of 72 GPUs, so an ep group inside it exchanges its tokens over NVLink
 (`experts.ep_span` takes the profile's `link_domain`); priced on its 4-GPU hosts' NICs, as before,
 the GB200 Grok-1 and Llama 4 rows were 16–50 % too slow. Left: Grok-1 (ep 8 · etp 4) about +10 %
-in BF16 and +20 % in FP8, Llama 4 Maverick within 3 % in BF16 and 8–11 % fast in FP8; the
-DeepSeek-V3 GB200 row (NeMo 25.04, MFU 10 %) is about 65 % too fast: its earlier −10 % rested on
-the all-to-all priced over InfiniBand, while its ep 64 group sits in one rack; it published 10 %
-MFU where Maverick, ep 64 on the same racks, published 37 %, and nothing the model prices says why.
+in BF16 and +20 % in FP8, Llama 4 Maverick within 3 % in BF16 and 8–11 % fast in FP8.
+
+DeepSeek-V3 on GB200 (nemo:25.04.01, MFU 10 % where Maverick on the same racks published 37 %) is
+about 50 % too fast. Its earlier −10 % rested on the all-to-all priced over InfiniBand, but its ep
+groups do sit in one NVLink domain: NeMo's executor submits a GB200 job beyond one rack with
+`--segment 16` (16 four-GPU nodes, 64 GPUs, per rack; NVIDIA/NeMo v2.3.1
+`scripts/performance/utils.py` `slurm_executor`), and Megatron's expert mesh puts each ep group
+(32 or 64, etp 1) on consecutive ranks of one pipeline stage, inside one segment. Priced from the
+code the runs ran: their Transformer Engine (bee4649c, pinned by NeMo v2.3.1) has no Blackwell
+kernel for MLA's 192 / 128 head widths, so the core ran unfused (a materialised s×s score tensor
+per head, plan `attention = "math"`) under the launch's `core_attn` recompute (`selective`):
+`costmodels/calibration/mla_attention_kernel.py`, −59…−60 % before. Read but not priced (no
+figure to price them with): Megatron-LM's own account of DeepSeek-V3 on GB200
+(`docs/discussions/deepseek-v3-gb200-optimization`, 2025-11) names the host as the biggest
+bottleneck of its Megatron-core baseline — the CPU cannot launch the router's, permute's and
+experts' many small kernels as fast as the GPU runs them — and a fused permute kernel that TE
+later made up to 10× faster for top-8 of 256 experts (TE #1927: at bee4649c it loops over all 256
+experts per token); these rows run tp 2, which halves each GPU's kernels again; and NeMo's
+executor binds every rank of a four-GPU GB200 node to NUMA node 0 (`numactl
+--cpunodebind=$((SLURM_LOCALID/4))`), where that account gained 10 % from binding each rank to its
+GPU's node. One MTP layer ran (`pretrain_recipe()` defaults to `use_mtp=True`) on the last stage,
+which NeMo's layout gives two layers fewer (15/16/16/14 at pp 4, as the balanced split here): not
+in the table, and it does not move the slowest stage.
 The v25.05.05 Grok-1 H100 rows (etp 1 stated, tp 4) ran about a quarter faster
 than the same layout in v24.11.1 / v25.04.02 (etp blank: Megatron's default, tp); with their ep
 group placed as Megatron's expert mesh places it at etp 1 (8 consecutive ranks, one node) they are

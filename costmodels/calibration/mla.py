@@ -40,14 +40,27 @@ the attention output alone, ``2·a·d_v`` per token, and outside TP the checkpoi
 only, ``2·(r_q + r_kv + d_r)`` (the fused layernorms run inside it under no_grad, so their
 normalized copies are not kept), and the backward runs the up-projections' forward again: ``2·tokens·(r_q·a·d_qk +
 r_kv·a·(d_n + d_v))`` FLOPs. This is the recompute the dgxc-benchmarking DeepSeek-V3 launch asks
-for on H100 (``--recompute_modules mla_up_proj``); its GB200 launch asks for ``core_attn``,
-which fused attention does not keep anyway (nothing to price). Selective and full recompute
-are exclusive in Megatron-core (``recompute_granularity``): a table with the up-projection
-recompute is for plans without full recompute.
+for on H100 (``--recompute_modules mla_up_proj``); its GB200 launch asks for ``core_attn``, the
+core's selective recompute: on GB200 that release's Transformer Engine ran MLA's core unfused
+(``costmodels.calibration.mla_attention_kernel``: plan ``attention = "math"``, ``recompute =
+"selective"``). Selective and full recompute are exclusive in Megatron-core
+(``recompute_granularity``): a table with the up-projection recompute is for plans without full
+recompute.
 
-Weak: the down projections are replicated over tp in Megatron-core (``linear_q_down_proj`` /
-``linear_kv_down_proj`` are not tensor-parallel), the table's row parameters are divided by tp as
-a whole (0.46 B of DeepSeek-V3's 671 B parameters undercharged at tp 2).
+**Tensor parallelism of the down-projections** (the table divides every linear by tp): at
+f98b1a008b76, the commit the scored runs ran, Megatron-core's TE spec builds ``linear_q_down_proj``
+and ``linear_kv_down_proj`` as ``TEColumnParallelLinear`` (``gpt_layer_specs.py``
+``get_gpt_layer_with_transformer_engine_spec``, since 1c425a8313 of 2025-02-24): their weights and
+FLOPs are split over tp, and ``MLASelfAttention.forward`` all-gathers their outputs
+(``gather_from_tensor_model_parallel_region``) before the q / kv layernorms — so the division is
+right for these rows. Megatron-core switched them back to a replicated ``TELinear`` in e63aee46b2
+(2025-06-13; 00caa53 has it, ``parallel_mode = "duplicated"``): for a later Megatron the table
+would undercharge 0.46 B of DeepSeek-V3's 671 B parameters at tp 2 (their FLOPs stay split under
+sequence parallelism, each rank projecting its own part of the sequence). Not priced: at f98b1a0 the
+column-parallel down-projections add TP all-gathers beyond the one the table's attention pair
+counts (a second ``s·h`` one for ``linear_kv_down_proj``'s input and ``s·(2·r_q + 2·r_kv + d_r)``
+for the compressed q / kv and the up-projections' inputs, about 1.6 ``s·h`` all-gathers per
+direction and block; some 0.4 % of the dgxc DeepSeek-V3 steps at tp 2 on NVLink).
 """
 from __future__ import annotations
 

@@ -134,7 +134,9 @@ def row_mla(row: dict):
 # same file at 1f6d9f40e4117d) sets RM='mla_up_proj' on H100 and RM='core_attn' on GB200 and passes
 # --recompute_modules $RM to NeMo's scripts/performance/llm/pretrain_deepseek_v3.py, which sets
 # recompute_granularity = "selective" (NVIDIA/NeMo v2.3.1 abddc854389e line 65). core_attn drops
-# the attention core's saved scores, which fused attention never keeps (nothing to price).
+# the attention core's saved scores and re-runs its forward: on GB200 that release's Transformer
+# Engine ran MLA's core unfused, so the plan's selective recompute with math attention
+# (costmodels.calibration.mla_attention_kernel).
 RECOMPUTE_MODULES = {
     "dgxc-v25.05.05-deepseek-v3-h100-": ("mla_up_proj",),
     "dgxc-v25.05.05-deepseek-v3-gb200-": ("core_attn",),
