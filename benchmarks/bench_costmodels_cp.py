@@ -36,7 +36,11 @@ bounds the baseline's TP by the query groups, not by the node, so the baseline i
 the node-bounded search (with or without TP-comm overlap, ``_baseline_runtimes``) and the search
 with TP across nodes up to the heads (without TP-comm overlap), under the stack's FP8 GEMM shape
 rule (``costmodels.profiles.fp8_shapes``: Llama 2 7B's 11008-wide MLP stops TP at 16). The
-baseline's own plan is not published anywhere (docs/validation-cp.md, "The baseline"). A
+baseline's own plan is not published anywhere (docs/validation-cp.md, "The baseline"), nor is its
+recompute. The sources read for it are listed in "The baselines' recompute": NeMo's page at every
+commit (5b47a94 … 19fadb6), the Launcher's llama2_7b.yaml (702ea64, 064e676: none), NeMo 2's
+long-context recipes (8cfedd7: none) and Megatron-LM's CP doc (2407ddf: its own reference run is
+TP8 with full recompute). None states it, so the search decides recompute by memory, as for any plan. A
 prediction within 10 % of the published ratio passes. Each side's predicted step is also set
 against the step its published TFLOP/s per GPU stands for (``costmodels.calibration.nemo_flops``:
 NeMo's own FLOP count), which says whether a miss is the cp run's or the baseline's;
