@@ -253,9 +253,10 @@ class Runner(RunnerCheckpoints):
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}
         if plan.pp > 1:
-            from torch.distributed.pipelining import PipelineStage
+            from autopar.runtime.step.pipeline_stage import ShardedGradStage  # ZeRO-2/3: why, there
             pp_group = lay.group("pp")
-            self._pipe_stages = [PipelineStage(w, v, n_virtual, self.device, group=pp_group)
+            self._pipe_stages = [ShardedGradStage(w, v, n_virtual, self.device, group=pp_group,
+                                                  reshard_after_backward=plan.zero == 3)
                                  for w, v in zip(self._wrapped, self.virtual)]
 
     @staticmethod
