@@ -26,10 +26,11 @@ FSDP2 around each backward:
 
 ``is_last_backward`` stays off until ``perform_reduce_grad`` (torch's setting): FSDP2 then waits
 for the step's outstanding reduce-scatters once, at the end, not after every micro-batch.
-HSDP (``dp_shard``) all-reduces each micro-batch's shard over the replicas too: FSDP2's
-reduce-scatter-only accumulation (``set_requires_all_reduce(False)``) all-reduces what it
-accumulated only if the last post-backward still has a gradient to reduce, which the stage's
-final reduce does not.
+HSDP (``dp_shard``): the all-reduce of the shards over the replicas runs once a step, in the
+stage's last backward (torch's ``last_backward``): before it FSDP2 accumulates each micro-batch's
+reduce-scattered shard (``set_requires_all_reduce(False)``: its ``partial_reduce_output``), and
+the last backward's reduce adds it and all-reduces the sum. ``perform_reduce_grad`` refuses to
+end a step with a shard left un-all-reduced (it would be a wrong gradient, silently).
 
 Every other stage type (DDP, plain) goes to torch's method unchanged."""
 from __future__ import annotations
@@ -55,6 +56,7 @@ class ShardedGradStage(PipelineStage):
         fsdp.set_is_last_backward(False)
         fsdp.set_requires_gradient_sync(True)
         fsdp.set_reshard_after_backward(self.reshard_each_backward)
+        fsdp.set_requires_all_reduce(last_backward)   # HSDP's replicas: once a step (docstring)
         if backward_type == "full":   # FSDP2's hooks reduce each block as its backward ends
             grads = stage_backward(bwd_kwargs["stage_output"], bwd_kwargs["output_grads"],
                                    bwd_kwargs["input_values"])
@@ -64,6 +66,14 @@ class ShardedGradStage(PipelineStage):
         grads = stage_backward_weight(self.submod.parameters(), bwd_kwargs["param_groups"])
         reduce_now(fsdp)   # autograd.grad fired no FSDP2 hook: reduce as perform_reduce_grad does
         return grads, None
+
+    def perform_reduce_grad(self, grad_scale_factor: int):
+        super().perform_reduce_grad(grad_scale_factor)
+        if isinstance(self.submod, FSDPModule) and any(
+                g._partial_reduce_output is not None
+                for st in fully_shard.state(self.submod)._state_ctx.all_states for g in st._fsdp_param_groups):
+            raise RuntimeError(f"stage {self.stage_index}: HSDP gradients were reduce-scattered but never "
+                               "all-reduced over the replicas (no last backward reached FSDP2)")
 
 
 def reduce_now(fsdp: FSDPModule) -> None:
