@@ -1,18 +1,21 @@
-"""autopar's OWN runtime under pp > 1 with ZeRO-2/3 holds what torch.distributed.pipelining holds
-(issue 31, deliverable 4; runtime-profiles/autopar.toml ``[memory] torch_pipelining = 1`` cites it).
+"""autopar's OWN runtime under pp > 1 with ZeRO-2/3 shards gradients per micro-batch (issue 31,
+deliverable 4; runtime-profiles/autopar.toml ``[memory] torch_pipelining = 0`` and ``[overlap]
+pipeline_zero_reduce_per_micro_batch = 1`` cite it).
 
 autopar's runtime (autopar/runtime/step/data_parallel.py wrap_dp) puts FSDP2 ``fully_shard`` on
-each block AND on the stage module before handing it to torch.distributed.pipelining's
-``PipelineStage`` (autopar/runtime/apply.py), so the stage is an ``FSDPModule`` and torch's
-``backward_maybe_with_nosync`` takes its FSDP branch: ``set_requires_gradient_sync(False)`` and
-``set_reshard_after_backward(False)`` before every micro-batch's backward, the reduce-scatter only
-in ``perform_reduce_grad`` after the last one. Measured on 4 gloo ranks (pp = 2, dp = 2, a tiny gpt,
-m = 4, 1F1B) for ZeRO-2 and ZeRO-3 by wrapping each local PipelineStage's backward and reduce:
-after every micro-batch's backward (and after the reduce) what the stage's FSDP parameters hold
-(gathered weights, whole and sharded gradients, their dtype) and how many micro-batch outputs the
-last stage keeps (``output_chunks``). A torch upgrade that changes any of it fails here, and the
-profile figure must follow. ``python benchmarks/measure_autopar_pp_zero_memory.py`` prints the
-records. About 20 s of 4 processes: slow.
+each block AND on the stage module and hands it to its own pipeline stage
+(autopar/runtime/step/pipeline_stage.py ``ShardedGradStage``), whose backward keeps
+``requires_gradient_sync`` on, so FSDP2 reduce-scatters each micro-batch's gradients into the 1/dp
+fp32 shards; ZeRO-3 reshards after each backward, ZeRO-2 keeps its weights gathered until the
+step's reduce; the schedule runs with ``return_outputs=False``. (torch's own stage, before: every
+parameter gathered with a whole fp32 gradient after every backward until the step's last reduce,
+m outputs kept on the last stage.) Measured on 4 gloo ranks (pp = 2, dp = 2, a tiny gpt, m = 4,
+1F1B) for ZeRO-2 and ZeRO-3 by wrapping each local stage's backward and reduce: after every
+micro-batch's backward (and after the reduce) what the stage's FSDP parameters hold (gathered
+weights, whole and sharded gradients, their dtype) and how many micro-batch outputs the last stage
+keeps (``output_chunks``). A torch upgrade that changes any of it fails here, and the profile
+figures must follow. ``python benchmarks/measure_autopar_pp_zero_memory.py`` prints the records.
+About 20 s of 4 processes: slow.
 """
 from __future__ import annotations
 
