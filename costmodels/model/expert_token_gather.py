@@ -2,7 +2,10 @@
 
 ``costmodels.model.experts`` prices the experts of a tp rank on ``1/tp`` of the tokens
 (``V = dispatch_bytes/tp``), as Megatron-core runs them: it requires sequence parallelism with tp
-under MoE, so each tp rank already holds its slice of the sequence and dispatches it (no gather).
+under MoE (megatron/training/arguments.py: "When using MoE and tensor parallelism, sequence
+parallelism must be used"), so each tp rank already holds its ``S/tp`` slice of the sequence and
+its ``MoEAlltoAllTokenDispatcher`` dispatches that (its notation: num_local_tokens = S/TP·B), no
+gather of the tokens over tp at etp 1.
 autopar's runtime runs tp without sequence parallel on MoE rows too (``autopar/rewrite/
 experts.py``): the tokens at the routed experts are then replicated over tp, each tp rank keeps its
 ``tensor_split`` of them (free), routes and exchanges only those, and the experts' outputs are
