@@ -121,3 +121,19 @@ def test_tp_without_sp_prices_one_all_gather_of_the_tokens_per_moe_row_and_direc
     sp = plan.with_(sequence_parallel=True)   # the sequence shard is dispatched as it is
     assert np.array_equal(plan_row_times(arr, H100, sp, "bf16-mixed", rt).tp_fwd_s,
                           plan_row_times(arr, H100, sp, "bf16-mixed", without).tp_fwd_s)
+
+
+def test_the_search_offers_ep_over_tp_to_autopar_and_prices_it_as_estimate():
+    from autopar.search.costs import Costs
+    from autopar.search.engine import run_search
+    from costmodels.model.estimate import estimate
+    t = moe_table(4, 1024, 16, 4, 2816, 32000, 2048, experts=16, top_k=2, expert_ffn=512, shared=1,
+                  dense_layers=1)
+    fix = {"tp": 2, "precision": "bf16", "micro_batch_size": 1, "sequence_parallel": False,
+           "ep": 4, "etp": 1, "pp": 1, "zero": 1}   # runtime: autopar's own (the default)
+    res = run_search(Costs(t, H100, 8), gpus=4, global_batch=8, top=1, time_limit_s=60, fix=fix)
+    best = res.plans[0]
+    assert best.plan.ep == 4 and best.plan.dp == 2 and best.plan.runtime in (None, "autopar") and res.optimal
+    step = estimate(t, H100, best.plan, 4, 8).step_time_s
+    assert best.solver_objective_s == pytest.approx(step, rel=1e-6)
+    assert best.prediction["step_time_s"] == pytest.approx(step, rel=1e-12)
