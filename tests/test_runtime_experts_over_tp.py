@@ -2,9 +2,10 @@
 ``dp·cp·tp`` at etp 1, as Megatron-core runs it; ``autopar/runtime/step/expert_mesh.py``).
 
 In the 4-process world of tests/test_runtime_experts.py (``moe_over_tp.CASES``): ep 4 over dp 2 ·
-tp 2 without and with sequence parallel (ZeRO-1, selective recompute) and ep 2 over tp 2 · pp 2
-equal the serial model (losses of 5 SGD steps within 1e-5 relative, parameters within 1e-4); a
-dp2·tp2·ep4 checkpoint (AdamW) resumes under dp4·ep2 and dp2·tp2·ep2 equal to serial training.
+tp 2 and ep 2 over tp 2 · pp 2 equal the serial model (losses of 5 SGD steps within 1e-5
+relative, parameters within 1e-4); 3 AdamW steps under dp2·tp2·ep4 with sequence parallel,
+ZeRO-1 and selective recompute equal serial training, and their checkpoint resumes under dp4·ep2
+equal to it.
 Without processes: the groups (ep consecutive ranks, tp first, where ep does not divide dp·cp; at
 one tp coordinate where it does), the runtime rules, the sweep's grid and the cost model's terms
 for what the runtime does (the ep group's span; the tp all-gather of the experts' tokens without
@@ -56,7 +57,7 @@ def _rel(a, b):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("resumed", ["dp4ep2", "dp2tp2ep2"])
+@pytest.mark.parametrize("resumed", ["dp4ep2"])
 def test_an_ep_over_tp_checkpoint_resumes_under_another_plan_equal_to_serial(world, resumed):
     out = world.then
     assert out is not None, world.results
