@@ -2,10 +2,10 @@
 ``dp·cp·tp`` at etp 1, as Megatron-core runs it; ``autopar/runtime/step/expert_mesh.py``).
 
 In the 4-process world of tests/test_runtime_experts.py (``moe_over_tp.CASES``): ep 4 over dp 2 ·
-tp 2 and ep 2 over tp 2 · pp 2 equal the serial model (losses of 5 SGD steps within 1e-5
-relative, parameters within 1e-4); 3 AdamW steps under dp2·tp2·ep4 with sequence parallel,
-ZeRO-1 and selective recompute equal serial training, and their checkpoint resumes under dp4·ep2
-equal to it.
+tp 2 (clipped by the serial gradient norm) and ep 2 over tp 2 · pp 2 equal the serial model
+(losses of 5 SGD steps within 1e-5 relative, parameters within 1e-4); 3 AdamW steps under
+dp2·tp2·ep4 with sequence parallel, ZeRO-1 and selective recompute equal serial training, and
+their checkpoint resumes under dp4·ep2 equal to it.
 Without processes: the groups (ep consecutive ranks, tp first, where ep does not divide dp·cp; at
 one tp coordinate where it does), the runtime rules, the sweep's grid and the cost model's terms
 for what the runtime does (the ep group's span; the tp all-gather of the experts' tokens without
