@@ -9,12 +9,17 @@ world of 4 processes for all; plans the runtime cannot run (etp; sequence parall
 transformers' MoE blocks) are refused before it starts, in one line."""
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 from world_prefetch import Job, result
 
 from autopar.runtime.verify import sweep
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
+import moe_over_tp  # noqa: E402  (tests/fixtures: the ep-over-tp cases this world also runs)
 
 pytestmark = pytest.mark.slow
 
@@ -49,15 +54,16 @@ def make_case(model, plan, micro_batches, steps):
                 spec=HF[model])
 REFUSED = [(sweep.SweepCase("moe", tuple(sorted(p.items())), 2), words) for p, words in (
     (dict(dp=2, tp=2, ep=2, etp=2), ["'etp'=2", "expert tensor"]),
-    (dict(dp=2, tp=2, ep=4), ["'ep'=4", "not from cp or tp"]),   # ep over tp: Megatron's mesh, not this runtime's
 )] + [(sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("sequence_parallel", True), ("tp", 2)), 2),
        ["'sequence_parallel'=true", "MoE blocks"])]   # transformers' MoE flattens the sequence shard
 DENSE_EP = (sweep.SweepCase("llama", (("dp", 2), ("ep", 2)), 2), ["'ep'=2", "has none"])
 
 
-# one world of 4 processes for all, run ahead of this module's turn (tests/world_prefetch.py)
-PREFETCH_WORLD = Job(sweep.run, (CASES + [c for c, _ in REFUSED] + [DENSE_EP[0]],),
-                     dict(world=4, steps=5, make_case=make_case))
+# one world of 4 processes for all, run ahead of this module's turn (tests/world_prefetch.py);
+# it also runs the ep-over-tp cases and checkpoint of tests/test_runtime_experts_over_tp.py
+PREFETCH_WORLD = Job(sweep.run, (CASES + [c for c, _ in REFUSED] + [DENSE_EP[0]] + moe_over_tp.CASES,),
+                     dict(world=4, steps=5, make_case=make_case, then=moe_over_tp.moe_checkpoint,
+                          then_args=(moe_over_tp.checkpoint_dir(),)))
 
 
 @pytest.fixture(scope="module")

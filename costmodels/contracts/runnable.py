@@ -93,7 +93,9 @@ def check_experts(plan, dims: ModelDims) -> None:
     """``ep`` shards whole experts (it divides the routed experts of every MoE layer) of a model
     that has them; autopar's own runtime runs ep with DDP or ZeRO-1/2/3, pp, tp and sequence
     parallel on the dense parts (attention, router, shared experts; each tp rank routing its own
-    tokens) and recompute (``autopar.rewrite.experts``, ``autopar.runtime.step.experts``), but
+    tokens, so an ep group may take tp and cp ranks as well as dp ones, as the contract's ep·etp
+    dividing dp·cp·tp allows: ``autopar.runtime.step.expert_mesh``) and recompute
+    (``autopar.rewrite.experts``, ``autopar.runtime.step.experts``), but
     not expert tensor parallelism (etp); the cost model prices etp for the runtimes that run it
     (Megatron-core, torchtitan)."""
     ep, etp = getattr(plan, "ep", 1), getattr(plan, "etp", 1)
@@ -106,10 +108,6 @@ def check_experts(plan, dims: ModelDims) -> None:
     if dims.experts and dims.experts % ep:
         raise PlanError(f"plan field 'ep'={ep} does not divide the {dims.experts} routed experts; "
                         f"choose ep in {divisors(dims.experts)}")
-    if runtime == "autopar" and getattr(plan, "dp", 1) % ep:
-        raise PlanError(f"plan field 'ep'={ep}: autopar's own runtime takes the ep ranks from dp "
-                        f"(dp={plan.dp}), not from cp or tp; choose ep dividing dp (or plan for runtime "
-                        "megatron and export)")
     if runtime == "autopar" and etp > 1:
         raise PlanError(f"plan field 'etp'={etp}: autopar's own runtime does not run expert tensor "
                         "parallelism (it keeps each expert whole on its ep rank; tp shards the dense "

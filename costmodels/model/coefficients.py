@@ -80,6 +80,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     grad_bytes,
     zero_row_collectives,
 )
+from costmodels.model.expert_token_gather import with_token_gather
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
 from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
@@ -297,6 +298,7 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     if moe is not None:   # a Mixture of Experts: ep's all-to-alls, grouped GEMMs, expert shards
         rt = with_expert_times(rt, moe)
         rt = with_moe_core_fix(rt, arr, kernels, plan)   # its attention core at e_att (moe_attention_core.py)
+        rt = with_token_gather(rt, arr, profile.group_link(plan, "tp"), plan, runtime)   # expert_token_gather.py
     rt = te_async_backward(rt, runtime, tp, plan.sequence_parallel)   # TE's async backward TP (te_backward_overlap.py)
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)

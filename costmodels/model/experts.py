@@ -105,10 +105,13 @@ def _folds_tp(plan) -> bool:
     00caa53: the expert ``RankGenerator(tp=expert_tensor_parallel_size, ep=..., dp=...)`` on
     the same tp-…-pp order, so at etp 1 an ep group is ``ep`` consecutive ranks) and torchtitan
     (the ``fsdp`` profile; its ParallelDims at etp 1: "[partial dp + all tp -> ep]"). autopar's
-    own runtime keeps each tp rank's ep group at its tp coordinate (``autopar/runtime/step/
-    experts.py``), ep ranks ``tp`` apart."""
+    own runtime keeps each tp rank's ep group at its tp coordinate, ep ranks ``tp`` apart, where
+    ep divides dp·cp, and otherwise takes the tp ranks first as Megatron does (``autopar/runtime/
+    step/expert_mesh.py``): any runtime whose ep does not divide dp·cp folds tp (the runtime
+    rules refuse it to the others)."""
     name = str(getattr(plan, "runtime", None) or "autopar").split(":")[0]
-    return name in FOLDING_RUNTIMES
+    ep, _ = ep_degrees(plan)
+    return name in FOLDING_RUNTIMES or (plan.dp * int(getattr(plan, "cp", 1) or 1)) % ep != 0
 
 
 def ep_span(plan, gpus_per_node: int) -> tuple[int, int]:

@@ -51,7 +51,8 @@ FIGURES = {
     "moe": {"load_imbalance": ("moe_load_imbalance", 1.0, 16.0, False),
             "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True),
             "route_consecutive": ("moe_route_consecutive", 0, 1, True),
-            "saved_token_copies": ("moe_saved_token_copies", 0, 2, True)},
+            "saved_token_copies": ("moe_saved_token_copies", 0, 2, True),
+            "tp_token_gather": ("moe_tp_token_gather", 0, 1, True)},   # expert_token_gather
 }
 
 

@@ -60,6 +60,9 @@ def _rects(t: torch.Tensor, full_size, shard, runner):
     dim = getattr(shard, "dim", None) if shard is not None else None
     segments = getattr(shard, "segments", None) if shard is not None else None
     rects = tp_rects(tuple(t.shape), full_size, dim, segments, runner.tp_rank, runner.tp_size)
+    first = getattr(t, "autopar_expert_first", 0)   # an ep shard: experts [first, first + E/ep)
+    if first:
+        rects = [((serial[0] + first,) + tuple(serial[1:]), local, sizes) for serial, local, sizes in rects]
     if hasattr(t, "device_mesh"):   # FSDP2: this dp rank keeps a dim-0 chunk
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
         sizes, offsets = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)

@@ -12,7 +12,8 @@ serial model exactly once, so each rank adds what only it holds:
   embedding and LM head, its gradients already all-reduced between them): the lowest of them;
 * dp: gradients DDP has all-reduced (ZeRO 0 / 1): dp rank 0 only; FSDP2's sharded gradients
   (ZeRO 2 / 3, DTensors): every dp rank its shard; expert shards under ep (``autopar_ep`` on the
-  parameter, ``autopar.runtime.step.experts``): the ep ranks of the first ep group, each its slice.
+  parameter, ``autopar.runtime.step.experts``): the ranks of the stage's first ep group, each its
+  slice (``autopar_in_norm``; the group may span tp ranks: ``autopar.runtime.step.expert_mesh``).
 
 One all-reduce over the plan's ranks sums them; every rank then scales *all* its local
 gradients by ``max_norm / (norm + 1e-6)`` when that is below 1, as torch's own
@@ -43,11 +44,11 @@ def local_square_sum(stages, names, shards, tied, layout, norm_type: float) -> t
             seen.add(id(p))
             sharded_dp = hasattr(p.grad, "to_local")
             ep = getattr(p, "autopar_ep", 0)   # an expert shard: the first ep group holds each once
-            if ep and (layout.dp_rank >= ep or layout.cp_rank != 0):
+            if ep and not p.autopar_in_norm:     # (step/expert_mesh.py: its ranks may differ in tp)
                 continue
             if not ep and not sharded_dp and (layout.dp_rank != 0 or layout.cp_rank != 0):
                 continue
-            if n not in shards[s] and layout.tp_rank != 0:
+            if not ep and n not in shards[s] and layout.tp_rank != 0:
                 continue
             if not tied_lowest.get((s, n), True):
                 continue

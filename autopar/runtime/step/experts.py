@@ -1,11 +1,11 @@
 """Expert parallelism in autopar's runtime: each MoE layer's routed experts sharded over the ep
-ranks of the dp group, tokens exchanged with ``all_to_all_single``.
+ranks of a pipeline stage, tokens exchanged with ``all_to_all_single``.
 
-The ep group of a rank is the ``ep`` consecutive dp ranks it sits among (dp coordinate
-``d``: group ``d // ep``, position ``d % ep``; ``Plan.ep`` divides dp), which holds every
-expert once: position ``j`` keeps experts ``[j·E/ep, (j+1)·E/ep)`` (a contiguous slice of the
-stacked weights). The expert-dp group is the ``dp/ep`` ranks at the same position, which hold
-the same experts.
+The ep group of a rank (``expert_mesh``: ``ep`` ranks of the stage's dp·cp·tp, at one tp
+coordinate where ep divides dp·cp, else taking the tp ranks first as Megatron-core's expert mesh
+does) holds every expert once: position ``j`` (the rank's index in the sorted group) keeps
+experts ``[j·E/ep, (j+1)·E/ep)`` (a contiguous slice of the stacked weights). The expert-dp group
+is the ranks at the same position in the stage's other ep groups, which hold the same experts.
 
 Forward of a MoE layer (``ep_dispatch_compute_combine``, in place of
 ``Experts.dispatch_compute_combine``): this rank's token-expert assignments, sorted by expert,
@@ -17,11 +17,11 @@ under ep, whose capacity would be per rank rather than the serial model's per ba
 
 Gradients: DDP all-reduces the dense parameters over dp (mean) and is told to ignore the expert
 shards; after the backward ``reduce_expert_grads`` sums each expert shard's gradient over its
-expert-dp group and divides by dp: an expert owner's gradient already holds the tokens of its
-whole ep group, so the sum over the expert-dp groups covers every dp rank once — the serial
-model's mean gradient. Under tp each tp rank routes its own tokens (``autopar.rewrite.experts``)
-and exchanges them in the ep group at its tp coordinate, so the expert-dp group spans the tp
-ranks too (at ep = 1 as well: the experts are then reduced here, not by DDP). ZeRO-1 partitions
+expert-dp group and divides by dp·cp: an expert owner's gradient already holds the tokens of its
+whole ep group, so the sum over the expert-dp groups covers every rank's tokens once — the
+serial model's mean gradient. Under tp each tp rank routes its own tokens
+(``autopar.rewrite.experts``) and exchanges them in its ep group, so the expert-dp group spans
+the tp ranks too (at ep = 1 as well: the experts are then reduced here, not by DDP). ZeRO-1 partitions
 the dense parameters only; each rank steps its own expert shards (``Zero1(private=...)``);
 ZeRO-2/3 shard the dense parameters with FSDP2, which is told to leave the expert shards whole
 (``ignored_params``). ``full_state_dict`` all-gathers the shards over the ep group
@@ -29,13 +29,14 @@ ZeRO-2/3 shard the dense parameters with FSDP2, which is told to leave the exper
 """
 from __future__ import annotations
 
-import itertools
 import types
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from autopar.runtime.step import expert_mesh
 
 EXPERT_WEIGHTS = ("w1", "w2", "w3")
 
@@ -44,17 +45,9 @@ def ep_rank_sets(plan, layout) -> tuple[list[list[int]], list[list[int]]]:
     """(ep groups, expert-dp groups) of the whole plan as global rank lists (every rank builds
     the same lists: ``create_groups`` needs them on all). Under tp and cp an expert-dp group
     spans the tp and cp ranks too: each computes the experts on its own tokens
-    (``reduce_expert_grads``)."""
-    ep, cp = plan.ep, getattr(plan, "cp", 1)
-    eps, edps = [], []
-    for pp in range(plan.pp):
-        for tp, c in itertools.product(range(plan.tp), range(cp)):
-            at = lambda d, pp=pp, tp=tp, c=c: layout.rank_at(pp=pp, tp=tp, cp=c, dp=d)  # noqa: E731
-            if ep > 1:
-                eps += [[at(g * ep + j) for j in range(ep)] for g in range(plan.dp // ep)]
-        edps += [[layout.rank_at(pp=pp, tp=t, cp=c, dp=g * ep + j) for g in range(plan.dp // ep)
-                  for t in range(plan.tp) for c in range(cp)] for j in range(ep)]
-    return eps, [g for g in edps if len(g) > 1]
+    (``reduce_expert_grads``); where ep does not divide dp·cp the ep group takes tp ranks
+    (``expert_mesh``)."""
+    return expert_mesh.all_rank_sets(plan, layout)
 
 
 def moe_layers(module: nn.Module):
@@ -76,8 +69,9 @@ def shard_experts(stages: list[nn.Module], plan, layout) -> list[nn.Parameter]:
     reduced by ``reduce_expert_grads``). At ep = 1 under tp the experts stay whole but are
     reduced the same way (each tp rank's gradient covers its own tokens only)."""
     ep = plan.ep
-    j = layout.dp_rank % ep
-    group = _group([layout.rank_at(dp=(layout.dp_rank // ep) * ep + k) for k in range(ep)]) if ep > 1 else None
+    ranks, _, j = expert_mesh.expert_groups(plan, layout)
+    group = _group(ranks) if ep > 1 else None
+    first = expert_mesh.counts_in_norm(plan, layout)
     shards = []
     for stage in stages:
         for m in moe_layers(stage):
@@ -96,6 +90,9 @@ def shard_experts(stages: list[nn.Module], plan, layout) -> list[nn.Parameter]:
             ep_ex = HFExpertShard(ex, j, local, ep, group)
             setattr(parent, name, ep_ex)
             shards += [ep_ex.gate_up_proj, ep_ex.down_proj]
+    for p in shards:
+        p.autopar_in_norm = first   # this rank's ep group is its stage's first (step/clipping.py)
+        p.autopar_expert_first = j * (p.shape[0] if ep > 1 else 0)   # its serial rows (checkpoints/dcp.py)
     return shards
 
 
@@ -270,11 +267,10 @@ def reduce_expert_grads(shards: list[nn.Parameter], plan, layout) -> None:
     grads = [p.grad for p in shards if p.grad is not None]
     if not grads:
         return
-    edp, cp = plan.dp // plan.ep, getattr(plan, "cp", 1)
-    if edp * plan.tp * cp > 1:
-        j, ep = layout.dp_rank % plan.ep, plan.ep
-        group = _group([layout.rank_at(dp=g * ep + j, tp=t, cp=c) for g in range(edp)
-                        for t in range(plan.tp) for c in range(cp)])
+    cp = getattr(plan, "cp", 1)
+    _, edp, _ = expert_mesh.expert_groups(plan, layout)
+    if len(edp) > 1:
+        group = _group(edp)
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=group)
         for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):

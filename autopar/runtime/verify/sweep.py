@@ -96,14 +96,16 @@ def plan_grid() -> list[SweepCase]:
 def expert_grid(start: int = 0) -> list[SweepCase]:
     """Expert parallel plans of the ``moe`` model (world <= 4): ep = 2 with (dp, tp, pp) in
     (2, 1, 1), (2, 2, 1), (2, 1, 2), (4, 1, 1) — tp on the dense parts, with or without
-    sequence parallel — every ZeRO stage, GPipe and 1F1B (pp = 2); recompute, micro-batch size
-    and placement rotate as in ``plan_grid``."""
+    sequence parallel — and ep taken from tp (ep·etp dividing dp·cp·tp, not dp·cp:
+    ``autopar.runtime.step.expert_mesh``): ep = 4 over dp 2 · tp 2, ep = 2 over tp 2 · pp 2;
+    every ZeRO stage (dp > 1), GPipe and 1F1B (pp = 2); recompute, micro-batch size and placement rotate
+    as in ``plan_grid``."""
     out = []
-    for dp, tp, pp in ((2, 1, 1), (2, 2, 1), (2, 1, 2), (4, 1, 1)):
+    for dp, tp, pp, ep in ((2, 1, 1, 2), (2, 2, 1, 2), (2, 1, 2, 2), (4, 1, 1, 2), (2, 2, 1, 4), (1, 2, 2, 2)):
         schedules = ("1f1b",) if pp == 1 else ("gpipe", "1f1b")
-        for schedule, zero in itertools.product(schedules, (0, 1, 2, 3)):
+        for schedule, zero in itertools.product(schedules, (0, 1, 2, 3) if dp > 1 else (0,)):
             k = start + len(out)
-            plan = dict(dp=dp, tp=tp, pp=pp, ep=2, schedule=schedule, zero=zero,
+            plan = dict(dp=dp, tp=tp, pp=pp, ep=ep, schedule=schedule, zero=zero,
                         micro_batch_size=1 + k % 2, recompute=_RECOMPUTE[k % 3],
                         placement=_PLACEMENTS[(k // 2) % 3])
             if tp > 1 and (k // 3) % 2:
