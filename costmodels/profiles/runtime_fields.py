@@ -50,6 +50,7 @@ FIGURES = {
             "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True),
             "route_consecutive": ("moe_route_consecutive", 0, 1, True),
             "saved_token_copies": ("moe_saved_token_copies", 0, 2, True)},
+    "recompute": {"early_stop": ("recompute_early_stop", 0, 1, True)},   # costmodels.model.recompute_early_stop
 }
 
 
