@@ -77,9 +77,13 @@ def test_the_attention_core_hides_nothing():
 
 def test_a_full_recompute_reruns_the_forward_windows():
     t = llama_table(4, 2048, 16, 4, 5632, 32000, 2048)
-    rt = _times(t, 2, recompute="full")
+    plan = Plan(dp=1, tp=8, micro_batch_size=2, sequence_parallel=True, runtime="fsdp:async_tp", recompute="full")
+    whole = dataclasses.replace(ASYNC, recompute_early_stop=0)   # a checkpoint that replays the whole forward
+    rt = plan_row_times(table_arrays(t), H100, plan, "bf16-mixed", whole)
     blk = np.array([r.kind == "block" for r in t.rows])
     np.testing.assert_allclose(rt.tp_recompute_s[blk], rt.tp_fwd_s[blk], rtol=1e-12)
+    # torch's early stop (recompute_early_stop): the last fused reduce-scatter is not re-run
+    assert (_times(t, 2, recompute="full").tp_recompute_s[blk] < rt.tp_recompute_s[blk]).all()
     assert not _times(t, 2).tp_recompute_s.any()
 
 

@@ -17,7 +17,8 @@ names), so the same keys are passed there as flags.
     micro_batch_size    pipeline_parallel_microbatch_size, training.local_batch_size = global
                         batch / dp (pp > 1); training.local_batch_size = micro-batch (pp = 1,
                         torchtitan accumulates gradients up to training.global_batch_size)
-    recompute           activation_checkpoint.mode: none / selective (op-level SAC) / full
+    recompute           activation_checkpoint.mode: none / selective (op-level SAC) / full;
+                        full with early_stop = true where the runtime prices it so
     cp                  context_parallel_degree, context_parallel_rotate_method "allgather"
                         (runtime fsdp, torchtitan's default) or "alltoall" (fsdp:cp_alltoall)
     dp_shard            HSDP: data_parallel_replicate_degree = dp / dp_shard,
@@ -117,6 +118,10 @@ def job_config(plan: Plan, ctx: TrainingContext) -> dict:
                            module_fqns_per_model_part=torchtitan_fqns(resolve_stages(plan, ctx), ctx.n_rows))
     mode = {"none": "none", "selective": "selective", "full": "full"}[plan.recompute]
     ac = {"mode": mode, "selective_ac_option": "op"} if mode == "selective" else {"mode": mode}
+    if mode == "full":   # stop at the last saved tensor, as the fsdp profile prices it (recompute_early_stop.py)
+        from costmodels.profiles.runtime import load_runtime
+        if load_runtime(plan.runtime).recompute_early_stop:
+            ac["early_stop"] = True
     model = {"name": "llama3"}
     base = (ctx.model or "").split(":")[0]
     if base in FLAVORS and ctx.config is not None and ctx.config.layers == _preset_layers(base):

@@ -18,7 +18,7 @@ How rows become plans (a rule of this harness, stated, not fitted):
   torchtitan and the
   torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
   pair, for the pair's plan) states async TP; Composer (llm-foundry) → ``fsdp:fsdp1,bf16_reduce,
-  fused_cross_entropy`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
+  fused_cross_entropy,torch113_checkpoint`` (TE under FSDP1, ``precision.stack_key`` = ``composer``);
 * GPU: H100 → h100-80g-sxm (a 95/96 GB part gets its HBM), H200 → h200-141g-sxm, B200 →
   b200-180g-sxm, GB200 → gb200-nvl72;
 * model: Llama as the ``llama`` family; Nemotron-4 as the traced squared-ReLU transformers
@@ -63,7 +63,8 @@ from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
 
 _DROPOUT = re.compile(r"dropout ([0-9.]+)")
-COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy"
+# llm-foundry PR #543 tables: torch before 2.1, no checkpoint early stop (open_runs.mpt_runtime)
+COMPOSER_RUNTIME = "fsdp:fsdp1,bf16_reduce,fused_cross_entropy,torch113_checkpoint"
 # (profile, stack) -> the model whose paired rows fit the scale
 CALIBRATION = {("h100-80g-sxm", "megatron"): "nemotron4-15b", ("gb200-nvl72", "megatron"): "nemotron4-340b",
                ("h100-80g-sxm", "fsdp"): "llama3-8b", ("h100-80g-sxm", "composer"): "mpt-1b",

@@ -27,7 +27,8 @@ How rows become plans:
   has biases and learned positions; the table's parameter count matches the CSV's ``num_params``
   to 0.1 %). ``FULL_SHARD`` is ZeRO-3, ``SHARD_GRAD_OP`` ZeRO-2, dp = the GPU count, runtime
   ``fsdp:bf16_reduce,fused_cross_entropy`` (llm-foundry's pretraining yamls: ``mixed_precision:
-  PURE`` reduces in bf16, ``loss_fn: fused_crossentropy``; ``fsdp1``: Composer drives torch FSDP1).
+  PURE`` reduces in bf16, ``loss_fn: fused_crossentropy``; ``fsdp1``: Composer drives torch FSDP1;
+  ``torch113_checkpoint`` for the tables run before torch 2.1: ``mpt_runtime``).
 * torchtitan (FSDP2, ``dp_shard`` = GPUs, no TP / PP): ZeRO-3, runtime ``fsdp`` (fp32
   reduce). "selective-layer" (and plain "selective", torchtitan's default ``selective_ac_option
   = '2'``, except the Dec 2024 benchmark's, whose llama3_8b.toml sets 'op': ``_policy``)
@@ -80,6 +81,13 @@ class OpenRun:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def mpt_runtime(section: str) -> str:
+    """The runtime of an llm-foundry benchmark table: only the Large Scale H100 section (llm-foundry
+    5e85bd62d, setup.py torch>=2.1) ran a torch whose checkpoint stops early; the tables of PR #543
+    most likely ran torch 1.13 / 2.0 (fsdp.toml ``[options.torch113_checkpoint]`` says why)."""
+    return MPT_RUNTIME if "Large Scale" in section else MPT_RUNTIME + ",torch113_checkpoint"
+
+
 def mpt_runs(directory: Path | None = None) -> list[OpenRun]:
     out = []
     for r in read_csv("mpt_fsdp.csv", directory):
@@ -90,7 +98,7 @@ def mpt_runs(directory: Path | None = None) -> list[OpenRun]:
         spec = (f"gpt:layers={r['layers']},hidden={r['hidden']},heads={r['heads']},vocab={r['vocab']},"
                 f"seq={seq},dropout=0,tied=true")
         plan = Plan(dp=gpus, micro_batch_size=mb, zero=int(r["zero"]),
-                    recompute="full" if r["recompute"] == "full" else "none", runtime=MPT_RUNTIME)
+                    recompute="full" if r["recompute"] == "full" else "none", runtime=mpt_runtime(r["section"]))
         hw = r["hardware"]
         calib = CALIBRATION.get(hw) == r["model"]
         tokens = float(r["tokens_per_s"])

@@ -91,6 +91,7 @@ from costmodels.model.moe_attention_core import with_moe_core_fix
 from costmodels.model.optimizer import optimizer_shards, optimizer_step_s
 from costmodels.model.pipeline_fsdp_memory import state_bytes_per_param
 from costmodels.model.precision import fp8_row_times, fp8_saved_bytes, fp8_weight_share, stack_key
+from costmodels.model.recompute_early_stop import early_stop_recompute
 from costmodels.model.step_tail import step_tail_per_param_s
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none, table_arrays
 from costmodels.model.te_activations import te_saved_less
@@ -305,7 +306,9 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     rt = overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
     rt = fused_collective_windows(rt, arr, kernels, plan, runtime, profile.group_link(plan, "tp"), tp,
                                   b)   # async TP: each collective behind its own GEMMs (async_tp_windows.py)
-    return micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp, b)   # torch's fused ops (async_tp_fusion.py)
+    rt = micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp, b)   # torch's fused ops (async_tp_fusion.py)
+    return early_stop_recompute(rt, arr, kernels, plan, runtime, profile.group_link(plan, "tp"), tp, b,
+                                host_block_floor(profile, runtime))   # checkpoint early stop (recompute_early_stop.py)
 
 
 def zero_hbm_param_s(plan, profile: HardwareProfile, runtime: RuntimeProfile,

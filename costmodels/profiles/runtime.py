@@ -85,6 +85,11 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
                                                     # or backward: a pass takes at least this long
                                                     # (compute docstring, "Host"); default 0
 
+    [recompute]                                      # costmodels/model/recompute_early_stop.py
+    early_stop = { value = 1, source = "..." }       # 1: a full recompute stops after the last
+                                                    # saved tensor (torch's non-reentrant checkpoint,
+                                                    # compile's partitioner); default 0: whole forward
+
     [context_parallel]                               # costmodels.model.context_parallel
     overlap = { value = 1.0, source = "..." }        # share of a ring step's attention the K/V
                                                     # transfer hides in (CPU profiles: 0)
@@ -194,6 +199,7 @@ class RuntimeProfile:
     torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)
     grad_buffer_zero_passes: float = 0.0        # writes of the whole grad buffer a step (step_tail)
     param_gather_exposed_buckets: float = 0.0   # overlapped param all-gather buckets left exposed (step_tail)
+    recompute_early_stop: int = 0               # 1: full recompute stops at the last saved tensor
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with

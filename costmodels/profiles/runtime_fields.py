@@ -53,6 +53,7 @@ FIGURES = {
             "route_consecutive": ("moe_route_consecutive", 0, 1, True),
             "saved_token_copies": ("moe_saved_token_copies", 0, 2, True),
             "tp_token_gather": ("moe_tp_token_gather", 0, 1, True)},   # expert_token_gather
+    "recompute": {"early_stop": ("recompute_early_stop", 0, 1, True)},   # costmodels.model.recompute_early_stop
 }
 
 
