@@ -48,6 +48,7 @@ clusters = st.fixed_dictionaries({
     "fast_hbm_scale": st.sampled_from([0.5, 1.0, 2.0]),
     "zero": st.sampled_from([0, 1, 3]),
     "runtime": st.sampled_from(["autopar", "fsdp"]),   # fsdp: the non-legacy dp and ZeRO terms
+    "recompute": st.sampled_from(["none", "full"]),    # full: the bound reads estimate's early stop
 })
 
 
@@ -66,7 +67,7 @@ def test_pooled_search_best_equals_exhaustive_enumeration(s):
     fast = profile(s["fast"], "fast-test", hbm * s["fast_hbm_scale"])
     cl = Cluster((Pool("slow-test", slow, s["slow_gpus"], "slow-test"),
                   Pool("fast-test", fast, s["fast_gpus"], "fast-test")))
-    fix = {"zero": s["zero"], "sequence_parallel": False, "recompute": "none", "runtime": s.get("runtime", "autopar")}
+    fix = {"zero": s["zero"], "sequence_parallel": False, "recompute": s.get("recompute", "none"), "runtime": s.get("runtime", "autopar")}
     brute = enumerate_pool_plans(t, cl, s["batch"], fix=fix)
     if not brute:
         with pytest.raises(Exception, match="no pooled"):

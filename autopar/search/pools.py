@@ -45,6 +45,7 @@ from costmodels.model.coefficients import cut_p2p, zero_hbm_param_s
 from costmodels.model.compute import host_block_floor, row_times
 from costmodels.model.estimate import estimate
 from costmodels.model.memory import activation_bytes, model_state_bytes
+from costmodels.model.recompute_early_stop import early_stop_recompute
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.runtime import load_runtime
 
@@ -129,11 +130,14 @@ class PoolCosts:
         zp = zero_hbm_param_s(c, prof, rtp)
         key = (q, c.tp, c.sequence_parallel, c.micro_batch_size, c.recompute, tier, c.runtime, zp)
         if key not in self._tau:
-            self._tau[key] = np.asarray(row_times(self.table, prof, c.tp, c.sequence_parallel, c.micro_batch_size,
-                                                  c.recompute, c.attention, tier,
-                                                  elementwise_traffic=rtp.elementwise_traffic,
-                                                  host_block_s=host_block_floor(prof, rtp),
-                                                  zero_param_s=zp).row_total_s, dtype=float)
+            rt = row_times(self.table, prof, c.tp, c.sequence_parallel, c.micro_batch_size,
+                           c.recompute, c.attention, tier, elementwise_traffic=rtp.elementwise_traffic,
+                           host_block_s=host_block_floor(prof, rtp), zero_param_s=zp)
+            # what estimate's checkpoint early stop leaves out of a full recompute, or the bound
+            # would sit above estimate and prune plans it must keep (recompute_early_stop.py)
+            rt = early_stop_recompute(rt, self.arr, prof, c.plan(), rtp, tier, c.tp, c.micro_batch_size,
+                                      host_block_floor(prof, rtp))
+            self._tau[key] = np.asarray(rt.row_total_s, dtype=float)
         return self._tau[key]
 
     def bound(self, pc: PoolConfig) -> float:
