@@ -16,8 +16,8 @@ it had to close a 1.1 s gap by search. Of that gap (vpp 4):
   (``dp_floor_s``). The optimizer step ``O = max_r γ_o·Π_r`` is bounded the same way.
 * 0.17 s was the fill ``(pp − 1)·max_c C_c``, bounded by ``Σ_c C_c / vpp``. The columns' block
   counts are integers: ``Σ_c y_c ≥ Y`` (``⌈L/pp⌉``, or ``memory_blocks``' floor) puts at least
-  ``⌈Y/vpp⌉`` blocks in the busiest column's slowest chunk, which also sends at least one cheapest
-  p2p (``column_max_floor_s``).
+  ``⌈Y/vpp⌉`` blocks in the busiest column's slowest chunk, which also sends the cheapest p2p both
+  ways, or one way and runs the first / last row (``column_max_floor_s``).
 
 With both the level-1 bounds of those configurations equal their optima to 10 ms, and the same
 constants as redundant cuts (``add_floor_cuts``) give CP-SAT the LP bound that proves them.
@@ -101,10 +101,10 @@ def optimizer_floor_s(terms) -> float:
     return terms.coef.optimizer_per_param_s * most_params_floor(terms) * (1 - FLOAT_MARGIN)
 
 
-def column_max_floor_s(terms) -> float:
-    """A floor on ``max_c C_c`` of an interleaved (dense) split: ``⌈Y/vpp⌉`` blocks and one
-    cheapest send in the busiest column's slowest chunk (module docstring); 0 where it does not
-    apply."""
+def column_max_floor_s(terms, edges: bool = True) -> float:
+    """A floor on ``max_c C_c`` of an interleaved (dense) split: ``⌈Y/vpp⌉`` blocks and its
+    edges (two cheapest sends, or one and the pinned row) in the busiest column's slowest chunk
+    (module docstring); 0 where it does not apply."""
     pp, v = terms.pp, terms.vpp
     if pp < 2 or v < 2 or terms.split_backward or terms.v_placement:
         return 0.0
@@ -115,8 +115,11 @@ def column_max_floor_s(terms) -> float:
     y = math.ceil(L / pp)
     if terms.blocks and terms.blocks[0]:
         y = max(y, int(terms.blocks[0]))
-    send = float(terms.coef.cut_p2p_s[1:terms.n].min())
-    return (math.ceil(y / v) * b + send) * (1 - FLOAT_MARGIN)
+    co = terms.coef
+    send = float(co.cut_p2p_s[1:terms.n].min())
+    # a middle stage sends both ways; the first / last stage one way, but it also runs row 0 / n−1
+    sends = min(2 * send, send + float(co.row_s[0]), send + float(co.row_s[-1])) if edges else send
+    return (math.ceil(y / v) * b + sends) * (1 - FLOAT_MARGIN)
 
 
 def dense(terms) -> bool:
@@ -138,4 +141,4 @@ def add_floor_cuts(sm) -> None:
         md.Add(sm.D >= units(dp_floor_s(t)))
     md.Add(sm.O >= units(optimizer_floor_s(t)))
     if sm.vpp > 1 and getattr(sm, "Cmax", None) is not None:
-        md.Add(sm.Cmax >= units(column_max_floor_s(t)))
+        md.Add(sm.Cmax >= units(column_max_floor_s(t, edges=False)))
