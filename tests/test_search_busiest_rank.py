@@ -48,3 +48,24 @@ def test_every_split_is_above_the_floors_and_some_reach_them(pp, vpp, schedule):
     res = SplitModel(terms, time_limit_s=5.0).solve()
     assert res.status == "optimal"
     assert costs.evaluate(c.plan(res.stages))["step_time_s"] == pytest.approx(min(steps), rel=1e-9)
+
+
+@pytest.mark.parametrize("tightness,forced", [(0.0, 4), (0.1, 3), (0.3, 2)])
+def test_memory_column_floor_is_the_least_busiest_chunk_of_the_splits_that_fit(tightness, forced):
+    # 8 blocks over pp 2 · vpp 2 chunks: 2 in the busiest chunk without memory; with less HBM the
+    # first chunks (most micro-batches in flight) take fewer, so the busiest takes more
+    import dataclasses
+    t = gpt_table(8, 256, 4, 512, 256, model="gpt:layers=8,hidden=256,heads=4,vocab=512,seq=256")
+    base = load_profile("a100-80g-sxm")
+    c = Config(dp=2, tp=1, pp=2, vpp=2, micro_batch_size=4, zero=1, recompute="none",
+               sequence_parallel=False, schedule="interleaved-1f1b")
+    unlimited = Costs(t, dataclasses.replace(base, hbm_bytes=1e15, memory_reserve_bytes=1000.0), 64)
+    mems = [unlimited.evaluate(c.plan(s))["memory_bytes"]["total"] for s in _splits(10, 4)]
+    hbm = min(mems) + tightness * (max(mems) - min(mems))
+    costs = Costs(t, dataclasses.replace(base, hbm_bytes=hbm, memory_reserve_bytes=1000.0), 64)
+    terms = costs.terms(c)
+    terms.set_block_floor()
+    fitting = [s for s in _splits(terms.n, 4) if costs.evaluate(c.plan(s))["fits"]]
+    busiest = min(max(b - a - (a == 0) - (b == terms.n) for a, b in s) for s in fitting)
+    assert busiest == forced
+    assert busiest_rank.memory_column_floor(terms) == forced

@@ -101,6 +101,61 @@ def optimizer_floor_s(terms) -> float:
     return terms.coef.optimizer_per_param_s * most_params_floor(terms) * (1 - FLOAT_MARGIN)
 
 
+def memory_column_floor(terms) -> int:
+    """The fewest blocks the busiest column's slowest chunk can hold under memory: the least
+    ``Y`` with ``Σ_r cap_r(Y) ≥ L``, where ``cap_r(Y)`` is the most blocks rank ``r`` holds with at
+    most ``Y`` in each of its chunks (``memory_blocks``' bytes: a block's model state plus its
+    saved activations times the chunk's micro-batches in flight; lightest chunks first, which is
+    exact for a count). Memory may forbid even columns (gpt3-175b, ZeRO-2 dp32·tp4·pp8 vpp 6:
+    12 blocks per rank over 6 chunks cannot be 2 in each on rank 0; 3 in the busiest). 0 before
+    ``Terms.set_block_floor`` (the search asks it only of the configurations it solves)."""
+    t, co = terms, terms.coef
+    if not t.blocks or t.pp < 2 or t.vpp < 2 or t.states is not None:
+        return 0
+    blocks = _blocks(t)
+    if blocks is None:
+        return 0
+    L = blocks[0]
+    mid = np.round(co.row_s[1:-1], 15)
+    is_b = mid == np.round(blocks[1], 15)
+    if not is_b.any():
+        return 0
+    sig, alpha = float(co.state_bytes[1:-1][is_b].min()), float(co.act_bytes[1:-1][is_b].min())
+    last = t.n_virtual - 1
+    rank_of = {v: r for r in range(t.pp) for v in t.stages_of(r)}
+    room = np.full(t.pp, float(t.hbm) - float(t.reserve))
+    room[rank_of[0]] -= float(co.state_bytes[0]) + t.inflight[0] * float(co.act_bytes[0])
+    room[rank_of[last]] -= float(co.state_bytes[-1]) + t.inflight[last] * float(co.act_bytes[-1])
+    room = np.ceil(room)
+    if np.any(room < 0):
+        return 0
+    w = np.sort(np.array([[math.floor(sig + t.inflight[v] * alpha) for v in t.stages_of(r)]
+                          for r in range(t.pp)], dtype=float), axis=1)   # per rank, lightest first
+
+    def cap(y: int) -> int:
+        total = 0
+        for r in range(t.pp):
+            left, held = room[r], 0
+            for wc in w[r]:
+                k = y if wc <= 0 else min(y, int(left // wc))
+                held += k
+                left -= k * wc
+                if k < y:
+                    break
+            total += held
+        return total
+    lo, hi = 1, L
+    if cap(hi) < L:
+        return 0
+    while lo < hi:
+        mid_y = (lo + hi) // 2
+        if cap(mid_y) >= L:
+            hi = mid_y
+        else:
+            lo = mid_y + 1
+    return lo
+
+
 def column_max_floor_s(terms, edges: bool = True) -> float:
     """A floor on ``max_c C_c`` of an interleaved (dense) split: ``⌈Y/vpp⌉`` blocks and its
     edges (two cheapest sends, or one and the pinned row) in the busiest column's slowest chunk
@@ -119,7 +174,8 @@ def column_max_floor_s(terms, edges: bool = True) -> float:
     send = float(co.cut_p2p_s[1:terms.n].min())
     # a middle stage sends both ways; the first / last stage one way, but it also runs row 0 / n−1
     sends = min(2 * send, send + float(co.row_s[0]), send + float(co.row_s[-1])) if edges else send
-    return (math.ceil(y / v) * b + sends) * (1 - FLOAT_MARGIN)
+    busiest = max(math.ceil(y / v), memory_column_floor(terms))
+    return (busiest * b + sends) * (1 - FLOAT_MARGIN)
 
 
 def dense(terms) -> bool:
