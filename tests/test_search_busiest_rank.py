@@ -48,6 +48,13 @@ def test_every_split_is_above_the_floors_and_some_reach_them(pp, vpp, schedule):
     res = SplitModel(terms, time_limit_s=5.0).solve()
     assert res.status == "optimal"
     assert costs.evaluate(c.plan(res.stages))["step_time_s"] == pytest.approx(min(steps), rel=1e-9)
+    # and stopped at a split that reaches the bound (reached_bound): still the enumeration's best
+    from autopar.search.reached_bound import watch
+    model = SplitModel(terms, time_limit_s=5.0)
+    watch(model, c, terms, costs.evaluate)
+    res = model.solve()
+    assert res.status == "optimal"
+    assert costs.evaluate(c.plan(res.stages))["step_time_s"] == pytest.approx(min(steps), rel=1e-9)
 
 
 @pytest.mark.parametrize("tightness,forced", [(0.0, 4), (0.1, 3), (0.3, 2)])
