@@ -1,4 +1,4 @@
-"""Two split-independent floors of the dense pipelines that come from whole blocks (issue 30).
+"""Split-independent floors of the dense pipelines that come from whole blocks (issue 30).
 
 Why: GPT 1T on 3072 A100 (``benchmarks/bench_search_scale.py --case 1``) spent 9.04 of its 9.13
 CP-SAT units proving three ZeRO-1 configurations of its top 5 (dp32·tp8·pp12, vpp 3 / 4 / 6,
@@ -17,10 +17,13 @@ it had to close a 1.1 s gap by search. Of that gap (vpp 4):
 * 0.17 s was the fill ``(pp − 1)·max_c C_c``, bounded by ``Σ_c C_c / vpp``. The columns' block
   counts are integers: ``Σ_c y_c ≥ Y`` (``⌈L/pp⌉``, or ``memory_blocks``' floor) puts at least
   ``⌈Y/vpp⌉`` blocks in the busiest column's slowest chunk, which also sends the cheapest p2p both
-  ways, or one way and runs the first / last row (``column_max_floor_s``).
+  ways, or one way and runs the first / last row (``column_max_floor_s``). Memory may put more
+  there (``memory_column_floor``: gpt3-175b's ZeRO-2 dp32·tp4·pp8 vpp 6, 3 blocks, not 2).
 
-With both the level-1 bounds of those configurations equal their optima to 10 ms, and the same
-constants as redundant cuts (``add_floor_cuts``) give CP-SAT the LP bound that proves them.
+With these the level-1 bounds of those configurations equal their optima (to 1e-9), so they wait
+on the heap at their true keys; the same floors as redundant cuts (``add_floor_cuts``; the
+column's with one send: with both, CP-SAT's proofs took longer) raise CP-SAT's LP bound, and
+``reached_bound`` ends a solve at a split that reaches the level-1 bound.
 
 Exact: each floor holds for every split of the program (``autopar.search.split_model``), whose
 objective is ``costmodels.model.estimate``'s step up to the rounding its slack covers; the cuts
