@@ -179,7 +179,9 @@ def test_at_scale_gpt3_on_1024_a100_is_proved_and_matches_estimate():
     costs = Costs(gpt3_175b(), BASE, 1536)
     res = run_search(costs, gpus=1024, global_batch=1536, top=3, fix={"runtime": no_torch_pipelining_runtime()})
     assert res.optimal and len(res.plans) == 3
-    assert res.stats.deferred > 0      # configurations re-queued behind a better bound, still proved
+    # (it asserted a deferral here: with the whole-block floors, autopar.search.busiest_rank, no
+    # configuration needs one any more, 4 solves; the deferral itself is tested below,
+    # test_a_split_solve_stops_once_its_bound_passes_the_next_entry)
     _check_plans(res, costs)
     best = res.plans[0]
     balanced = estimate(costs.table, BASE, best.plan.with_(stages=None), 1024, 1536)

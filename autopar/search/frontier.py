@@ -267,6 +267,8 @@ class Frontier(SeedingMixin):
         cut, own = own_cut(self, c, ub)   # a re-solve: under its own best split where that is tighter
         model = SplitModel(terms, time_limit_s=limit, wall_limit_s=max(0.05, left), fixed_stages=self.fixed_stages,
                            upper_bound_s=cut, stop_above_s=stop)
+        from autopar.search.reached_bound import watch
+        watch(model, c, terms, self._evaluate)   # issue 30: stop at a split that reaches the bound
         if terms.split_backward and not some_split_fits(model):
             # the op-graph program of a zero-bubble schedule costs CP-SAT far more than its memory
             # program alone: a configuration no split fits is dropped on the memory program

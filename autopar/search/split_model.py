@@ -240,6 +240,8 @@ class SplitModel(SplitSums, SplitSolve):
         if self.objective != "memory":
             self._rank_time()
             self._data_parallel()
+            from autopar.search.busiest_rank import add_floor_cuts
+            add_floor_cuts(self)   # issue 30: the busiest rank's dp sync, the busiest column
         add_memory(self)
         self._objective()
         return self

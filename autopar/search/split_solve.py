@@ -42,9 +42,14 @@ class SplitSolve:
         # write its file; leave Ctrl-C to Python, which stops the whole command (autopar.cli.main)
         solver.parameters.catch_sigint_signal = False
         stopped = stop_when_bound_passes(self, solver)
-        code = solver.Solve(self.model)
+        from autopar.search.reached_bound import callback  # issue 30: a split at the level-1 bound
+        reach = callback(self)
+        code = solver.Solve(self.model, reach) if reach is not None else solver.Solve(self.model)
         wall = time.perf_counter() - t0
         res = self._result(solver, code, stopped, wall, t0)
+        if reach is not None and self.reached is not None:   # optimal: no split beats the bound
+            res = SplitResult("optimal", self.reached[0], self.reached[1], wall, self.reach[1],
+                              slack_s=self.slack() * self.unit / self.scale)
         res.det_s = float(solver.response_proto.deterministic_time)
         return res
 

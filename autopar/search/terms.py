@@ -134,16 +134,29 @@ class Terms:
         tstar = max(total / self.pp, self.rank_time_bound(),
                     self.memory_floor_s() if self.vpp == 1 else 0.0)
         opt = co.optimizer_per_param_s * float(co.params.sum()) / self.pp
+        from autopar.search import busiest_rank  # issue 30: whole blocks' floors (dense pipelines)
+        if busiest_rank.dense(self):
+            opt = max(opt, busiest_rank.optimizer_floor_s(self))
         if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
-            return self._t_and_dp_bound(self.m - 1.0, tsum, total, tstar) + total + opt
+            return self._t_and_dp_floor(self.m - 1.0, tsum, total, tstar) + total + opt
         if self.split_backward:   # the busiest rank works m·T whatever the W passes fill
             return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + opt
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
         # at least the slowest rank's chunk in it), Σ_c C_c ≥ column_sum_bound (whole blocks per
         # chunk) and max_c C_c ≥ max(Σ_c C_c / vpp, max τ)
         cols = max(self.column_sum_bound(), self.memory_floor_s()) * (1 - 1e-9)
-        fill = (self.pp - 1) * max(max(tstar, cols) / self.vpp, float(co.row_s.max()))
-        return self._t_and_dp_bound(float(self.m), tsum, total, tstar, floor=cols) + fill + opt
+        fill = (self.pp - 1) * max(max(tstar, cols) / self.vpp, float(co.row_s.max()),
+                                   busiest_rank.column_max_floor_s(self))
+        return self._t_and_dp_floor(float(self.m), tsum, total, tstar, floor=cols) + fill + opt
+
+    def _t_and_dp_floor(self, a: float, tsum: float, total: float, tstar: float, floor: float = 0.0) -> float:
+        """``_t_and_dp_bound``, and for the dense pipelines at least ``a·max(T*, floor)`` plus the
+        busiest rank's unhidden dp sync (``busiest_rank.dp_floor_s``)."""
+        from autopar.search import busiest_rank
+        bound = self._t_and_dp_bound(a, tsum, total, tstar, floor=floor)
+        if busiest_rank.dense(self):
+            bound = max(bound, a * max(tstar, floor) + busiest_rank.dp_floor_s(self))
+        return bound
 
     def _t_and_dp_bound(self, a: float, tsum: float, total: float, tstar: float, floor: float = 0.0) -> float:
         """A bound on ``a·T + D`` (slowest rank, dp exposure) valid for every split; with
