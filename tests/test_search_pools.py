@@ -67,7 +67,8 @@ def test_pooled_search_best_equals_exhaustive_enumeration(s):
     fast = profile(s["fast"], "fast-test", hbm * s["fast_hbm_scale"])
     cl = Cluster((Pool("slow-test", slow, s["slow_gpus"], "slow-test"),
                   Pool("fast-test", fast, s["fast_gpus"], "fast-test")))
-    fix = {"zero": s["zero"], "sequence_parallel": False, "recompute": s.get("recompute", "none"), "runtime": s.get("runtime", "autopar")}
+    fix = {"zero": s["zero"], "sequence_parallel": False, "recompute": s.get("recompute", "none"),
+           "runtime": s.get("runtime", "autopar")}
     brute = enumerate_pool_plans(t, cl, s["batch"], fix=fix)
     if not brute:
         with pytest.raises(Exception, match="no pooled"):
