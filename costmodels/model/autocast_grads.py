@@ -20,9 +20,27 @@ Measured (``autopar validate`` on CPU, gpt:layers=8,hidden=384,heads=4,vocab=256
 batch 8, micro-batch 1, 2026-11-28): the profiler's allocation events at the peak of the memory
 step hold 28.31 MB allocated by ``AddmmBackward0``'s ``mm`` (2 × 14.16 M matmul parameters),
 allocated up to 250 ms before the peak and freed within 110 ms after it, at pp1·dp1, dp2 ZeRO-1
-and ZeRO-2/3 alike; at pp2 each stage holds its half (14.16 MB). tests/test_memory_autocast_grads.py
-pins the order (every cast node of micro-batch 2 runs after the first layer's input gradient,
-and not so with autocast's cache off).
+and ZeRO-2/3 alike; at pp2 each stage holds its half (14.16 MB); ``python
+benchmarks/memory_peak_breakdown.py`` lists them. tests/test_memory_autocast_grads.py pins the
+order (every cast node of micro-batch 2 runs after the first layer's input gradient, and not so
+with autocast's cache off).
+
+``autopar validate`` on that model (amp, micro-batch 1, global batch 8; prediction / measured
+peak live bytes; "before" is validate's figure (the highest rank), "now" the lowest rank: a
+higher rank of the same plan counts a block freed where the profiler does not look, see
+autopar/validate/live_bytes.py; 2026-11-28, load 17–24 on 2 cores):
+
+    plan             before: predicted / measured       now: predicted / measured
+    pp1 dp2 ZeRO-1   259.9 / 289.6 MB  (−10.3 %)        287.5 / 289.6 MB  (−0.7 %)
+    pp1 dp2 ZeRO-2   231.1 / 267.9     (−13.8 %)        258.7 / 260.8     (−0.8 %; other rank 282.1)
+    pp1 dp2 ZeRO-3   186.8 / 216.8     (−13.8 %)        215.3 / 216.3     (−0.5 %; other rank 223.8)
+    pp2 dp1 ZeRO-0   144.1 / 175.3     (−17.8 %)        144.1 / 146.2     (−1.5 %)
+    pp2 dp2 ZeRO-1   130.3 / 175.5     (last stop)      144.0 / 145.9     (−1.3 %; one rank 160.4)
+    pp2 dp2 ZeRO-2   115.9 / 160.8     (last stop)      129.6 / 131.8     (−1.6 %)
+    pp2 dp2 ZeRO-3   115.2 / 169.2     (last stop)      129.6 / 133.3     (−2.7 %; one rank 140.5)
+
+The pp rows' measured fall is autopar/validate/rank.py's fix (it kept the unsplit model, so
+every other stage's weights, live through the memory step); the predicted rise is this term.
 
 Not priced: the same bytes at the end of a backward that is not the step's last while later
 micro-batches' activations are in flight (pipeline steady state); with the tiny activations of
