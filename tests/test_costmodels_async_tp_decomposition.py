@@ -1,7 +1,8 @@
 """What torch's fused all-gather-matmul / matmul-reduce-scatter (torchtitan async TP) cost beyond
 the chunk pipeline (costmodels.model.async_tp_fusion.micro_pipeline_tp_cost): the forward GEMMs
 decomposed into per-shard GEMMs (two at a time on two streams), the shard copy into symmetric
-memory and the partial-sum reduction the pipeline cannot hide."""
+memory and the partial-sum reduction the pipeline cannot hide; in the backward, the input-gradient
+GEMMs of the row linears, whose output gradient's all-gather torch fuses with them."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,8 +39,10 @@ def _extra(tp: int, precision: str = "bf16"):
 
 def test_async_tp_pays_its_unhidden_copies_and_decomposed_gemms():
     fwd, bwd, copies_f, copies_b, rest = _extra(8)
-    np.testing.assert_allclose(bwd, copies_b, rtol=1e-9)          # backward: the gradient shards' copies
     assert (copies_f > 0).all() and (fwd > copies_f * (1 + 1e-6)).all()   # + 8 shards' GEMMs, 2 at a time
+    # backward: the gradient shards' copies + the decomposed input-gradient GEMMs of the row
+    # linears (wo, w2) only: fewer GEMMs lose efficiency than in the forward (all four)
+    assert (bwd > copies_b * (1 + 1e-6)).all() and ((bwd - copies_b) < 0.9 * (fwd - copies_f)).all()
     assert not rest.any()                                         # rows without TP collectives: nothing
 
 
@@ -50,8 +53,8 @@ def test_two_streams_cover_the_two_shards_of_tp2():
 
 
 def test_fp8_gemms_decompose_at_their_own_rate():
-    f16, _, c16, _, _ = _extra(8, "bf16")
+    f16, b16, c16, cb16, _ = _extra(8, "bf16")
     f8, b8, c8, cb8, _ = _extra(8, "fp8")
-    np.testing.assert_allclose(b8, cb8, rtol=1e-9)
     split16, split8 = f16 - c16, f8 - c8
     assert (split8 > 0).all() and (split8 < split16).all()   # shorter FP8 GEMMs lose fewer seconds
+    assert (b8 - cb8 > 0).all() and (b8 - cb8 < b16 - cb16).all()   # the backward's alike

@@ -40,7 +40,10 @@ def test_chunks_are_range_sums_of_the_coefficients(plan, gpus, batch):
         p2p = (float(co.cut_p2p_s[e]) if v < last else 0.0) + (float(co.cut_p2p_s[s]) if v else 0.0)
         assert c.pp_s == p2p and c.pp_s > 0
         assert c.fwd_s == co.times.range_sum("fwd_s", s, e)
-        assert c.zero_total_s == 2 * float(np.sum(co.zero3_gather_s[s:e]))
+        # ZeRO-3: two gathers a row; under pp autopar also reduce-scatters every micro-batch
+        assert c.zero_total_s == float(np.sum(co.zero_fwd_s[s:e])) + float(np.sum(co.zero_bwd_s[s:e]))
+        assert float(np.sum(co.zero_fwd_s[s:e])) == float(np.sum(co.zero3_gather_s[s:e])) * (plan.zero == 3)
+        assert (float(np.sum(co.zero_bwd_s[s:e])) > float(np.sum(co.zero3_gather_s[s:e]))) == (plan.zero == 3)
         assert (c.zero_total_s > 0) == (plan.zero == 3)
 
 

@@ -1,18 +1,21 @@
-"""autopar's OWN runtime under pp > 1 with ZeRO-2/3 holds what torch.distributed.pipelining holds
-(issue 31, deliverable 4; runtime-profiles/autopar.toml ``[memory] torch_pipelining = 1`` cites it).
+"""autopar's OWN runtime under pp > 1 with ZeRO-2/3 shards gradients per micro-batch (issue 31,
+deliverable 4; runtime-profiles/autopar.toml ``[memory] torch_pipelining = 0`` and ``[overlap]
+pipeline_zero_reduce_per_micro_batch = 1`` cite it).
 
 autopar's runtime (autopar/runtime/step/data_parallel.py wrap_dp) puts FSDP2 ``fully_shard`` on
-each block AND on the stage module before handing it to torch.distributed.pipelining's
-``PipelineStage`` (autopar/runtime/apply.py), so the stage is an ``FSDPModule`` and torch's
-``backward_maybe_with_nosync`` takes its FSDP branch: ``set_requires_gradient_sync(False)`` and
-``set_reshard_after_backward(False)`` before every micro-batch's backward, the reduce-scatter only
-in ``perform_reduce_grad`` after the last one. Measured on 4 gloo ranks (pp = 2, dp = 2, a tiny gpt,
-m = 4, 1F1B) for ZeRO-2 and ZeRO-3 by wrapping each local PipelineStage's backward and reduce:
-after every micro-batch's backward (and after the reduce) what the stage's FSDP parameters hold
-(gathered weights, whole and sharded gradients, their dtype) and how many micro-batch outputs the
-last stage keeps (``output_chunks``). A torch upgrade that changes any of it fails here, and the
-profile figure must follow. ``python benchmarks/measure_autopar_pp_zero_memory.py`` prints the
-records. About 20 s of 4 processes: slow.
+each block AND on the stage module and hands it to its own pipeline stage
+(autopar/runtime/step/pipeline_stage.py ``ShardedGradStage``), whose backward keeps
+``requires_gradient_sync`` on, so FSDP2 reduce-scatters each micro-batch's gradients into the 1/dp
+fp32 shards; ZeRO-3 reshards after each backward, ZeRO-2 keeps its weights gathered until the
+step's reduce; the schedule runs with ``return_outputs=False``. (torch's own stage, before: every
+parameter gathered with a whole fp32 gradient after every backward until the step's last reduce,
+m outputs kept on the last stage.) Measured on 4 gloo ranks (pp = 2, dp = 2, a tiny gpt, m = 4,
+1F1B) for ZeRO-2 and ZeRO-3 by wrapping each local stage's backward and reduce: after every
+micro-batch's backward (and after the reduce) what the stage's FSDP parameters hold (gathered
+weights, whole and sharded gradients, their dtype) and how many micro-batch outputs the last stage
+keeps (``output_chunks``). A torch upgrade that changes any of it fails here, and the profile
+figures must follow. ``python benchmarks/measure_autopar_pp_zero_memory.py`` prints the records.
+About 20 s of 4 processes: slow.
 """
 from __future__ import annotations
 
@@ -114,56 +117,57 @@ def measure() -> list[list[dict]]:
 
 
 @pytest.mark.slow
-def test_autopar_pp_stages_hold_whole_fp32_grads_gathered_weights_and_m_outputs():
+def test_autopar_pp_stages_reduce_scatter_each_micro_batch_and_keep_no_outputs():
     for rank, recs in enumerate(measure()):
         for rec in recs:
-            assert rec["stage_module_is_fsdp"] == ["FSDPStageModule"]   # torch's FSDP branch runs
+            zero = rec["zero"]
+            assert rec["stage_module_is_fsdp"] == ["FSDPStageModule"]   # autopar's stage subclass runs
             backs = [e for e in rec["log"] if e["after"] == "backward_maybe_with_nosync"]
             reduce = [e for e in rec["log"] if e["after"] == "perform_reduce_grad"]
-            assert len(backs) == N_MICRO and len(reduce) == 1, (rank, rec["zero"])
-            for i, e in enumerate(backs, 1):   # the first backward on: whole, fp32, gathered
-                assert e["params"] > 0 and e["unsharded"] == e["params"], (rank, rec["zero"], i)
-                assert e["whole_grads"] == e["params"] and e["sharded_grads"] == 0
-                assert e["whole_grad_dtypes"] == ["torch.float32"]
-                assert e["whole_grad_bytes"] == e["param_bytes_whole"]
-                if rank >= 2:                   # the last stage keeps every output so far
-                    assert e["output_chunks"] == i
-            r = reduce[0]                       # after the reduce: resharded, dp-sharded grads
-            assert r["unsharded"] == 0 and r["whole_grads"] == 0
-            assert r["sharded_grads"] == r["params"]
-            assert r["sharded_grad_bytes"] * 2 == r["param_bytes_whole"]   # dp = 2, even dims
-            if rank >= 2:
-                assert r["output_chunks"] == N_MICRO
+            assert len(backs) == N_MICRO and len(reduce) == 1, (rank, zero)
+            for i, e in enumerate(backs + reduce, 1):   # from the first backward on: 1/dp fp32 grads
+                assert e["params"] > 0 and e["whole_grads"] == 0, (rank, zero, i)
+                assert e["sharded_grads"] == e["params"]
+                assert e["sharded_grad_bytes"] * 2 == e["param_bytes_whole"]   # dp = 2, even dims
+                # ZeRO-3 reshards after each backward; ZeRO-2 keeps its weights gathered to the end
+                gathered = e["params"] if zero == 2 and e["after"] != "perform_reduce_grad" else 0
+                assert e["unsharded"] == gathered, (rank, zero, i)
+                if rank >= 2:                   # the last stage keeps no micro-batch's output
+                    assert e["output_chunks"] == 0
 
 
 def test_autopar_profile_and_amp_memory_price_what_the_world_measured():
-    """What the measurement above says, as the cost model prices autopar's runtime: the profile's
-    switch (bf16-mixed: pipeline_fsdp_memory), and in the amp recipe (autopar validate) a ZeRO-3
-    stage under pp holding every weight gathered at its backward's end, not two rows as at pp = 1."""
+    """What the measurement above says, as the cost model prices autopar's runtime: the profile
+    switches off torch pipelining's whole gradients (bf16-mixed: pipeline_fsdp_memory) and
+    reduce-scatters per micro-batch under pp only; in the amp recipe (autopar validate) a ZeRO-3
+    stage under pp gathers two rows and holds 1/dp gradients, as at pp = 1 with one micro-batch."""
     import dataclasses
 
     from synthetic_tables import llama_table
 
     from costmodels.contracts.plan import Plan
+    from costmodels.model.dp_sync import zero_row_collectives
     from costmodels.model.estimate import estimate
     from costmodels.model.memory import STATE_BYTES
     from costmodels.model.table_arrays import table_arrays
     from costmodels.profiles.hardware_files import load_profile
     from costmodels.profiles.runtime import load_runtime
-    assert load_runtime("autopar").torch_pipelining == 1
+    rt = load_runtime("autopar")
+    assert rt.torch_pipelining == 0
+    for zero in (2, 3):
+        assert "reduce" in zero_row_collectives(Plan(dp=2, pp=2, zero=zero), rt)
+        assert "reduce" not in zero_row_collectives(Plan(dp=2, zero=zero), rt)   # pp = 1: once a step
     table = llama_table(8, 1024, 8, 8, 2816, 1024, 256)   # weights outweigh activations
     arr = table_arrays(table)
     hw = dataclasses.replace(load_profile("h100-80g-sxm"), hbm_bytes=1e15)
-    bp = STATE_BYTES["amp"][0]
+    bp, bg = STATE_BYTES["amp"][:2]
     for pp in (1, 2):
         plan = Plan(dp=2, pp=pp, micro_batch_size=1, zero=3, schedule="1f1b", recompute="full")
         e = estimate(table, hw, plan, plan.world_size, 8, precision="amp")
         for r, st in enumerate(e.stages_detail):
             sizes = np.concatenate([arr.params[s:t] for s, t in st["rows"]])
-            whole = bp * float(sizes.sum())
-            gathered = st["memory_bytes"]["gathered"]
-            if pp == 1:
-                assert gathered == pytest.approx(bp * float(np.sort(sizes)[::-1][:2].sum()))
-                assert gathered < whole
-            else:
-                assert gathered == pytest.approx(whole), r
+            mem = st["memory_bytes"]
+            assert mem["gathered"] == pytest.approx(bp * float(np.sort(sizes)[::-1][:2].sum()))
+            assert mem["gathered"] < bp * float(sizes.sum())
+            whole = bg * float(sizes.sum())   # m = 4: pp = 1 accumulates whole, pp = 2 sharded
+            assert mem["grads"] == pytest.approx(whole if pp == 1 else whole / 2), (pp, r)

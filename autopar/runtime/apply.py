@@ -41,6 +41,10 @@ What runs where (see also docs/guide.md, "Runtime / verify"):
   With pp > 1 torch's ``PipelineStage`` decides when DDP reduces (``no_sync`` for every
   micro-batch but the last, whose backward overlaps the bucketed all-reduce, every schedule);
   ``data_parallel.wrap_dp`` says why DDP's own forward must not prepare the reducer then.
+  ZeRO-2/3 under pp > 1 run through ``step.pipeline_stage.ShardedGradStage``: every
+  micro-batch's backward reduce-scatters its gradients into the shards (at pp = 1 only the
+  last micro-batch's does), ZeRO-3 reshards after each backward, ZeRO-2 keeps its weights
+  gathered until the step's last backward; the last stage keeps no outputs.
 * **Context parallel / HSDP**: with ``cp > 1`` each rank runs chunks ``i`` and ``2·cp−1−i`` of
   every sequence (``step.context``), its rows' attention, position ids and rotary tables
   rewritten (``autopar.rewrite.context_parallel``); gradients are averaged and ZeRO shards over
@@ -253,9 +257,10 @@ class Runner(RunnerCheckpoints):
         self._pipe_stages = None
         self._schedules: dict[int, object] = {}
         if plan.pp > 1:
-            from torch.distributed.pipelining import PipelineStage
+            from autopar.runtime.step.pipeline_stage import ShardedGradStage  # ZeRO-2/3: why, there
             pp_group = lay.group("pp")
-            self._pipe_stages = [PipelineStage(w, v, n_virtual, self.device, group=pp_group)
+            self._pipe_stages = [ShardedGradStage(w, v, n_virtual, self.device, group=pp_group,
+                                                  reshard_after_backward=plan.zero == 3)
                                  for w, v in zip(self._wrapped, self.virtual)]
 
     @staticmethod

@@ -61,10 +61,13 @@ into async TP", 2025; the PyTorch dev-discuss post "Introducing Async Tensor Par
 PyTorch", 2024). So the GPU's ``collective_slowdown`` (NCCL kernels holding SMs) is not charged.
 
 The backward's two fused all-gathers (into the input-gradient GEMMs of the attention-output and
-down projections) are charged their copies; their decomposed dgrad GEMMs are not
-(the table does not say which of a row's matmuls they are), so the backward is priced a little
-fast. Megatron's userbuffers are left as they were: their ring exchange is Transformer Engine's
-own kernels, calibrated with the NeMo rows.
+down projections) are charged their copies and their decomposed input-gradient GEMMs, which
+``async_tp_windows.linear_roles`` finds among a row's matmuls (each pair's row linear; a pair's
+lone column linear too, whose reduce-scatter then fuses and pays its partial-sum reduction);
+rows it cannot match pay the forward's decomposition only. How much of each collective the
+fused GEMMs hide is ``async_tp_windows.fused_collective_windows``. Megatron's userbuffers are
+left as they were: their ring exchange is Transformer Engine's own kernels, calibrated with the
+NeMo rows.
 """
 from __future__ import annotations
 
@@ -72,8 +75,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from costmodels.model.async_tp_windows import (
+    decomposed_gemm_s,
+    fused_backward_gemms,
+    fused_bwd_reduce_scatters,
+    gemm_rate,
+    whole_gemm_s,
+)
 from costmodels.model.comm import collective_time
-from costmodels.model.precision import PEAK_KEY, STACKS, linear_dims, stack_key, stack_scale
+from costmodels.model.precision import STACKS, linear_dims, stack_key
 
 
 def unfused_bwd_reduce_scatter_s(arr, runtime, tier, tp: int, b: int, sp: bool) -> np.ndarray:
@@ -83,7 +93,8 @@ def unfused_bwd_reduce_scatter_s(arr, runtime, tier, tp: int, b: int, sp: bool) 
         return np.zeros(arr.n)
     nbytes = arr.tp_comm_bytes * (b / arr.table.micro_batch)
     _, t_rs = collective_time("reduce_scatter", nbytes, tp, tier)
-    return np.where(arr.is_block & (nbytes > 0), arr.tp_collectives * t_rs, 0.0)
+    unfused = arr.tp_collectives - fused_bwd_reduce_scatters(arr)   # a lone column linear's fuses
+    return np.where(arr.is_block & (nbytes > 0), unfused * t_rs, 0.0)
 
 
 def micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp: int, b: int):
@@ -99,16 +110,15 @@ def micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp: int, b: int):
     k = b / arr.table.micro_batch
     ld = linear_dims(arr)   # the block linears (one row per token), not the attention core
     p = getattr(plan, "precision", "bf16") or "bf16"
-    peak = kernels.peak_flops_per_s(arr.table.act_dtype_bytes)
-    size, rate = 1.0, peak   # a GEMM of f FLOPs reaches eff(f·size) of rate (precision.py)
-    if p != "bf16":
-        p8 = kernels.peak_flops[PEAK_KEY[p]]
-        size, rate = peak / p8, p8 * stack_scale(kernels, stack_key(runtime), p)
+    size, rate = gemm_rate(arr, kernels, plan, runtime)   # FP8 GEMMs at their own rate
     f = ld.mm_flops * k / tp
-    chunk = f * min(1.0, 2.0 / tp)   # two streams run two shards' GEMMs at once (docstring)
-    split = f / rate * (1.0 / kernels.matmul_efficiency(np.maximum(chunk * size, 1.0))
-                        - 1.0 / kernels.matmul_efficiency(np.maximum(f * size, 1.0)))
+    split = decomposed_gemm_s(f, kernels, size, rate, tp) - whole_gemm_s(f, kernels, size, rate)
     split_row = np.bincount(ld.mm_row, weights=split, minlength=arr.n)
+    # the backward's fused input-gradient GEMMs (async_tp_windows.fused_backward_gemms): the
+    # row linears' (their output gradient's all-gather) and a lone column linear's (its
+    # reduce-scatter); an input-gradient GEMM has its forward's FLOPs
+    fb = fused_backward_gemms(arr)
+    split_bwd = np.bincount(ld.mm_row[fb], weights=split[fb], minlength=arr.n)
     # the copies the pipeline leaves on the critical path, per TP pair (one all-gather + one
     # reduce-scatter per direction: compute.row_times' tp_collectives); an FP8 all-gather's
     # shard is 1 byte per element (fp8_tensor_parallel), the partial sums stay BF16
@@ -116,9 +126,11 @@ def micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp: int, b: int):
     ag = 0.5 if p in STACKS[stack_key(runtime)].fp8_tp_all_gather else 1.0
     ew = kernels.elementwise_bw
     copies_fwd = arr.tp_collectives * (ag * 2.0 * v / tp + (v + v / tp)) / ew
-    copies_bwd = arr.tp_collectives * (ag * 2.0 * v / tp) / ew
+    # backward: the gradient shards' copies, and the partial-sum reduction of each fused
+    # input-gradient reduce-scatter (pairs with one column linear)
+    copies_bwd = (arr.tp_collectives * (ag * 2.0 * v / tp) + fused_bwd_reduce_scatters(arr) * (v + v / tp)) / ew
     blk = arr.is_block & (arr.tp_comm_bytes > 0)
     add_f = np.where(blk, split_row + copies_fwd, 0.0)
-    add_b = np.where(blk, copies_bwd, 0.0)
+    add_b = np.where(blk, split_bwd + copies_bwd, 0.0)
     add_r = np.where(rt.recompute_s > 0, add_f, 0.0)   # a recomputed forward runs the fused ops again
     return replace(rt, fwd_s=rt.fwd_s + add_f, bwd_s=rt.bwd_s + add_b, recompute_s=rt.recompute_s + add_r)

@@ -67,6 +67,7 @@ from costmodels.contracts.layer_table import LayerTable
 from costmodels.model import torch_tp_memory
 from costmodels.model.allocator import fragmentation, optimizer_share
 from costmodels.model.async_tp_fusion import micro_pipeline_tp_cost, unfused_bwd_reduce_scatter_s
+from costmodels.model.async_tp_windows import fused_collective_windows
 from costmodels.model.collectives_at_scale import extra_collectives_s
 from costmodels.model.comm import collective_latency, collective_time, plan_tiers
 from costmodels.model.compute import RowTimes, host_block_floor, row_times, runs_on_cpu
@@ -300,6 +301,8 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     unfused = unfused_bwd_reduce_scatter_s(arr, runtime, profile.group_link(plan, "tp"), tp, b,
                                            plan.sequence_parallel)   # what async TP leaves (async_tp_fusion.py)
     rt = overlapped(rt, runtime, tp, unfused)   # TP collectives pipelined with the GEMMs (tp_overlap.py)
+    rt = fused_collective_windows(rt, arr, kernels, plan, runtime, profile.group_link(plan, "tp"), tp,
+                                  b)   # async TP: each collective behind its own GEMMs (async_tp_windows.py)
     return micro_pipeline_tp_cost(rt, arr, kernels, plan, runtime, tp, b)   # torch's fused ops (async_tp_fusion.py)
 
 

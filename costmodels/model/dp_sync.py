@@ -22,7 +22,8 @@ def zero_row_collectives(plan, runtime: RuntimeProfile) -> frozenset[str]:
     reduce-scatter in the backward); empty without ZeRO-2/3 or data parallelism."""
     if plan.dp <= 1 or plan.zero < 2:
         return frozenset()
-    per_mb = bool(runtime.zero_reduce_per_micro_batch)
+    per_mb = bool(runtime.zero_reduce_per_micro_batch) or (
+        getattr(plan, "pp", 1) > 1 and bool(runtime.pipeline_zero_reduce_per_micro_batch))
     if plan.zero == 3:
         return frozenset({"fwd", "bwd"} | ({"reduce"} if per_mb else set()))
     out = {"reduce"} if per_mb else set()

@@ -59,17 +59,18 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
   when an interleaved schedule syncs after the step). ZeRO 2/3 run FSDP2: ZeRO-2 holds the shards
   (``PΨ/d``) and every gathered weight from forward to backward (``PΨ``); ZeRO-3's gathered rows
   are not live at a backward's start (FSDP2 re-gathers a row in its pre-backward hook, after the
-  loss backward). With several micro-batches FSDP2 accumulates *unsharded* gradients (``GΨ``);
-  under pp > 1 torch's pipelining turns FSDP2's resharding after backward off on the whole stage
-  (``set_reshard_after_backward(False)``), so at the end of the backward a ZeRO-3 stage holds
-  every weight gathered (``PΨ``, not two rows; measured: tests/test_runtime_pp_zero_memory.py);
+  loss backward). With several micro-batches at pp = 1 FSDP2 accumulates *unsharded* gradients
+  (``GΨ``: ``run_local`` syncs on the last micro-batch only); under pp > 1 autopar's stage
+  (``autopar.runtime.step.pipeline_stage``) reduce-scatters every micro-batch's gradients into
+  the shards and ZeRO-3 reshards after each backward, so the gradients stay sharded and ZeRO-3's
+  gathered rows are two, as at pp = 1 (measured: tests/test_runtime_pp_zero_memory.py);
 * pp > 1: ``torch.distributed.pipelining``'s receive buffers, one per micro-batch for every
   input (chunk start > 0) and output-gradient (chunk end < rows) of the rank's chunks:
   ``m·k·boundary·4/act_dtype_bytes`` each (the fp32 residual stream), ``/t`` with sp;
-* the logits the step holds: the micro-batch's output until its backward (pp = 1), or every
-  micro-batch's output for the whole step on the last pipeline rank (pipelining keeps them, and
-  at the end of the step concatenates them into a second copy to return), ``L·(2 amp | 4 fp32)``
-  each;
+* the logits the step holds: each micro-batch's output until its backward — one at pp = 1, the
+  head chunk's micro-batches in flight under pp > 1 (autopar runs torch's schedule with
+  ``return_outputs=False``, so the last stage keeps none for the step's end), ``L·(2 amp | 4
+  fp32)`` each;
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
   (``8·L``), live together with the saved log-softmax, at the start of each backward;
 * the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor;
@@ -276,16 +277,18 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
         if m > 1:
             later = work + w_inputs + sum(n * float(act_rows[s:e].sum())
                                for (s, e), n in zip(chunks, inflight_later or inflight))
+        head = [n for (s, e), n in zip(chunks, inflight)
+                if any(r.kind == "head" for r in arr.table.rows[s:e])]
         p, g, act, gather = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp,
                                           dp=dp, zero=zero, sp=sp, b=b, precision=precision, m=m,
-                                          pp=pp, vpp=vpp)
+                                          pp=pp, vpp=vpp, head_inflight=head[0] if head else 1)
     total = (p + gather) + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "gathered": gather, "activations": act,
             "reserve": reserve, "total": total}
 
 
 def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero, sp, b,
-                  precision, m, pp, vpp):
+                  precision, m, pp, vpp, head_inflight=1):
     """(params, grads, activations, gathered) at the peak of autopar's runtime step (the amp / fp32 terms
     of the module docstring): the first backward (no gradients yet), a later one (``later``
     activations in flight, the gradients of earlier micro-batches), the end of the last one (all
@@ -307,7 +310,7 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     if dp > 1 and zero == 2:                  # FSDP2: the shards at rest, and the gathered
         p_rest = bp * params / dp             # weights kept from forward through backward
         p += p_rest
-    if dp > 1 and zero >= 2 and m > 1:
+    if dp > 1 and zero >= 2 and m > 1 and pp == 1:
         g = bg * params                       # unsharded gradients accumulate between syncs
     if pp > 1:   # pipelining's receive buffers, one per micro-batch: fp32 residual stream
         k = m * b / arr.table.micro_batch * 4.0 / arr.table.act_dtype_bytes / (tp if sp else 1)
@@ -317,17 +320,15 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     held = transient = 0.0
     if "head" in kinds:
         lg = float(logits(arr, b).sum())
-        held = (m if pp > 1 else 1) * LOGIT_BYTES[precision] * lg
+        held = (head_inflight if pp > 1 else 1) * LOGIT_BYTES[precision] * lg   # until each backward
         transient = LOSS_GRAD_BYTES * lg
-    merged = 2.0 if pp > 1 else 1.0   # pipelining returns the held outputs concatenated
-    if pp > 1 and dp > 1 and zero >= 3:   # the stage's backwards keep what they gather (docstring)
-        gather = bp * params
+    kept = 0.0 if pp > 1 else held   # return_outputs=False: no output outlives its backward
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     # (params, grads, activations, gathered) at each moment
     moments = [(p, buckets, act + transient + held + recv, 0.0),            # first backward
-               (p, buckets + g + cast_grads, merged * held + recv, gather),  # end of backward
-               (p_rest, buckets + g_rest + t_opt, (held if pp > 1 else 0.0) + recv, 0.0)]  # optimizer
+               (p, buckets + g + cast_grads, kept + recv, gather),            # end of backward
+               (p_rest, buckets + g_rest + t_opt, recv, 0.0)]                  # optimizer
     if later is not None:
         moments.append((p, buckets + g, later + transient + held + recv, 0.0))   # a later backward
     return max(moments, key=lambda t: (t[0] + t[3]) + t[1] + t[2])

@@ -3,8 +3,9 @@
 The fsdp runtime (torchtitan) runs pp > 1 with torch's pipelining schedules, whose stages drive
 FSDP2 by hand. ``memory.stage_memory``'s bf16-mixed recipe (ZeRO Table 1: 2-byte gradients,
 sharded from ZeRO-2 on) misses two per-parameter terms there; the runtime profile's
-``[memory] torch_pipelining = 1`` switches them on (fsdp.toml, with its source; autopar.toml too:
-autopar's own runtime runs the same code path, measured by tests/test_runtime_pp_zero_memory.py):
+``[memory] torch_pipelining = 1`` switches them on (fsdp.toml, with its source; autopar.toml has
+0: autopar's own stage, autopar/runtime/step/pipeline_stage.py, reduce-scatters every micro-batch
+and keeps no outputs, measured by tests/test_runtime_pp_zero_memory.py):
 
 * **Unsharded gradients, accumulated in the reduce dtype, until the stage's last backward.**
   ``_PipelineStageBase.backward_maybe_with_nosync`` calls ``set_requires_gradient_sync(False)``

@@ -38,6 +38,8 @@ profiles (``costmodels/profiles/hardware.py``), and a figure left out means "as 
     zero2_gather_per_micro_batch = { value = 1, source = "..." }  # 1: ZeRO-2 gathers each row's
                                                     # weights before every micro-batch's forward (FSDP
                                                     # SHARD_GRAD_OP); 0: once after the optimizer step
+    pipeline_zero_reduce_per_micro_batch = { value = 1, source = "..." }  # 1: the same reduce-scatter
+                                                    # per micro-batch, under pp > 1 only (autopar's stage)
     tp_comm_overlap = { value = 1, source = "..." }  # 1: TP collectives pipelined with the GEMMs
                                                     # in tp chunks (costmodels/model/tp_overlap.py)
     dp_sync_per_chunk = { value = 1, source = "..." }  # 1: under interleaving each model chunk's
@@ -154,6 +156,7 @@ class RuntimeProfile:
     zero_edges_exposed: int = 0
     zero_reduce_per_micro_batch: int = 0
     zero2_gather_per_micro_batch: int = 0
+    pipeline_zero_reduce_per_micro_batch: int = 0   # 1: as zero_reduce_per_micro_batch, under pp > 1 only
     compute_slowdown: float = 0.0
     grad_reduce_bytes: float | None = None
     elementwise_traffic: float | None = None

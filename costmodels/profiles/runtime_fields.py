@@ -22,6 +22,8 @@ FIGURES = {
                 "zero_edges_exposed": ("zero_edges_exposed", 0, 1, True),
                 "zero_reduce_per_micro_batch": ("zero_reduce_per_micro_batch", 0, 1, True),
                 "zero2_gather_per_micro_batch": ("zero2_gather_per_micro_batch", 0, 1, True),
+                "pipeline_zero_reduce_per_micro_batch":   # dp_sync.zero_row_collectives, pp > 1 only
+                    ("pipeline_zero_reduce_per_micro_batch", 0, 1, True),
                 "compute_slowdown": ("compute_slowdown", 0.0, 1.0, False),
                 "tp_comm_overlap": ("tp_comm_overlap", 0, 1, True),   # costmodels.model.tp_overlap
                 "dp_sync_per_chunk": ("dp_sync_per_chunk", 0, 1, True),   # costmodels.profiles.interleaved_dp_window

@@ -64,7 +64,7 @@ def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage
         if targets is None:   # torch's schedules need a target per micro-batch; the loss gets None
             targets = torch.zeros(inputs[0].size(0), device=inputs[0].device)
         kwargs = dict(target=targets, losses=losses)
-    schedule.step(*args, **kwargs)
+    schedule.step(*args, return_outputs=False, **kwargs)   # the last stage keeps no outputs (losses only)
     if not losses:
         return torch.zeros((), device=device if device is not None else inputs[0].device)
     unscale = schedule.autopar_loss.n_micro   # each loss was divided by it before backward
