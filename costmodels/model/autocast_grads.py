@@ -39,6 +39,8 @@ autopar/validate/live_bytes.py; 2026-11-28, load 17–24 on 2 cores):
     pp2 dp2 ZeRO-2   115.9 / 160.8     (last stop)      129.6 / 131.8     (−1.6 %)
     pp2 dp2 ZeRO-3   115.2 / 169.2     (last stop)      129.6 / 133.3     (−2.7 %; one rank 140.5)
 
+(All on the runtime before ppzero's pp + ZeRO change was merged: its pp rows held the last
+stage's outputs and, at ZeRO-2/3, whole gradients; the model priced the same then.)
 The pp rows' measured fall is autopar/validate/rank.py's fix (it kept the unsplit model, so
 every other stage's weights, live through the memory step); the predicted rise is this term.
 
