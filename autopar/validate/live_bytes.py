@@ -12,7 +12,14 @@ CPU autograd engine runs backward on the calling thread, and gloo allocates its 
 temporaries there too — tests/test_memory_precision.py checks both), frees on such threads
 (gloo's worker often drops a collective's tensors last: ``live_peak`` counts a block whose
 address is allocated again while it looks live only at its allocation; the tail step is there
-to re-allocate those addresses), malloc's own overhead and non-tensor buffers.
+to re-allocate those addresses), malloc's own overhead and non-tensor buffers. The tail step
+does not always re-allocate such an address (large blocks are mmapped; a new one may land
+elsewhere): then the block counts as live through the memory step, on some ranks and runs and
+not others. Seen on 2 gloo ranks of one plan (gpt 8 layers of 384, dp2 ZeRO-1, 2026-11-28):
+289.6 MB on one rank, 318.4 on the other, whose bytes live at the step's start were 28.8 MB
+higher, the size of the ZeRO-1 post-step broadcast buffer of that rank's half of the weights;
+the same plan alone measured 289.6 on both. Data-parallel replicas of a plan hold nearly the
+same bytes (a ZeRO shard differs by at most a tensor), so a larger spread between them is this.
 """
 from __future__ import annotations
 

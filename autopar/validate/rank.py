@@ -175,6 +175,11 @@ def _prepare(i, pd, rec, src, inputs, targets, warmup, global_batch, seed, spec,
             model = (src.build_meta(attention=plan.attention) if cuda and src.config is not None
                      else src.build("cpu", seed=seed, attention=plan.attention))
             runner = apply(model, plan, loss_fn=src.loss, spec=spec)
+            # apply keeps only this rank's rows (and their tp shards) and drops the model; a
+            # reference held here kept every other stage's weights live through the memory
+            # step: measured +28.8 MB on each rank of pp2 (gpt 8 layers, hidden 384), the
+            # weights of the stage the rank does not run, which autopar's runtime never holds
+            del model
             opt = torch.optim.AdamW(runner.parameters(), lr=1e-4)
             n = global_batch // runner.dp_size
             sl = slice(runner.dp_rank * n, (runner.dp_rank + 1) * n)
