@@ -10,9 +10,10 @@ named op above the allocating aten op (``ToCopyBackward0`` = fp32 gradients cast
 bf16, ``AddmmBackward0`` = bf16 weight gradients, ``DistributedDataParallel.forward`` = DDP's
 rebuilt buckets and autocast's weight cache, ``Optimizer.step#AdamW.step`` = AdamW's state).
 It also lists the bf16 weight gradients (``aten::mm`` under ``AddmmBackward0``) live at the
-peak with their allocation and free times relative to it: how costmodels/model/autocast_grads.py
-was found. Frees on threads the profiler does not watch (gloo's worker) are not seen: a block
-freed there stays live here.
+peak with their allocation and free times relative to it: how the held autocast gradients were
+found (fixed since: autopar/runtime/step/schedules.py ``fresh_autocast_casts``).
+Frees on threads the profiler does not watch (gloo's worker) are not seen: a block freed there
+stays live here.
 
     python benchmarks/memory_peak_breakdown.py "gpt:layers=8,hidden=384,heads=4,vocab=256,seq=8" \\
         2 8 '{"dp": 2, "pp": 1, "micro_batch_size": 1, "zero": 1, "recompute": "none"}'

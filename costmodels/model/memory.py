@@ -74,9 +74,10 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
   (``8·L``), live together with the saved log-softmax, at the start of each backward;
 * the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor;
-* amp with m > 1: at the end of a backward after the first, a bf16 gradient of every cached
-  weight (``2`` bytes per cached parameter): the cast nodes are micro-batch 1's, so the engine
-  runs them last (costmodels/model/autocast_grads.py, measured).
+* (not held: autocast's bf16 weight gradients. autopar's runtime casts the weights anew for
+  every micro-batch (autopar/runtime/step/schedules.py ``fresh_autocast_casts``); with one cast
+  per step a backward after the first would hold all of them to its end, the engine running
+  micro-batch 1's cast nodes last — measured, tests/test_memory_autocast_grads.py.)
 
 The peak of an amp / fp32 step is the largest of four moments: the first backward's start
 (in-flight activations + loss transient + held logits, no gradients yet), a later backward's
@@ -122,7 +123,6 @@ import numpy as np
 
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES
-from costmodels.model.autocast_grads import held_cast_grad_bytes
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.schedule_program import in_flight_states, period
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none
@@ -302,8 +302,6 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     cached = sum(float(arr.params[i]) for i, kd in zip(rows, kinds) if kd in ("block", "head")) / tp
     if precision == "amp":   # autocast's cached bf16 weights, full even when ZeRO shards them
         p += AUTOCAST_CACHE_BYTES * cached
-    # the cached weights' bf16 gradients a backward after the first holds to its end (module)
-    cast_grads = held_cast_grad_bytes(cached, precision=precision, m=m)
     buckets = recv = 0.0
     if dp > 1 and zero < 2 and not (pp > 1 and vpp > 1):
         buckets = bg * params                 # DDP's gradient buckets
@@ -327,7 +325,7 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     # (params, grads, activations, gathered) at each moment
     moments = [(p, buckets, act + transient + held + recv, 0.0),            # first backward
-               (p, buckets + g + cast_grads, kept + recv, gather),            # end of backward
+               (p, buckets + g, kept + recv, gather),                         # end of backward
                (p_rest, buckets + g_rest + t_opt, recv, 0.0)]                  # optimizer
     if later is not None:
         moments.append((p, buckets + g, later + transient + held + recv, 0.0))   # a later backward

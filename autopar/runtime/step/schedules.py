@@ -32,6 +32,7 @@ def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: in
     total = None
     for i in range(n_micro):
         last = i == n_micro - 1
+        fresh_autocast_casts()
         sl = slice(i * micro_batch_size, (i + 1) * micro_batch_size)
         if fsdp:
             module.set_requires_gradient_sync(last)
@@ -49,6 +50,21 @@ def run_local(module, inputs: tuple, targets, n_micro: int, micro_batch_size: in
         loss = loss.detach().float()
         total = loss if total is None else total + loss
     return total / n_micro
+
+
+def fresh_autocast_casts() -> None:
+    """Drop autocast's cached weight casts before a micro-batch's forward.
+
+    A step runs inside one ``torch.autocast`` region (``autopar train``, ``autopar validate``),
+    whose cache would hand micro-batches 2…m the casts micro-batch 1 made. Their autograd nodes
+    are then older than every node of the later graphs, and the engine runs them last (highest
+    sequence number first: torch/csrc/autograd/engine.h): FSDP2's post-backward reduce-scatters
+    a module's gradients before those casts have accumulated them — wrong gradients at ZeRO-2/3
+    (benchmarks/probe_fsdp2_autocast_grads.py measured 0.604 relative error) — and every bf16
+    weight gradient waits to the end of the backward (tests/test_memory_autocast_grads.py).
+    Casting anew per micro-batch is what a region per micro-batch does; outside autocast the
+    cache is empty and this costs nothing."""
+    torch.clear_autocast_cache()
 
 
 def run_pipeline(schedule, inputs: tuple, targets, first_stage: bool, last_stage: bool,
@@ -80,6 +96,10 @@ def make_schedule(plan: Plan, pipe_stages: list, n_micro: int, loss_fn: Callable
     head, both on rank 0 of a V schedule) twice. The losses are reported unscaled."""
     from torch.distributed import pipelining as pl
     check_schedule(plan, n_micro)   # the rule's owner: costmodels.contracts.runnable
+    for stage in pipe_stages:   # each micro-batch's forward casts its weights anew (fresh_autocast_casts)
+        if not getattr(stage.submod, "_autopar_fresh_casts", False):
+            stage.submod.register_forward_pre_hook(lambda *_: fresh_autocast_casts())
+            stage.submod._autopar_fresh_casts = True
     loss = PipelineLoss(loss_fn, n_micro)
     try:
         if plan.schedule in _MULTI_STAGE:
