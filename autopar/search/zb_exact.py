@@ -51,7 +51,7 @@ from autopar.search.zb_stage_costs import StageCosts
 # tree grows past 70,000 nodes (216 s) while CP-SAT proves the same stop in 0.5 s; of the solves
 # that finish on pinned zb-v gpt3-175b, 52 of 58 need fewer than 600 nodes
 NODE_LIMIT = 600
-SOLVE_WALL_S = 2.0
+SOLVE_WALL_S = 2.0     # CPU seconds of this process (wall before issue 30's zbpin)
 # a configuration CP-SAT failed to prove once (``Frontier.retried``: its retry gets 5× the budget,
 # which on gpt3-175b's dp16·tp8·pp8 b6 ran 9 s without a proof) gets the branch-and-bound once
 # more with this many times the nodes and wall time first (there: 4,600 nodes, 2.7 s, proved)
@@ -64,7 +64,7 @@ class ZbBranchAndBound:
     """Branch-and-bound over the cuts of one split-backward configuration (module docstring)."""
 
     def __init__(self, terms, upper_bound_s: float | None = None, node_limit: int = NODE_LIMIT,
-                 wall_limit_s: float | None = None, fits=None, memory=None):
+                 wall_limit_s: float | None = None, fits=None, memory=None, cpu_limit_s: float | None = None):
         self.sc = StageCosts(terms)
         self.sc.memory = memory   # zb_memory.RankMemory: complete ranks over HBM are pruned
         self.fits = fits          # stages -> whether the split fits the GPU (None: every split)
@@ -73,6 +73,10 @@ class ZbBranchAndBound:
         self.cut = upper_bound_s * (1 + REL) if upper_bound_s is not None else float("inf")
         self.node_limit = node_limit
         self.deadline = None if wall_limit_s is None else time.perf_counter() + wall_limit_s
+        # the budget in this process's CPU seconds (issue 30): on the loaded 2-core machine a
+        # 2 s wall budget was ~0.15 s of work, so which trees finished (and how many went to
+        # CP-SAT) moved with the load; the wall deadline above still caps it (``--time-limit``)
+        self.cpu_deadline = None if cpu_limit_s is None else time.process_time() + cpu_limit_s
         self.best = None          # (step time, cuts)
         self.nodes = 0
         self.complete = True      # False: the node limit or the deadline cut the search
@@ -136,8 +140,9 @@ class ZbBranchAndBound:
         if not self.complete:
             return
         self.nodes += 1
-        if self.nodes > self.node_limit or (self.deadline and self.nodes % 64 == 0
-                                            and time.perf_counter() > self.deadline):
+        if self.nodes > self.node_limit or (self.nodes % 64 == 0 and (
+                (self.deadline and time.perf_counter() > self.deadline)
+                or (self.cpu_deadline and time.process_time() > self.cpu_deadline))):
             self.complete = False
             return
         if depth == len(sc.order):      # every cut fixed: a leaf
@@ -156,6 +161,16 @@ class ZbBranchAndBound:
             for v in done:
                 fixed[v] = None
             x[i] = None
+
+
+def takes(terms) -> bool:
+    """Whether the frontier tries the branch-and-bound before CP-SAT on this split-backward
+    configuration: the V schedules, and interleaved-zb (issue 30, zbpin: with each free stage's
+    least durations from the rows it must hold and the dp sync no backward can hide, gpt3-175b's
+    pp 8 / 16 interleaved-zb configurations of vpp 6–12 near the best are cut at the root, where
+    CP-SAT's op-graph program ran out of its budgets unproved). Past ``NODE_LIMIT`` CP-SAT
+    still takes over, as for the V schedules."""
+    return terms.split_backward
 
 
 def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> SplitResult | None:
@@ -188,7 +203,7 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
     k, kw = (RETRY_NODES, RETRY_WALL) if grow else (1, 1)
     bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
-                          wall_limit_s=max(0.05, min(left, kw * SOLVE_WALL_S)), fits=fits, memory=memory)
+                          wall_limit_s=max(0.05, left), cpu_limit_s=kw * SOLVE_WALL_S, fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1
