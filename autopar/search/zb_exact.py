@@ -173,6 +173,22 @@ def takes(terms) -> bool:
     return terms.split_backward
 
 
+def _chance_factor(frontier, c, terms) -> float:
+    """The retry's budget times ``further_chances.budget_factor`` (2, 4, 8) on an end-of-search
+    chance of ``c`` not yet given to the tree, else 0.
+
+    Why (issue 30, zbpin): a configuration whose tree outgrew the retry's budget went to CP-SAT
+    on every chance, and on pinned zb-v gpt3-175b (dp16·tp4·pp16 vpp 2 mb 2, in the top 5 at
+    18.204 s) CP-SAT's 10-unit chance (26 s CPU) left it unproved while the tree proves it in
+    5,253 nodes (10 s CPU). Both prove the same thing; this only decides which is asked first."""
+    from autopar.search.further_chances import budget_factor, chances
+    n = chances(frontier, c) if hasattr(frontier, "chance_counts") else 0
+    if not n or terms._bounds.get("zb_chance") == n:
+        return 0.0
+    terms._bounds["zb_chance"] = n
+    return budget_factor(frontier, c)
+
+
 def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> SplitResult | None:
     """The frontier's split solve for a zero-bubble configuration (``Frontier._split``): the best
     split that fits the GPU (the estimate's memory, asked only of splits better than the best so
@@ -185,8 +201,11 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     cut = min([b for b in (ub, stop) if b is not None], default=None)
     gave_up = terms._bounds.get("zb_gave_up_at")
     grow = c in getattr(frontier, "retried", ()) and not terms._bounds.get("zb_grown")
+    chance = _chance_factor(frontier, c, terms)
     if grow:
         terms._bounds["zb_grown"] = True
+    elif chance:
+        pass   # an end-of-search chance: the tree once more, with the chance's grown budget
     elif gave_up is not None and (cut is None or cut >= gave_up):
         # its tree outgrew NODE_LIMIT under a cut no looser than this one: it would again (a
         # looser cut prunes less), so CP-SAT straight away (issue 30: 15 of 29 such re-solves
@@ -202,6 +221,8 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
     k, kw = (RETRY_NODES, RETRY_WALL) if grow else (1, 1)
+    if chance:
+        k, kw = RETRY_NODES * chance, RETRY_WALL * chance
     bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
                           wall_limit_s=max(0.05, left), cpu_limit_s=kw * SOLVE_WALL_S, fits=fits, memory=memory)
     out = bb.solve()
