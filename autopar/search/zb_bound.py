@@ -266,10 +266,8 @@ def defer_by_graph_bound(frontier, c, terms) -> bool:
         return False
     b = terms._bounds
     # the V schedules go to zb_exact next, whose cut at the next entry defers as the whole
-    # graph's LP would (1–3 s a solve at pp 16–32): only the cheap tier for them; and for
-    # interleaved-zb since it goes there too (issue 30, zbpin: gpt3-175b's pp 32 vpp 3
-    # configurations spent 8–10 s CPU each in the whole graph's LP; the tree leaves them in 1 node)
-    tiers = TIERS[:1] if terms.v_placement or terms.split_backward else TIERS   # zb_exact.takes
+    # graph's LP would (1–3 s a solve at pp 16–32): only the cheap tier for them
+    tiers = TIERS[:1] if terms.v_placement else TIERS   # those zb_exact.takes
     while b.get("zb_tier", 0) < len(tiers):
         tier = b.get("zb_tier", 0)
         b["zb_tier"] = tier + 1

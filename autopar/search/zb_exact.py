@@ -165,12 +165,12 @@ class ZbBranchAndBound:
 
 def takes(terms) -> bool:
     """Whether the frontier tries the branch-and-bound before CP-SAT on this split-backward
-    configuration: the V schedules, and interleaved-zb (issue 30, zbpin: with each free stage's
-    least durations from the rows it must hold and the dp sync no backward can hide, gpt3-175b's
-    pp 8 / 16 interleaved-zb configurations of vpp 6–12 near the best are cut at the root, where
-    CP-SAT's op-graph program ran out of its budgets unproved). Past ``NODE_LIMIT`` CP-SAT
-    still takes over, as for the V schedules."""
-    return terms.split_backward
+    configuration: the V schedules only. Interleaved-zb was tried (issue 30, zbpin): with the
+    node bounds of ``zb_node_bounds.set_least_stages`` gpt3-175b's pp 8 vpp 12 configurations are
+    cut at the root, but the whole pinned search got worse (286.6 s CPU, 71.3 CP-SAT units, 10
+    unproved against 195.2 s, 40.4 units, 6 unproved, load 6–31): many of its trees give up at
+    ``NODE_LIMIT`` before CP-SAT, and the whole graph's LP tier no longer deferred them."""
+    return terms.split_backward and terms.v_placement
 
 
 def _chance_factor(frontier, c, terms) -> float:
