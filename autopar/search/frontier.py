@@ -276,7 +276,8 @@ class Frontier(SeedingMixin):
             self.memory_dropped.append((terms.memory_lower_bound(), c))
             return
         res = None
-        if terms.v_placement and terms.split_backward and self.fixed_stages is None:
+        from autopar.search.zb_exact import takes  # issue 30: which split-backward ones (zbpin)
+        if terms.split_backward and self.fixed_stages is None and takes(terms):
             from autopar.search.zb_exact import solve_split  # issue 30: whole blocks, exactly
             res = solve_split(self, c, terms, ub, stop)
         res = res or self._solve(c, model)

@@ -267,7 +267,7 @@ def defer_by_graph_bound(frontier, c, terms) -> bool:
     b = terms._bounds
     # the V schedules go to zb_exact next, whose cut at the next entry defers as the whole
     # graph's LP would (1–3 s a solve at pp 16–32): only the cheap tier for them
-    tiers = TIERS[:1] if terms.v_placement else TIERS
+    tiers = TIERS[:1] if terms.v_placement else TIERS   # those zb_exact.takes
     while b.get("zb_tier", 0) < len(tiers):
         tier = b.get("zb_tier", 0)
         b["zb_tier"] = tier + 1

@@ -51,7 +51,7 @@ from autopar.search.zb_stage_costs import StageCosts
 # tree grows past 70,000 nodes (216 s) while CP-SAT proves the same stop in 0.5 s; of the solves
 # that finish on pinned zb-v gpt3-175b, 52 of 58 need fewer than 600 nodes
 NODE_LIMIT = 600
-SOLVE_WALL_S = 2.0
+SOLVE_WALL_S = 2.0     # CPU seconds of this process (wall before issue 30's zbpin)
 # a configuration CP-SAT failed to prove once (``Frontier.retried``: its retry gets 5× the budget,
 # which on gpt3-175b's dp16·tp8·pp8 b6 ran 9 s without a proof) gets the branch-and-bound once
 # more with this many times the nodes and wall time first (there: 4,600 nodes, 2.7 s, proved)
@@ -64,7 +64,7 @@ class ZbBranchAndBound:
     """Branch-and-bound over the cuts of one split-backward configuration (module docstring)."""
 
     def __init__(self, terms, upper_bound_s: float | None = None, node_limit: int = NODE_LIMIT,
-                 wall_limit_s: float | None = None, fits=None, memory=None):
+                 wall_limit_s: float | None = None, fits=None, memory=None, cpu_limit_s: float | None = None):
         self.sc = StageCosts(terms)
         self.sc.memory = memory   # zb_memory.RankMemory: complete ranks over HBM are pruned
         self.fits = fits          # stages -> whether the split fits the GPU (None: every split)
@@ -73,6 +73,10 @@ class ZbBranchAndBound:
         self.cut = upper_bound_s * (1 + REL) if upper_bound_s is not None else float("inf")
         self.node_limit = node_limit
         self.deadline = None if wall_limit_s is None else time.perf_counter() + wall_limit_s
+        # the budget in this process's CPU seconds (issue 30): on the loaded 2-core machine a
+        # 2 s wall budget was ~0.15 s of work, so which trees finished (and how many went to
+        # CP-SAT) moved with the load; the wall deadline above still caps it (``--time-limit``)
+        self.cpu_deadline = None if cpu_limit_s is None else time.process_time() + cpu_limit_s
         self.best = None          # (step time, cuts)
         self.nodes = 0
         self.complete = True      # False: the node limit or the deadline cut the search
@@ -136,8 +140,9 @@ class ZbBranchAndBound:
         if not self.complete:
             return
         self.nodes += 1
-        if self.nodes > self.node_limit or (self.deadline and self.nodes % 64 == 0
-                                            and time.perf_counter() > self.deadline):
+        if self.nodes > self.node_limit or (self.nodes % 64 == 0 and (
+                (self.deadline and time.perf_counter() > self.deadline)
+                or (self.cpu_deadline and time.process_time() > self.cpu_deadline))):
             self.complete = False
             return
         if depth == len(sc.order):      # every cut fixed: a leaf
@@ -158,6 +163,32 @@ class ZbBranchAndBound:
             x[i] = None
 
 
+def takes(terms) -> bool:
+    """Whether the frontier tries the branch-and-bound before CP-SAT on this split-backward
+    configuration: the V schedules only. Interleaved-zb was tried (issue 30, zbpin): with the
+    node bounds of ``zb_node_bounds.set_least_stages`` gpt3-175b's pp 8 vpp 12 configurations are
+    cut at the root, but the whole pinned search got worse (286.6 s CPU, 71.3 CP-SAT units, 10
+    unproved against 195.2 s, 40.4 units, 6 unproved, load 6–31): many of its trees give up at
+    ``NODE_LIMIT`` before CP-SAT, and the whole graph's LP tier no longer deferred them."""
+    return terms.split_backward and terms.v_placement
+
+
+def _chance_factor(frontier, c, terms) -> float:
+    """The retry's budget times ``further_chances.budget_factor`` (2, 4, 8) on an end-of-search
+    chance of ``c`` not yet given to the tree, else 0.
+
+    Why (issue 30, zbpin): a configuration whose tree outgrew the retry's budget went to CP-SAT
+    on every chance, and on pinned zb-v gpt3-175b (dp16·tp4·pp16 vpp 2 mb 2, in the top 5 at
+    18.204 s) CP-SAT's 10-unit chance (26 s CPU) left it unproved while the tree proves it in
+    5,253 nodes (10 s CPU). Both prove the same thing; this only decides which is asked first."""
+    from autopar.search.further_chances import budget_factor, chances
+    n = chances(frontier, c) if hasattr(frontier, "chance_counts") else 0
+    if not n or terms._bounds.get("zb_chance") == n:
+        return 0.0
+    terms._bounds["zb_chance"] = n
+    return budget_factor(frontier, c)
+
+
 def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> SplitResult | None:
     """The frontier's split solve for a zero-bubble configuration (``Frontier._split``): the best
     split that fits the GPU (the estimate's memory, asked only of splits better than the best so
@@ -170,8 +201,11 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
     cut = min([b for b in (ub, stop) if b is not None], default=None)
     gave_up = terms._bounds.get("zb_gave_up_at")
     grow = c in getattr(frontier, "retried", ()) and not terms._bounds.get("zb_grown")
+    chance = _chance_factor(frontier, c, terms)
     if grow:
         terms._bounds["zb_grown"] = True
+    elif chance:
+        pass   # an end-of-search chance: the tree once more, with the chance's grown budget
     elif gave_up is not None and (cut is None or cut >= gave_up):
         # its tree outgrew NODE_LIMIT under a cut no looser than this one: it would again (a
         # looser cut prunes less), so CP-SAT straight away (issue 30: 15 of 29 such re-solves
@@ -187,8 +221,10 @@ def solve_split(frontier, c, terms, ub: float | None, stop: float | None) -> Spl
         plan = c.plan(tuple((seed[v], seed[v + 1]) for v in range(len(seed) - 1)))
         memory = RankMemory(frontier.costs.table, frontier.costs.profile, plan, terms.m)
     k, kw = (RETRY_NODES, RETRY_WALL) if grow else (1, 1)
+    if chance:
+        k, kw = RETRY_NODES * chance, RETRY_WALL * chance
     bb = ZbBranchAndBound(terms, upper_bound_s=cut, node_limit=k * NODE_LIMIT,
-                          wall_limit_s=max(0.05, min(left, kw * SOLVE_WALL_S)), fits=fits, memory=memory)
+                          wall_limit_s=max(0.05, left), cpu_limit_s=kw * SOLVE_WALL_S, fits=fits, memory=memory)
     out = bb.solve()
     st = frontier.stats
     st.exact_splits += 1

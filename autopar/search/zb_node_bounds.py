@@ -73,6 +73,45 @@ class NodeBounds:
         return worst
 
 
+    def set_least_stages(self, row, fr, b_rows, wr) -> None:
+        """Per stage, the least F / B / W durations and rows' work any split gives it, and the
+        least p2p of its cuts (issue 30).
+
+        Why: a free stage's least durations were one row's, over *all* rows, so the tiny
+        embedding row made every free stage nearly free and the op graph at a node saw almost
+        no warm-up or cool-down (pinned interleaved-zb on gpt3-175b, pp 8 vpp 12: the tree
+        pruned almost nothing of its 4,656 splits). But row 0 always sits in stage 0 and row
+        ``n − 1`` in stage ``S − 1``, so every other stage holds at least one *inner* row, stage 0
+        at least row 0 and the last at least row ``n − 1`` (sums of non-negative row terms only
+        grow); and every stage pays the p2p of its cuts (``stage``: one per side, none at the
+        V's turn) at the cheapest cut at least. Where a row term can be negative, the old
+        all-rows minimum stays."""
+        n, S = self.n, self.S
+        cut_min = min(self.cutq[1:n]) if n > 1 else 0.0
+        cut_min = max(0.0, cut_min)
+        self.least_f, self.least_b, self.least_w = [], [], []
+        self.least_a, self.least_q = [], []
+        inner = slice(1, n - 1)
+        for v in range(S):
+            sides = ((v < S - 1 and v != self.turn)
+                     + (v > 0 and (self.turn is None or v != self.turn + 1)))
+            q = sides * cut_min
+            least = []
+            for col in (fr, b_rows, wr, row):
+                if n < 3 or (col < 0).any():
+                    least.append(max(0.0, float(col.min())))
+                elif v == 0:
+                    least.append(float(col[0]) if S > 1 else float(col.sum()))
+                elif v == S - 1:
+                    least.append(float(col[n - 1]))
+                else:
+                    least.append(float(col[inner].min()))
+            self.least_f.append(least[0])
+            self.least_b.append(least[1])
+            self.least_w.append(least[2])
+            self.least_a.append(least[3])
+            self.least_q.append(q)
+
     # ---- partial splits (zb_exact's nodes) ------------------------------------------------------
     def _node(self, fixed, upper, starts=None):
         """What a node's fixed stages (``fixed[v]`` not None) imply: per rank its fixed work, its
@@ -91,6 +130,7 @@ class NodeBounds:
                     odd_free -= self.odd[st[5]] - self.odd[st[4]]
             else:
                 free[self.rank_of[v]] += 1
+                tfix[self.rank_of[v]] += self.least_q[v]   # its p2p is paid whatever its rows
         head_free = fixed[self.S - 1] is None
         infos = [None if free[r] else self._rank_info(r, fixed) for r in range(pp)]
         done = [info for info in infos if info is not None]
@@ -98,7 +138,7 @@ class NodeBounds:
             return None   # a complete rank over the GPU's memory
         o_lb = max([self.o_mean] + [info[0] for info in done])
         p_max = max([self.p_mean] + [info[1] for info in done])
-        extra = o_lb + max(self._data_parallel_bound(infos), self._dp_floor(p_max))
+        extra = o_lb + max(self._data_parallel_bound(infos), self._dp_floor(p_max), self._dp_exposed_floor(p_max))
         if upper == float("inf"):
             return tfix, free, float("inf"), left, None, None, extra
         t_ub = (upper - extra) / self.m * (1 + 1e-9)
@@ -149,6 +189,21 @@ class NodeBounds:
         mn = min((1.0 - s_) * g + (1.0 - s_) * co.dp_latency_s, (1.0 - s_) * co.dp_bucket_s)
         return (mn + s_ * g + s_ * co.dp_latency_s + co.dp_after_per_param_s * params
                 + co.dp_after_latency_s * (params >= 1))
+
+    def _dp_exposed_floor(self, params: float) -> float:
+        """The dp sync of the rank with the most parameters (at least ``params``) that *all* the
+        backward windows could hide, and no more (issue 30): ``dp_rank_cost``'s
+        ``max(0, Dt + lat − before) + after`` with ``before`` at most every row's window. Where
+        no backward hides the sync (interleaved-zb on gpt3-175b: windows 0) this is the whole
+        sync, 0.70 s at pp 8, where ``_dp_floor`` (no hiding assumed possible to undo) gave 0.31 s
+        and the nodes missed the difference until every rank was complete."""
+        co = self.co
+        if not self.dp:
+            return 0.0
+        e = max(0.0, co.dp_per_param_s * params + co.dp_latency_s - self.pBk[-1])
+        if not self.legacy:
+            e += co.dp_after_per_param_s * params + co.dp_after_latency_s * (params >= 1)
+        return e
 
     def children(self, x: list, fixed: list, i: int, upper: float) -> list[int]:
         """The values of cut ``i`` (its neighbours in ``x`` fixed or None) that can still be under
@@ -201,7 +256,11 @@ class NodeBounds:
         the start of rank r's first op (the op graph up to the last first op, least durations)."""
         tfix, free, t_ub, left, cap, forced, extra = node
         level = self._water_level(sorted(tfix[r] for r in range(self.pp) if free[r]), left)
-        t_rank = [tfix[r] + (forced[r] if forced else 0.0) for r in range(self.pp)]
+        least = [0.0] * self.pp   # the free stages' least rows' work (set_least_stages)
+        for v in range(self.S):
+            if fixed[v] is None:
+                least[self.rank_of[v]] += self.least_a[v]
+        t_rank = [tfix[r] + max(forced[r] if forced else 0.0, least[r]) for r in range(self.pp)]
         t_lb = max(max(t_rank), level, self.t_floor)
         cheap = self.m * t_lb + extra
         if cheap >= upper or t_lb > t_ub:
@@ -215,9 +274,10 @@ class NodeBounds:
                 continue
             r = self.rank_of[v]
             work = forced[r] if forced and free[r] == 1 else 0.0
-            dur[s] = max(self.min_f, self.rf * work)
-            dur[s + 1] = max(self.min_b, self.rb * work)
-            dur[s + 2] = max(self.min_w, self.rw * work)
+            half_q = self.least_q[v] / 2      # F and B each carry half the stage's p2p
+            dur[s] = max(self.least_f[v], self.rf * work) + half_q
+            dur[s + 1] = max(self.least_b[v], self.rb * work) + half_q
+            dur[s + 2] = max(self.least_w[v], self.rw * work)
         ends = first_op_ends(self._head, self.pp, dur)
         self._starts = [ends[i] - dur[self._head[i][1]] for i in self._first_op]
         ms = max(self._starts[r] + self.m_sim * t_rank[r] for r in range(self.pp))

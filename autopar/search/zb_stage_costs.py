@@ -94,6 +94,7 @@ class StageCosts(NodeBounds):
         self.rf = float((fr[pos] / row[pos]).min()) if pos.any() else 0.0
         self.rb = float(max(0.0, (b_rows[pos] / row[pos]).min())) if pos.any() else 0.0
         self.rw = float((wr[pos] / row[pos]).min()) if pos.any() else 0.0
+        self.set_least_stages(row, fr, b_rows, wr)   # issue 30: per stage, from the rows it must hold
         self.terms = terms
         self.pP = _prefix(params)
         self.p_mean = self.pP[-1] / self.pp
