@@ -45,10 +45,18 @@ def files(tmp_path_factory):
     return paths, table
 
 
-def test_every_section_from_cost_model_output(files):
+@pytest.fixture(scope="module")
+def report(files):
+    """The report of ``files`` and its HTML, rendered once (matplotlib's charts are most of its
+    time) for the section checks and the browser; ``make_report(paths)`` is the same
+    ``build(read_inputs(paths)).render``."""
     paths, table = files
-    t1 = lambda *key: one_gpu_time_from_cost_model(*key, table=table)
-    rep = build(read_inputs(paths), one_gpu_time=t1)
+    rep = build(read_inputs(paths), one_gpu_time=lambda *key: one_gpu_time_from_cost_model(*key, table=table))
+    return rep, rep.render("html")
+
+
+def test_every_section_from_cost_model_output(report):
+    rep, html = report
     assert len(rep.records) == 9 and len(rep.groups) == 3
     assert set(rep.timelines) == {r.id for r in rep.records}       # every plan has stages_detail
     [s] = rep.scaling
@@ -56,7 +64,6 @@ def test_every_section_from_cost_model_output(files):
     for p in s.points:
         assert p.speedup == pytest.approx(s.one_gpu_time_s / p.step_time_s)
         assert 0 < p.efficiency <= 1.0
-    html = rep.render("html")
     for c in ("step-time", "memory", "timeline", "comm", "scaling"):
         assert f"data-chart='{c}'" in html
     # the drawn timeline of the real interleaved plan has the estimate's per-chunk times
@@ -69,14 +76,13 @@ def test_every_section_from_cost_model_output(files):
     assert "inter_node" in md and "intra_node" in md      # the cost model's link tiers
 
 
-def test_browser_on_cost_model_report(files, tmp_path):
+def test_browser_on_cost_model_report(report, tmp_path):
     pytest.importorskip("selenium")
     import test_report_browser as tb
     if not (os.path.exists(tb.CHROMIUM) and os.path.exists(tb.DRIVER)):
         pytest.skip("needs chromium and chromium-driver")
-    paths, table = files
     out = tmp_path / "report.html"
-    out.write_text(make_report(paths, one_gpu_time=lambda *k: one_gpu_time_from_cost_model(*k, table=table)))
+    out.write_text(report[1])
     driver = tb.start_browser()
     try:
         tb.assert_report_renders(driver, str(out), str(tmp_path / "shot.png"), n_plans=9)

@@ -27,6 +27,7 @@ from costmodels.contracts.plan import Plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
 from cp_cases import cp_case  # noqa: E402
+from world_prefetch import Job, result  # noqa: E402
 
 MUST_SHOW = [(dict(cp=2), 2), (dict(cp=2, tp=2), 1), (dict(cp=2, pp=2), 2),
              (dict(cp=2, dp=2, zero=3), 1), (dict(dp=4, dp_shard=2, zero=3), 1)]
@@ -37,11 +38,22 @@ CASES.append(sweep.SweepCase("titan_llama", (("cp", 2), ("tp", 2)), 1))   # tabl
 CASES.append(sweep.SweepCase("llama", (("cp", 2), ("pp", 2), ("schedule", "zb-v"), ("vpp", 2)), 4))
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def cp_world():
+    """The world of 4 ranks: the cases, then the checkpoint scenario in a folder of its own."""
+    import tempfile
+
     from cp_checkpoint import cp_checkpoint
-    ckpt = str(tmp_path_factory.mktemp("cp_ckpt"))
-    return sweep.run(CASES, world=4, steps=3, make_case=cp_case, then=cp_checkpoint, then_args=(ckpt,))
+    with tempfile.TemporaryDirectory(prefix="autopar-cp-ckpt-") as ckpt:
+        return sweep.run(CASES, world=4, steps=3, make_case=cp_case, then=cp_checkpoint, then_args=(ckpt,))
+
+
+# run ahead of this module's turn, beside the single-process tests (tests/world_prefetch.py)
+PREFETCH_WORLD = Job(cp_world)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return result(__name__, PREFETCH_WORLD)
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ SEED, GB, LR = 7, 8, 0.01
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 sys.path.insert(0, FIXTURES)
 from train_loop import serial_losses, train_steps  # noqa: E402  (tests/fixtures; in each rank too)
+from world_prefetch import Job, result  # noqa: E402
 
 
 def _llama_config():
@@ -167,12 +168,17 @@ def _world_rank(ckpt, hf_dir):
     return out
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def scale_world():
+    """The 4-rank world with its sharded HF checkpoint and its own checkpoint, in a folder the
+    ``world`` fixture removes at the module's end: ``(ranks, hf_loss, ckpt, folder)``."""
+    import tempfile
+
     import transformers
 
     from autopar.models.source import token_loss
-    hf_dir = str(tmp_path_factory.mktemp("llama"))
+    folder = tempfile.mkdtemp(prefix="autopar-scale-world-")
+    hf_dir, ckpt = os.path.join(folder, "llama"), os.path.join(folder, "ckpt")
+    os.makedirs(hf_dir), os.makedirs(ckpt)
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(_llama_config())
     hf.save_pretrained(hf_dir, max_shard_size="20KB")   # sharded, with an index
@@ -180,9 +186,20 @@ def world(tmp_path_factory):
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         hf_loss = float(token_loss(hf(input_ids=ids).logits, ids))
-    ckpt = str(tmp_path_factory.mktemp("ckpt"))
     ranks = spawn(_world_rank, 4, ckpt, hf_dir)
-    return ranks, hf_loss, ckpt
+    return ranks, hf_loss, ckpt, folder
+
+
+# run ahead of this module's turn, beside the single-process tests (tests/world_prefetch.py)
+PREFETCH_WORLD = Job(scale_world)
+
+
+@pytest.fixture(scope="module")
+def world():
+    import shutil
+    ranks, hf_loss, ckpt, folder = result(__name__, PREFETCH_WORLD)
+    yield ranks, hf_loss, ckpt
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _rel(a, b):

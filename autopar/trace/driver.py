@@ -215,7 +215,9 @@ def trace_model(source, micro_batch: int = 1, leaf_modules=()) -> LayerTable:
     return trace_graph(source, micro_batch, leaf_modules).table
 
 
-@functools.lru_cache(maxsize=32)
+# 512, not 32: one validation sweep (benchmarks/bench_costmodels_validation.open_results) asks for
+# 74 distinct tables and re-traced 39 of them at 32; a table is ~15-20 kB of frozen rows (9 MB at most)
+@functools.lru_cache(maxsize=512)
 def _table_cached(spec: str, micro_batch: int, seq: int | None, leaf_modules: tuple) -> LayerTable:
     from autopar.models import load_model
     from autopar.trace.disk_cache import cached_trace  # moespeed: built-in models' tables on disk

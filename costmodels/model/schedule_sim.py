@@ -156,13 +156,23 @@ def _simulate(schedule, pp, vpp, m, fwd, bwd, total_micro_batches, extra) -> Tim
             while pos[r] < len(orders[r]):
                 kind, c, mb = orders[r][pos[r]]
                 v = c * pp + r
+                start = free[r]    # the latest of the rank's free time and its dependencies' ends
                 if kind == "F":
-                    deps = [("F", v - 1, mb)] if v > 0 else []
+                    if v > 0:
+                        dep = done.get(("F", v - 1, mb))
+                        if dep is None:
+                            break
+                        start = max(start, dep)
                 else:
-                    deps = [("F", v, mb)] + ([("B", v + 1, mb)] if v < nv - 1 else [])
-                if any(d not in done for d in deps):
-                    break
-                start = max([free[r]] + [done[d] for d in deps])
+                    dep = done.get(("F", v, mb))
+                    if dep is None:
+                        break
+                    start = max(start, dep)
+                    if v < nv - 1:
+                        dep = done.get(("B", v + 1, mb))
+                        if dep is None:
+                            break
+                        start = max(start, dep)
                 end = start + (fwd[r][c] if kind == "F" else bwd[r][c])
                 done[(kind, v, mb)] = end
                 free[r] = end
