@@ -31,6 +31,19 @@ def _random_rows(table, rng):
     return dataclasses.replace(table, rows=rows)
 
 
+def random_configurations(rng, layer_choices, schedule: str, gpus_per_node: int):
+    """A random small table (``_random_rows``), pp 2 or 3, GPUs and batch, and ``schedule``'s
+    configurations on them (runtime without host overheads): ``(table, gpus, batch, configs)``."""
+    layers = rng.choice(layer_choices)
+    table = _random_rows(gpt_table(layers, 256, 4, 5000, 128, model=f"gpt-{layers}"), rng)
+    pp = rng.choice([2, 3])
+    gpus = pp * rng.choice([1, 2, 4])
+    batch = gpus * rng.choice([2, 4, 8])
+    configs = list(configurations(Shape.of(table), gpus, batch, gpus_per_node,
+                                  fix={"schedule": schedule, "pp": pp, "runtime": no_host_runtime()}))
+    return table, gpus, batch, configs
+
+
 @pytest.mark.parametrize("schedule", NEW)
 def test_graph_bound_never_exceeds_the_best_split(schedule):
     """Against every split scored by the estimate, on random row costs, pp 2 and 3, with and

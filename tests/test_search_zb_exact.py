@@ -7,12 +7,10 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synthetic_tables import gpt_table, no_host_runtime
-from test_search_zb_bound import _random_rows
+from test_search_zb_bound import random_configurations
 
 from autopar.search.costs import Costs
 from autopar.search.engine import all_splits
-from autopar.search.space import Shape, configurations
 from autopar.search.zb_exact import ZbBranchAndBound
 from autopar.search.zb_memory import RankMemory
 from autopar.search.zb_stage_costs import StageCosts
@@ -29,13 +27,7 @@ def _case(seed: int):
     memory lets only some of the splits fit (between the least and most loaded split's peak)."""
     rng = random.Random(seed)
     schedule = rng.choice(NEW)
-    layers = rng.choice([6, 7, 8, 9])
-    table = _random_rows(gpt_table(layers, 256, 4, 5000, 128, model=f"gpt-{layers}"), rng)
-    pp = rng.choice([2, 3])
-    gpus = pp * rng.choice([1, 2, 4])
-    batch = gpus * rng.choice([2, 4, 8])
-    configs = list(configurations(Shape.of(table), gpus, batch, PROFILE.gpus_per_node,
-                                  fix={"schedule": schedule, "pp": pp, "runtime": no_host_runtime()}))
+    table, gpus, batch, configs = random_configurations(rng, [6, 7, 8, 9], schedule, PROFILE.gpus_per_node)
     c = rng.choice(configs)
     splits = list(all_splits(len(table.rows), c.pp * c.vpp))
     peaks = sorted(estimate(table, PROFILE, c.plan(st), gpus, batch).memory_bytes["total"] for st in splits)

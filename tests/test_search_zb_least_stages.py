@@ -6,12 +6,10 @@ schedule, pp 2 and 3, with and without ZeRO; and the new terms must be what lift
 import random
 
 import pytest
-from synthetic_tables import gpt_table, no_host_runtime
-from test_search_zb_bound import _random_rows
+from test_search_zb_bound import random_configurations
 
 from autopar.search.costs import Costs
 from autopar.search.engine import all_splits
-from autopar.search.space import Shape, configurations
 from autopar.search.zb_stage_costs import StageCosts
 from costmodels.profiles.hardware_files import load_profile
 
@@ -24,13 +22,7 @@ def _cases(schedule: str, seed: int, count: int):
     rng = random.Random(seed)
     out = []
     while len(out) < count:
-        layers = rng.choice([6, 7, 8])
-        table = _random_rows(gpt_table(layers, 256, 4, 5000, 128, model=f"gpt-{layers}"), rng)
-        pp = rng.choice([2, 3])
-        gpus = pp * rng.choice([1, 2, 4])
-        batch = gpus * rng.choice([2, 4, 8])
-        configs = list(configurations(Shape.of(table), gpus, batch, PROFILE.gpus_per_node,
-                                      fix={"schedule": schedule, "pp": pp, "runtime": no_host_runtime()}))
+        table, gpus, batch, configs = random_configurations(rng, [6, 7, 8], schedule, PROFILE.gpus_per_node)
         if not configs:
             continue
         c = rng.choice(configs)
