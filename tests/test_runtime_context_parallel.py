@@ -27,6 +27,7 @@ from costmodels.contracts.plan import Plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures"))
 from cp_cases import cp_case  # noqa: E402
+from train_loop import assert_resumed_equal_serial  # noqa: E402
 from world_prefetch import Job, result  # noqa: E402
 
 MUST_SHOW = [(dict(cp=2), 2), (dict(cp=2, tp=2), 1), (dict(cp=2, pp=2), 2),
@@ -69,10 +70,6 @@ def test_cp_and_hsdp_equal_serial(world_results, index):
     assert res["rel"] <= 1e-5 and res["param_rel"] <= 1e-4
 
 
-def _rel(a, b):
-    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("resumed", ["cp2tp2", "dp2pp2"])
 def test_a_cp_checkpoint_resumes_under_another_plan_equal_to_serial(world, resumed):
@@ -80,10 +77,7 @@ def test_a_cp_checkpoint_resumes_under_another_plan_equal_to_serial(world, resum
     layout and under no cp: steps 4–6 equal to the serial run (tests/fixtures/cp_checkpoint.py)."""
     out = world.then
     assert out is not None, world.results
-    assert _rel(out["saved"], out["serial"][:3]) < 1e-5, (out["saved"], out["serial"])
-    extra, step, losses = out[resumed]
-    assert extra == {"next_batch": 3} and step == 3
-    assert _rel(losses, out["serial"][3:]) < 1e-5, (losses, out["serial"])
+    assert_resumed_equal_serial(out, resumed)
 
 
 def test_load_balanced_order_gives_each_rank_a_chunk_and_its_mirror():

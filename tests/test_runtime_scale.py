@@ -34,7 +34,7 @@ BIG = "gpt:layers=8,hidden=64,heads=4,vocab=128,seq=16,dropout=0,tied=true"
 SEED, GB, LR = 7, 8, 0.01
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 sys.path.insert(0, FIXTURES)
-from train_loop import serial_losses, train_steps  # noqa: E402  (tests/fixtures; in each rank too)
+from train_loop import checkpoint_runner, serial_losses, train_steps  # noqa: E402  (tests/fixtures; in each rank too)
 from world_prefetch import Job, result  # noqa: E402
 
 
@@ -126,11 +126,7 @@ def _world_rank(ckpt, hf_dir):
     out = {"serial": _serial(source, 6) if dist.get_rank() == 0 else None}
 
     def run(plan, resume):
-        runner = apply(source.build_meta(), Plan(**plan), seed=SEED if not resume else 99,
-                       spec=SPEC, global_batch=GB)
-        opt = torch.optim.AdamW(runner.parameters(), lr=LR)
-        extra = runner.load(ckpt, optimizer=opt) if resume else None
-        return runner, opt, extra
+        return checkpoint_runner(source, SPEC, plan, SEED if not resume else 99, GB, LR, ckpt if resume else None)
 
     runner, opt, _ = run(dict(dp=2, pp=2, zero=1), False)
     first = _train(runner, opt, source, 0, 3)
