@@ -120,7 +120,7 @@ def titan_runs(directory: Path | None = None) -> list[OpenRun]:
         gpus, seq, mb = int(r["gpus"]), int(r["seq"]), int(r["local_batch"])
         spec = (f"llama:layers={r['layers']},hidden={r['hidden']},heads={r['heads']},"
                 f"kv_heads={r['kv_heads']},ffn={r['ffn']},vocab={r['vocab']},seq={seq}")
-        base = Plan(dp=gpus, micro_batch_size=mb, zero=3, runtime=TITAN_RUNTIME)
+        base = Plan(dp=gpus, micro_batch_size=mb, zero=3, runtime=titan_runtime(r))
         rc = r["recompute"]
         plans = ((base, base.with_(recompute="full")) if rc in HALF_RECOMPUTE
                  else (base.with_(recompute="full" if rc == "full" else "none"),))
@@ -138,6 +138,25 @@ def titan_runs(directory: Path | None = None) -> list[OpenRun]:
             hbm_bytes=96 * 2 ** 30 if h96 else None, recompute=_policy(r),
             notes=("H100 96GB HBM2e at 500 W (below SXM clocks)",) if h96 else ()))
     return out
+
+
+# torchtitan_llama.csv models whose release config ran the plain RMSNorm (titan_runtime)
+EAGER_NORM_MODELS = {"docs/performance.md": ("llama3-70b", "llama2-70b"),
+                     "llama3_h100_202412": ("llama3.1-8b",)}
+
+
+def titan_runtime(r) -> str:
+    """``fsdp``, with ``eager_rmsnorm`` where the row's release config ran torchtitan's plain
+    RMSNorm without compile (costmodels/model/eager_norm.py), read per source: the Dec 2024 H100
+    benchmark ran train_configs/llama3_8b.toml of 9dec370, ``norm_type = "rmsnorm"``, whose
+    compiled rows inductor fuses; the April 2024 A100 rows of docs/performance.md
+    (395a52627, 1ea476e9f) ran the 64-A100 presets with ``compile = false``, where
+    llama3_70b.toml and llama2_70b.toml (llama_70b.toml) set ``norm_type = "rmsnorm"`` and
+    llama3_8b.toml and llama2_13b.toml (llama_13b.toml) set ``"fused_rmsnorm"``, one Triton
+    kernel."""
+    eager = r["compile"] == "no" and any(doc in r["source"] and r["model"] in models
+                                         for doc, models in EAGER_NORM_MODELS.items())
+    return TITAN_RUNTIME + (":eager_rmsnorm" if eager else "")
 
 
 def _policy(r) -> str:

@@ -80,6 +80,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
     grad_bytes,
     zero_row_collectives,
 )
+from costmodels.model.eager_norm import unfused_norm_times
 from costmodels.model.expert_token_gather import with_token_gather
 from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
 from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
@@ -288,6 +289,7 @@ def plan_row_times(arr: TableArrays, profile: HardwareProfile, plan, precision: 
     rt = row_times(arr.table, kernels, tp, plan.sequence_parallel, b, plan.recompute,
                    plan.attention, profile.group_link(plan, "tp"), precision, stack_elementwise(profile, runtime),
                    host_block_floor(profile, runtime), zero_hbm_param_s(plan, profile, runtime, precision))
+    rt = unfused_norm_times(rt, arr, kernels, plan, runtime)   # an eager RMSNorm's kernels (eager_norm.py)
     # FP8 on the same kernel stack whose BF16 matmul times it replaces (precision.py)
     rt = fp8_row_times(rt, arr, kernels, plan, stack_key(runtime), tp, b, plan.dp, plan.zero,
                        zero_param_s=zero_hbm_param_s(plan, profile, runtime, precision))   # FP8 gathers' HBM bytes

@@ -200,6 +200,8 @@ class RuntimeProfile:
     grad_buffer_zero_passes: float = 0.0        # writes of the whole grad buffer a step (step_tail)
     param_gather_exposed_buckets: float = 0.0   # overlapped param all-gather buckets left exposed (step_tail)
     recompute_early_stop: int = 0               # 1: full recompute stops at the last saved tensor
+    unfused_norm_fwd_bytes: float = 0.0         # HBM bytes per normalised element beyond a fused norm
+    unfused_norm_bwd_bytes: float = 0.0         # ... in its backward (costmodels.model.eager_norm)
     # context parallelism and HSDP (costmodels.model.context_parallel): the K/V exchange
     # (0 a ring of p2p sends, 1 one all-gather), the share of a step's attention it hides in,
     # whether cp runs at all, and the ZeRO stages HSDP (a shard group smaller than dp) runs with

@@ -40,7 +40,9 @@ FIGURES = {
                 "gather_copy_passes": ("gather_copy_passes", 0.0, 16.0, False),
                 "reduce_copy_passes": ("reduce_copy_passes", 0.0, 16.0, False),
                 "grad_accumulate_bytes_per_param": ("grad_accumulate_bytes", 0.0, 64.0, False),
-                "grad_buffer_zero_passes": ("grad_buffer_zero_passes", 0.0, 4.0, False)},   # step_tail
+                "grad_buffer_zero_passes": ("grad_buffer_zero_passes", 0.0, 4.0, False),   # step_tail
+                "unfused_norm_fwd_bytes_per_element": ("unfused_norm_fwd_bytes", 0.0, 512.0, False),   # eager_norm
+                "unfused_norm_bwd_bytes_per_element": ("unfused_norm_bwd_bytes", 0.0, 512.0, False)},
     "host": {"seconds_per_block_pass": ("host_block_s", 0.0, 0.1, False)},
     "memory": {"fragmentation": ("fragmentation", 0.0, 1.0, False),          # costmodels.model.allocator
                "optimizer_state_bytes": ("optimizer_state_bytes", 0.0, 32.0, False),
