@@ -1,0 +1,59 @@
+"""Delayed scaling's amax all-reduces (costmodels.model.amax_reduction): two blocking all-reduces
+per model chunk and micro-batch over the tp·dp group of a TE (megatron) FP8 plan, none for its
+BF16 pair or a recipe without delayed scaling; in ``estimate`` and in the coefficients the
+search reads alike."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from synthetic_tables import llama_table
+
+from costmodels.contracts.plan import Plan
+from costmodels.model import amax_reduction, coefficients
+from costmodels.model.amax_reduction import amax_group_link, amax_reduction_s
+from costmodels.model.collectives_at_scale import all_reduce_steps
+from costmodels.model.estimate import estimate
+from costmodels.profiles.hardware_files import load_profile
+
+TABLE = llama_table(8, 2048, 16, 4, 5632, 32000, 2048, model="llama-small")
+H100 = load_profile("h100-80g-sxm")
+NEMO = "megatron:overlap_grad_reduce,overlap_param_gather"
+
+
+def _plan(precision="fp8", dp=8, tp=2, pp=1, vpp=1, runtime=NEMO):
+    return Plan(dp=dp, tp=tp, pp=pp, vpp=vpp, zero=1, micro_batch_size=1, sequence_parallel=tp > 1,
+                schedule="interleaved-1f1b" if vpp > 1 else "1f1b", runtime=runtime, precision=precision)
+
+
+def test_only_delayed_scaling_fp8_reduces_and_the_group_is_tp_times_dp():
+    assert amax_reduction_s(H100, _plan(), "megatron") > 0
+    for plan, stack in ((_plan("bf16"), "megatron"), (_plan("fp8-rowwise"), "megatron"),
+                        (_plan(runtime="fsdp"), "fsdp"), (_plan(dp=1, tp=1), "megatron")):
+        assert amax_reduction_s(H100, plan, stack) == 0.0
+    # 4 ranks stay on one node's NVSwitch (the ring there); 256 ranks cross 32 nodes on NCCL's tree
+    small, big = _plan(dp=2, tp=2), _plan(dp=64, tp=4)
+    assert amax_reduction_s(H100, small, "megatron") == pytest.approx(2 * 3 * H100.intra_node.latency_s)
+    link = amax_group_link(H100, big, 256)
+    assert link.nccl_tree and all_reduce_steps(256, link) == 16
+    assert amax_reduction_s(H100, big, "megatron") > amax_reduction_s(H100, _plan(dp=4, tp=4), "megatron")
+
+
+@pytest.mark.parametrize("pp,vpp", [(1, 1), (2, 2)])
+def test_estimate_pays_two_per_chunk_and_micro_batch(monkeypatch, pp, vpp):
+    plan, bf, gpus, batch = _plan(pp=pp, vpp=vpp), _plan("bf16", pp=pp, vpp=vpp), 16 * pp, 64
+    t = amax_reduction_s(H100, plan, "megatron")
+    est, est_bf = estimate(TABLE, H100, plan, gpus, batch), estimate(TABLE, H100, bf, gpus, batch)
+    m = est.num_micro_batches
+    monkeypatch.setattr(amax_reduction, "REDUCTIONS_PER_CHUNK", {})
+    monkeypatch.setattr(coefficients, "_CACHE", {})
+    without, without_bf = estimate(TABLE, H100, plan, gpus, batch), estimate(TABLE, H100, bf, gpus, batch)
+    # every rank's micro-batch grows by two reductions per chunk it holds
+    for d, d0 in zip(est.stages_detail, without.stages_detail):
+        grown = sum(d["fwd_s"]) + sum(d["bwd_s"]) - sum(d0["fwd_s"]) - sum(d0["bwd_s"])
+        assert math.isclose(grown, 2 * vpp * t, rel_tol=1e-9)
+    if pp == 1:   # one chunk a micro-batch: the step pays exactly 2·m of them
+        assert math.isclose(est.step_time_s - without.step_time_s, 2 * m * t, rel_tol=1e-9)
+    assert est.step_time_s - without.step_time_s >= 2 * vpp * m * t * (1 - 1e-9)
+    assert est.breakdown_s["tp_exposed"] > without.breakdown_s["tp_exposed"]
+    assert est_bf.step_time_s == without_bf.step_time_s   # the BF16 pair pays none of it
