@@ -11,8 +11,7 @@ from synthetic_tables import llama_table
 
 from costmodels.contracts.plan import Plan
 from costmodels.model import amax_reduction, coefficients
-from costmodels.model.amax_reduction import amax_group_link, amax_reduction_s
-from costmodels.model.collectives_at_scale import all_reduce_steps
+from costmodels.model.amax_reduction import amax_group_link, amax_reduction_s, latency_steps
 from costmodels.model.estimate import estimate
 from costmodels.profiles.hardware_files import load_profile
 
@@ -31,11 +30,13 @@ def test_only_delayed_scaling_fp8_reduces_and_the_group_is_tp_times_dp():
     for plan, stack in ((_plan("bf16"), "megatron"), (_plan("fp8-rowwise"), "megatron"),
                         (_plan(runtime="fsdp"), "fsdp"), (_plan(dp=1, tp=1), "megatron")):
         assert amax_reduction_s(H100, plan, stack) == 0.0
-    # 4 ranks stay on one node's NVSwitch (the ring there); 256 ranks cross 32 nodes on NCCL's tree
-    small, big = _plan(dp=2, tp=2), _plan(dp=64, tp=4)
-    assert amax_reduction_s(H100, small, "megatron") == pytest.approx(2 * 3 * H100.intra_node.latency_s)
+    # 8 ranks stay on one node's NVSwitch: a tree's 6 steps there, not the ring's 14; 256 ranks
+    # cross 32 nodes on the two-level tier, 16 steps
+    small, big = _plan(dp=4, tp=2), _plan(dp=64, tp=4)
+    assert amax_reduction_s(H100, small, "megatron") == pytest.approx(6 * H100.intra_node.latency_s)
     link = amax_group_link(H100, big, 256)
-    assert link.nccl_tree and all_reduce_steps(256, link) == 16
+    assert link.name == "inter_node" and latency_steps(256) == 16 and latency_steps(2) == 2
+    assert amax_reduction_s(H100, big, "megatron") == pytest.approx(16 * link.latency_s)
     assert amax_reduction_s(H100, big, "megatron") > amax_reduction_s(H100, _plan(dp=4, tp=4), "megatron")
 
 

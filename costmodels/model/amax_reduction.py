@@ -28,9 +28,9 @@ or independent of dp. What grows with dp in FP8 only is read from the code:
 
 So per micro-batch and chunk: two all-reduces of a few hundred bytes (one fp32 amax per FP8
 tensor of the chunk) over ``tp·dp·cp`` ranks, on the compute stream and waited for: exposed, and
-latency-bound (``comm.collective_latency``: NCCL's tree across nodes,
-``collectives_at_scale.all_reduce_steps``, on the two-level tier of a group of that many
-consecutive ranks). GPT-3 175B at 1024 H100 (tp4·dp32, vpp 12, 64 micro-batches): 1536 a step,
+latency-bound: ``2⌈log2 n⌉`` steps of the α of the two-level tier of a group of that many
+consecutive ranks (``latency_steps``: NCCL's tree, or NVLink SHARP inside a node, for a buffer
+this small; the bytes term is under 0.1 µs). GPT-3 175B at 1024 H100 (tp4·dp32, vpp 12, 64 micro-batches): 1536 a step,
 ≈ 80 µs each. Current and block scaling (fp8-rowwise, mxfp8, torchao's dynamic tensorwise) keep
 no amax history across ranks and reduce none of this; Composer's TE autocast (fp8_group left
 None: the whole world) is not priced here, its code was not read for this.
@@ -46,11 +46,11 @@ constant is fitted: the latency is the hardware profile's.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from costmodels.model.collectives_at_scale import all_reduce_steps
 from costmodels.profiles.hardware import LinkTier
 from costmodels.profiles.topology import two_level
 
@@ -91,7 +91,16 @@ def amax_reduction_s(profile, plan, stack: str) -> float:
     if n <= 1:
         return 0.0
     link = amax_group_link(profile, plan, n)
-    return all_reduce_steps(n, link) * link.alpha_beta("all_reduce")[0]
+    return latency_steps(n) * link.alpha_beta("all_reduce")[0]
+
+
+def latency_steps(n: int) -> int:
+    """Latency steps of an all-reduce of a few hundred bytes over ``n`` ranks on any tier: NCCL's
+    tuner takes the lowest-latency algorithm for a latency-bound buffer, a tree's (or NVLink
+    SHARP's) ``2⌈log2 n⌉`` where fewer than the ring's ``2(n − 1)`` — inside an NVLink domain too,
+    where ``collectives_at_scale`` keeps the ring because it prices bandwidth-bound buffers (a
+    72-GPU NVL72 group would otherwise pay 142 steps for 200 bytes)."""
+    return min(2 * (n - 1), 2 * math.ceil(math.log2(n))) if n > 2 else 2 * (n - 1)
 
 
 def with_amax_reductions(rt, arr, profile, plan, stack: str):
