@@ -374,11 +374,16 @@ def report(results, skipped, scales, path):
           "and 4 micro-batches, reduce 8 times a step). Check MAPE 8.0 -> 8.2 % (the H100 megatron FP8 steps "
           "were already +7.8 % slow on average), pairs 59 / 60: the one outside is now "
           "dgxc-v25.04.02-llama3.1-405b-fp8-64 at -8.0 % (was -7.3 %), the release-difference row of the "
-          "bullet above. Open: NeMo 2's performance scripts set tp_only_amax_red = True for some models in "
-          "some releases (scripts/llm/performance/pretrain_gpt3_175b.py; not in the early-2025 "
-          "pretrain_llama31_405b.py), which reduces over tp·cp only; which scored NeMo 2 rows ran it is not "
-          "pinned, so every megatron FP8 row here reduces over tp·dp·cp. The latency is the profile's α "
-          "(order of magnitude, not measured) times a tree's 2⌈log2 n⌉ steps."]
+          "bullet above (1.470 against 1.598 published; its BF16 step is within 0.6 %, its FP8 step 8 % slow). "
+          "NeMo 2's performance scripts set tp_only_amax_red = True for GPT-3 175B only (NVIDIA/NeMo v2.2.0 "
+          "scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0-v2.4.0 scripts/performance/llm/; no other "
+          "pretrain script at those tags): the megatron option tp_only_amax_red reduces over tp·cp, which "
+          "fp8_runs gives NeMo 2 GPT-3 rows (nemo2502-b200-gpt3-175b-512 +19.7 -> +19.3 %). The runtime "
+          "figures: runtime-profiles/megatron.toml [communication] amax_reductions_per_chunk = 2, "
+          "amax_reduce_over_dp = 1. Assumed, not read: the NeMo 24.05 container of the v24.11.1 rows runs "
+          "TE >= 1.6 (dgxc's launchers export NVTE_DP_AMAX_REDUCE_INTERVAL=0 / NVTE_ASYNC_AMAX_REDUCTION=1, "
+          "which TE 1.4 / 1.5 read as a TP-only asynchronous reduction and TE 1.6+ ignores). The latency is "
+          "the profile's α (order of magnitude, not measured) times a tree's 2⌈log2 n⌉ steps."]
     return L
 
 

@@ -35,6 +35,15 @@ this small; the bytes term is under 0.1 µs). GPT-3 175B at 1024 H100 (tp4·dp32
 no amax history across ranks and reduce none of this; Composer's TE autocast (fp8_group left
 None: the whole world) is not priced here, its code was not read for this.
 
+The runtime profile says it (``[communication]``, runtime-profiles/megatron.toml, 0 / 1 elsewhere):
+``amax_reductions_per_chunk`` (2 for Megatron-core on TE >= 1.6; TE 1.4 / 1.5 read
+``NVTE_DP_AMAX_REDUCE_INTERVAL=0`` / ``NVTE_ASYNC_AMAX_REDUCTION=1``, which dgxc's launchers still
+export, as a TP-only asynchronous reduction, and TE 1.6+ no longer reads them: NVIDIA/
+TransformerEngine v1.5 vs v1.6 transformer_engine/pytorch/fp8.py) and ``amax_reduce_over_dp``
+(0 under the option ``tp_only_amax_red``: Megatron's TransformerConfig.tp_only_amax_red, which
+NeMo 2's performance scripts set for GPT-3 175B only, NVIDIA/NeMo v2.2.0
+scripts/llm/performance/pretrain_gpt3_175b.py; ``fp8_runs._nemo_fp8_runtime``).
+
 How it enters the model: the two reductions of a chunk are a fixed cost per chunk, which the
 per-row coefficients the search's split program sums cannot hold, so each block row carries
 ``2·t·(pp·vpp)/blocks`` of them (exact where every chunk holds the same number of blocks, as in
@@ -54,15 +63,14 @@ import numpy as np
 from costmodels.profiles.hardware import LinkTier
 from costmodels.profiles.topology import two_level
 
-# stacks whose "fp8" runs TE's delayed scaling with the amax reduced over tp·dp·cp per model chunk
-# (module docstring): the precision.STACKS key -> reductions per chunk and micro-batch
-REDUCTIONS_PER_CHUNK = {"megatron": 2}
+DELAYED_SCALING_PRECISIONS = ("fp8",)   # per-tensor delayed scaling; rowwise / MX keep no amax history
 
 
-def amax_group(plan) -> int:
-    """Ranks of the amax reduction group: tp · dp (cp folded into dp by the cp estimate, or
-    named apart)."""
-    return int(plan.tp) * int(plan.dp) * int(getattr(plan, "cp", 1) or 1)
+def amax_group(plan, over_dp: int = 1) -> int:
+    """Ranks of the amax reduction group: tp · dp · cp (cp folded into dp by the cp estimate, or
+    named apart); tp · cp under ``tp_only_amax_red`` (``over_dp`` 0)."""
+    dp = int(plan.dp) if over_dp else 1
+    return int(plan.tp) * dp * int(getattr(plan, "cp", 1) or 1)
 
 
 def amax_group_link(profile, plan, n: int) -> LinkTier:
@@ -82,12 +90,12 @@ def amax_group_link(profile, plan, n: int) -> LinkTier:
     return LinkTier("inter_node", beta, alpha, nccl_tree=True)
 
 
-def amax_reduction_s(profile, plan, stack: str) -> float:
-    """Seconds of one amax all-reduce of ``plan`` (0 where the plan reduces none: BF16, a stack
-    or recipe without delayed scaling, a group of one)."""
-    if getattr(plan, "precision", "bf16") != "fp8" or stack not in REDUCTIONS_PER_CHUNK:
+def amax_reduction_s(profile, plan, runtime) -> float:
+    """Seconds of one amax all-reduce of ``plan`` on ``runtime`` (a RuntimeProfile; 0 where the
+    plan reduces none: BF16, a runtime without the figure, rowwise / MX scaling, a group of one)."""
+    if getattr(plan, "precision", "bf16") not in DELAYED_SCALING_PRECISIONS or not runtime.amax_reductions_per_chunk:
         return 0.0
-    n = amax_group(plan)
+    n = amax_group(plan, runtime.amax_reduce_over_dp)
     if n <= 1:
         return 0.0
     link = amax_group_link(profile, plan, n)
@@ -103,13 +111,14 @@ def latency_steps(n: int) -> int:
     return min(2 * (n - 1), 2 * math.ceil(math.log2(n))) if n > 2 else 2 * (n - 1)
 
 
-def with_amax_reductions(rt, arr, profile, plan, stack: str):
+def with_amax_reductions(rt, arr, profile, plan, runtime):
     """``rt`` (compute.RowTimes) with each block row's share of its chunk's amax all-reduces
-    added to its exposed forward and backward collective time (module docstring)."""
-    t = amax_reduction_s(profile, plan, stack)
+    (``runtime.amax_reductions_per_chunk``, half in the forward, half in the backward) added to
+    its exposed forward and backward collective time (module docstring)."""
+    t = amax_reduction_s(profile, plan, runtime)
     blocks = int(np.count_nonzero(arr.is_block))
     if t <= 0.0 or blocks == 0:
         return rt
     chunks = int(plan.pp) * int(getattr(plan, "vpp", 1) or 1)
-    per_row = np.where(arr.is_block, REDUCTIONS_PER_CHUNK[stack] / 2 * t * chunks / blocks, 0.0)
+    per_row = np.where(arr.is_block, runtime.amax_reductions_per_chunk / 2 * t * chunks / blocks, 0.0)
     return replace(rt, tp_fwd_s=rt.tp_fwd_s + per_row, tp_bwd_s=rt.tp_bwd_s + per_row)

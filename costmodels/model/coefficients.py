@@ -188,7 +188,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
     moe = plan_experts(arr, profile, plan, precision, runtime)   # None: no Mixture of Experts
     rt = plan_row_times(arr, profile, plan, precision, runtime, moe)
-    rt = with_amax_reductions(rt, arr, profile, plan, stack_key(runtime))   # TE delayed scaling (amax_reduction.py)
+    rt = with_amax_reductions(rt, arr, profile, plan, runtime)   # TE delayed scaling (amax_reduction.py)
     zdp = zero_group(plan)   # ZeRO's shard group: dp, or HSDP's dp_shard (context_parallel)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)
