@@ -356,7 +356,34 @@ def report(results, skipped, scales, path):
           "profile timed on an H200 at 0.84 (kernel_stacks.toml, (h200-141g-sxm, torch-sdpa), measured, "
           "not fitted), and with it they are -3.5 / -4.6 %. The H100 keeps 0.35 for this stack: its "
           "open torchtitan runs are 500 W / low-TDP parts the model has no clock term for, and 0.80 "
-          "(the H100 measurement) predicts them 16 % fast."]
+          "(the H100 measurement) predicts them 16 % fast.",
+          "- Delayed scaling's amax all-reduces (fp8pair branch, issue 28; read from the code, no constant "
+          "fitted; costmodels/model/amax_reduction.py): Megatron-core wraps each model chunk's forward in "
+          "te.fp8_autocast with fp8_group = get_amax_reduction_group(with_context_parallel=True), the tp·dp·cp "
+          "ranks of a pipeline stage (megatron/core/transformer/transformer_block.py, parallel_state.py), and "
+          "TE's DelayedScaling all-reduces the region's amaxes over it, async_op=False, at the autocast's exit "
+          "and at the end of its first FP8 module's backward (transformer_engine/pytorch/fp8.py "
+          "reduce_and_update_fp8_tensors): two blocking, latency-bound all-reduces per chunk and micro-batch "
+          "that the BF16 pair does not run, and the one FP8 cost that grows with dp at a fixed per-GPU load. "
+          "Every weak-scaling NeMo pair loses FP8 speed-up as dp grows (GPT-3 175B 1.505 -> 1.446 and 1.477 -> "
+          "1.425 from 128 to 2048 GPUs in the two releases, Nemotron-4 340B 1.459 -> 1.387); before, the model "
+          "had them flat. GPT-3 175B at 1024 GPUs (tp4·dp32, vpp 12, 64 micro-batches): 1536 all-reduces of "
+          "~80 µs over 128 ranks on 16 nodes, 0.12 s a step; v24.11.1 1024-GPU speed-up +9.7 -> +7.4 %, the "
+          "whole v24.11.1 and v25.04.02 GPT-3 sweeps within 3.6 %. Refitted on its calibration rows: gb200 "
+          "megatron 0.796 -> 0.804 (copies follow); h100 megatron stays 0.825 (its Nemotron-4 15B rows, pp 1 "
+          "and 4 micro-batches, reduce 8 times a step). Check MAPE 8.0 -> 8.2 % (the H100 megatron FP8 steps "
+          "were already +7.8 % slow on average), pairs 59 / 60: the one outside is now "
+          "dgxc-v25.04.02-llama3.1-405b-fp8-64 at -8.0 % (was -7.3 %), the release-difference row of the "
+          "bullet above (1.470 against 1.598 published; its BF16 step is within 0.6 %, its FP8 step 8 % slow). "
+          "NeMo 2's performance scripts set tp_only_amax_red = True for GPT-3 175B only (NVIDIA/NeMo v2.2.0 "
+          "scripts/llm/performance/pretrain_gpt3_175b.py, v2.3.0-v2.4.0 scripts/performance/llm/; no other "
+          "pretrain script at those tags): the megatron option tp_only_amax_red reduces over tp·cp, which "
+          "fp8_runs gives NeMo 2 GPT-3 rows (nemo2502-b200-gpt3-175b-512 +19.7 -> +19.3 %). The runtime "
+          "figures: runtime-profiles/megatron.toml [communication] amax_reductions_per_chunk = 2, "
+          "amax_reduce_over_dp = 1. Assumed, not read: the NeMo 24.05 container of the v24.11.1 rows runs "
+          "TE >= 1.6 (dgxc's launchers export NVTE_DP_AMAX_REDUCE_INTERVAL=0 / NVTE_ASYNC_AMAX_REDUCTION=1, "
+          "which TE 1.4 / 1.5 read as a TP-only asynchronous reduction and TE 1.6+ ignores). The latency is "
+          "the profile's α (order of magnitude, not measured) times a tree's 2⌈log2 n⌉ steps."]
     return L
 
 

@@ -294,8 +294,16 @@ def _nemo_fp8_runtime(r, runtime: str) -> str:
     if "NeMo 2" not in r["framework"] or r["precision"] == "bf16" or "bf16_grad_reduce" in runtime:
         return runtime
     runtime = runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
+    if r["model"] in TP_ONLY_AMAX_RED:   # amax over tp·cp only (costmodels/model/amax_reduction.py)
+        runtime += ",tp_only_amax_red"
     ub = UB_FP8_RS.get(r["model"]) if "H100" in r["gpu"] and "tp_comm_overlap" in runtime else None
     return runtime + "," + ub if ub else runtime
+
+
+# models whose NeMo 2 performance script sets recipe.model.config.tp_only_amax_red = True (NVIDIA/NeMo
+# v2.2.0 scripts/llm/performance/pretrain_gpt3_175b.py; v2.3.0-v2.4.0 scripts/performance/llm/ alike;
+# no other pretrain script at those tags)
+TP_ONLY_AMAX_RED = ("gpt3-175b",)
 
 
 # NeMo 2's FP8 H100 userbuffer configs with fp8_buf on the forward reduce-scatters, per model its

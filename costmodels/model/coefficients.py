@@ -66,6 +66,7 @@ import numpy as np
 from costmodels.contracts.layer_table import LayerTable
 from costmodels.model import torch_tp_memory
 from costmodels.model.allocator import fragmentation, optimizer_share
+from costmodels.model.amax_reduction import with_amax_reductions
 from costmodels.model.async_tp_fusion import micro_pipeline_tp_cost, unfused_bwd_reduce_scatter_s
 from costmodels.model.async_tp_windows import fused_collective_windows
 from costmodels.model.collectives_at_scale import extra_collectives_s
@@ -188,6 +189,7 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
     kernels = stack_profile(profile, runtime.kernel_stack)   # the runtime's kernel stack (kernel_stacks.py)
     moe = plan_experts(arr, profile, plan, precision, runtime)   # None: no Mixture of Experts
     rt = plan_row_times(arr, profile, plan, precision, runtime, moe)
+    rt = with_amax_reductions(rt, arr, profile, plan, runtime)   # TE delayed scaling (amax_reduction.py)
     zdp = zero_group(plan)   # ZeRO's shard group: dp, or HSDP's dp_shard (context_parallel)
     hw = profile.overlap(plan.zero)
     s = collective_slowdown(profile, runtime)

@@ -194,6 +194,8 @@ class RuntimeProfile:
     tp_fwd_reduce_scatter_fp8: float = 0.0      # share of forward RS moving FP8 (fp8_tensor_parallel)
     pp_p2p_overlap: int = 0                     # 1: interleaved sends hidden (interleaved_p2p_overlap)
     zero_collectives_per_row: float = 1.0       # ZeRO collectives per block and pass (collectives_at_scale)
+    amax_reductions_per_chunk: int = 0          # FP8 delayed scaling's blocking amax all-reduces (amax_reduction)
+    amax_reduce_over_dp: int = 1                # 1: over tp·dp·cp, 0: tp·cp only (tp_only_amax_red)
     fragmentation: float = 0.0                  # allocator's unallocated bytes per activation byte (allocator)
     optimizer_state_bytes: float | None = None  # optimizer bytes per parameter (None: the recipe's)
     torch_pipelining: int = 0                   # 1: FSDP2 stages under torch pipelining (pipeline_fsdp_memory)

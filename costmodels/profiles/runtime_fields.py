@@ -32,7 +32,9 @@ FIGURES = {
                 "pp_p2p_overlap": ("pp_p2p_overlap", 0, 1, True),   # costmodels.model.interleaved_p2p_overlap
                 "param_gather_exposed_buckets": ("param_gather_exposed_buckets", 0.0, 64.0, False)},   # step_tail
     "communication": {"grad_reduce_bytes": ("grad_reduce_bytes", 1.0, 8.0, False),
-                      "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False)},
+                      "zero_collectives_per_row": ("zero_collectives_per_row", 1.0, 64.0, False),
+                      "amax_reductions_per_chunk": ("amax_reductions_per_chunk", 0, 8, True),   # amax_reduction
+                      "amax_reduce_over_dp": ("amax_reduce_over_dp", 0, 1, True)},   # amax_reduction
     "kernels": {"elementwise_bytes_per_saved_byte": ("elementwise_traffic", 0.0, 100.0, False),
                 "loss_saved_bytes_per_logit": ("loss_saved_bytes", 0.0, 64.0, False),
                 "loss_grad_bytes_per_logit": ("loss_grad_bytes", 0.0, 64.0, False),   # loss_backward_memory
