@@ -74,6 +74,9 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
   (``8·L``), live together with the saved log-softmax, at the start of each backward;
 * the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor;
+* pp > 1 (``pipeline_backward_memory``): every micro-batch in flight holds its own bf16 weight
+  casts (amp), and at ZeRO-2/3 a later backward's reduce holds two rows' whole gradients
+  (FSDP2's reduce window) beside ZeRO-3's two gathered rows: a fifth moment;
 * (not held: autocast's bf16 weight gradients. autopar's runtime casts the weights anew for
   every micro-batch (autopar/runtime/step/schedules.py ``fresh_autocast_casts``); with one cast
   per step a backward after the first would hold all of them to its end, the engine running
