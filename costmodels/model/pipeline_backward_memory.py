@@ -39,7 +39,9 @@ gloo ranks) ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` clones the who
 all-reduces the clone, which its work object holds until it is dropped (often on gloo's worker
 thread, which the profiler does not watch: ``autopar/validate/live_bytes.py``'s ghosts). At the
 ZeRO-2 peak of stage 1 above that was 14.2 MB (two rows' clones, ``c10d::_reduce_scatter_base_``),
-the 9 % left between the stage's prediction and its measurement. NCCL reduce-scatters from the
+the 9 % left between the stage's prediction and its measurement; on the uneven plan's stage 1
+(pp2·dp2 ZeRO-3, stages (0, 4), (4, 10)) 14.2 MB again, its −7…−12 % (gloo's all-gather stages
+a row too: ``c10d::_allgather_base_``, 7.1 MB on its stage 0). NCCL reduce-scatters from the
 input buffer: a figure of the collective backend (the CPU hardware profile), not of autopar's
 runtime, so it is left out of this runtime's model.
 """
