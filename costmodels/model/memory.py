@@ -74,6 +74,9 @@ recompute the kept block input is that fp32 stream (×2). fp32: every activation
 * the loss backward's transient: the gradients of the log-probabilities and of the fp32 logits
   (``8·L``), live together with the saved log-softmax, at the start of each backward;
 * the optimizer step (foreach AdamW, GPUs' default): one fp32 temporary per optimizer tensor;
+* pp > 1 (``pipeline_backward_memory``): every micro-batch in flight holds its own bf16 weight
+  casts (amp), and at ZeRO-2/3 a later backward's reduce holds two rows' whole gradients
+  (FSDP2's reduce window) beside ZeRO-3's two gathered rows: a fifth moment;
 * (not held: autocast's bf16 weight gradients. autopar's runtime casts the weights anew for
   every micro-batch (autopar/runtime/step/schedules.py ``fresh_autocast_casts``); with one cast
   per step a backward after the first would hold all of them to its end, the engine running
@@ -123,6 +126,7 @@ import numpy as np
 
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import SPLIT_BACKWARD_SCHEDULES
+from costmodels.model import pipeline_backward_memory as pbm
 from costmodels.model.compute import RUNTIME_PRECISIONS
 from costmodels.model.schedule_program import in_flight_states, period
 from costmodels.model.table_arrays import TableArrays, activation_bytes_none
@@ -281,14 +285,17 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
                 if any(r.kind == "head" for r in arr.table.rows[s:e])]
         p, g, act, gather = _runtime_peak(arr, chunks, params, p, g, act, later, gather, tp=tp,
                                           dp=dp, zero=zero, sp=sp, b=b, precision=precision, m=m,
-                                          pp=pp, vpp=vpp, head_inflight=head[0] if head else 1)
+                                          pp=pp, vpp=vpp, head_inflight=head[0] if head else 1,
+                                          inflight=inflight, inflight_later=inflight_later or inflight,
+                                          act_rows=act_rows)   # pipeline_backward_memory.py
     total = (p + gather) + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "gathered": gather, "activations": act,
             "reserve": reserve, "total": total}
 
 
 def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero, sp, b,
-                  precision, m, pp, vpp, head_inflight=1):
+                  precision, m, pp, vpp, head_inflight=1, inflight=None, inflight_later=None,
+                  act_rows=None):
     """(params, grads, activations, gathered) at the peak of autopar's runtime step (the amp / fp32 terms
     of the module docstring): the first backward (no gradients yet), a later one (``later``
     activations in flight, the gradients of earlier micro-batches), the end of the last one (all
@@ -324,9 +331,19 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     t_opt = 4.0 * params / (dp if zero >= 1 else 1)
     # (params, grads, activations, gathered) at each moment
-    moments = [(p, buckets, act + transient + held + recv, 0.0),            # first backward
+    # under pp: each micro-batch in flight holds its own casts (pipeline_backward_memory.py)
+    casts_first = pbm.cast_copies_bytes(arr, chunks, inflight, tp, precision, pp)
+    casts_later = pbm.cast_copies_bytes(arr, chunks, inflight_later, tp, precision, pp)
+    moments = [(p + casts_first, buckets, act + transient + held + recv, 0.0),   # first backward
                (p, buckets + g, kept + recv, gather),                         # end of backward
                (p_rest, buckets + g_rest + t_opt, recv, 0.0)]                  # optimizer
     if later is not None:
-        moments.append((p, buckets + g, later + transient + held + recv, 0.0))   # a later backward
+        moments.append((p + casts_later, buckets + g, later + transient + held + recv, 0.0))   # a later backward
+    reduce_at = None if act_rows is None else pbm.moment(
+        arr, chunks, inflight_later, act_rows, tp=tp, dp=dp, zero=zero, pp=pp, precision=precision,
+        grad_bytes=bg, held_per_micro_batch=held / max(head_inflight, 1) if pp > 1 else 0.0,
+        head_in_flight=head_inflight)
+    if reduce_at is not None:   # a later backward's reduce-scatter (pipeline_backward_memory.py)
+        casts, window, others = reduce_at
+        moments.append((p + casts, buckets + g + window, others + recv, gather))
     return max(moments, key=lambda t: (t[0] + t[3]) + t[1] + t[2])
