@@ -95,3 +95,29 @@ def test_search_memory_equals_estimate_with_whole_experts():
         total = estimate(t, H100, c.plan(stages), gpus, batch).memory_bytes["total"]
         mem = SplitModel(costs.terms(c), objective="memory", fixed_stages=stages).solve()
         assert total - 1 <= mem.objective_s <= total + 4 * n + 8, (c, mem.objective_s, total)
+
+
+def test_autopar_step_peak_counts_no_autocast_cache_nor_ddp_bucket_for_experts():
+    """amp (autopar's runtime recipe), before ``fix_stage_memory``: autocast caches no bf16 copy
+    of an expert (each runs on a view w[e] of the stacked weights; autocast caches leaf tensors
+    only), DDP's buckets leave the ignored expert shards out, and the optimizer step's foreach
+    temporaries cover the rank's whole ep shard of the experts (it steps it itself)."""
+    import numpy as np
+
+    from costmodels.model.memory import stage_memory
+    from costmodels.model.table_arrays import table_arrays
+    t = table()
+    arr = table_arrays(t)
+    n = len(t.rows)
+    params = sum(r.params for r in t.rows)
+    experts = sum(r.expert_params for r in t.rows)
+    cached = sum(r.params for r in t.rows if r.kind in ("block", "head")) - experts
+    kw = dict(tp=1, dp=8, zero=1, sp=False, b=1, recompute="none", attention="flash", inflight=[1],
+              reserve=0.0, precision="amp", ep=2)
+    # huge activations: the first backward is the peak (weights and autocast's cache)
+    first = stage_memory(arr, [(0, n)], act_rows=np.full(n, 1e12), **kw)
+    assert first["params"] == pytest.approx(4.0 * params + 2.0 * cached, rel=1e-12)
+    # no activations: the optimizer step is (DDP buckets + fp32 gradients + AdamW's temporaries)
+    step = stage_memory(arr, [(0, n)], act_rows=np.zeros(n), **kw)
+    hand = 4.0 * (params - experts) + 4.0 * params + 4.0 * ((params - experts) / 8 + experts / 2)
+    assert step["grads"] == pytest.approx(hand, rel=1e-12)
