@@ -26,7 +26,8 @@ line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factor
 (``expert_zero_group``: ``dp·cp·(tp/etp)/ep``, or ``max(1, dp_shard·cp·(tp/etp)/ep)`` under
 HSDP: with etp < tp the tp ranks holding the same experts are expert-dp ranks too; 1 where the
 runtime keeps them whole, ``[moe] experts_zero_sharded = 0``, autopar's own); ZeRO-3 gathers
-a row's local part, never the experts of other ep ranks (nor its own where they are whole). The dispatch buffers (the copies of the
+a row's local part, never the experts of other ep ranks (nor its own where they are whole).
+The dispatch buffers (the copies of the
 dispatched tokens autograd keeps beyond the experts' input, which the table counts: the
 runtime's ``[moe] saved_token_copies``, 0 or 1, ``costmodels.model.dispatch_buffers``) are
 ``copies·ι·V`` per MoE row and micro-batch in flight, added to the row's saved activations. Under full recompute a
