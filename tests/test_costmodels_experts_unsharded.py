@@ -43,6 +43,8 @@ def test_the_profiles_say_who_shards_the_experts():
     assert "step/experts.py" in load_runtime("autopar").sources["moe.experts_zero_sharded"]   # its source
     assert expert_zero_group(Plan(dp=8, ep=2, zero=3)) == 1
     assert expert_zero_group(Plan(dp=8, ep=2, zero=3, runtime="fsdp")) == 4
+    # at ep = tp = 1 autopar's runtime shards nothing apart: the experts are plain parameters
+    assert expert_zero_group(Plan(dp=8, zero=3)) == 8 and expert_zero_group(Plan(dp=8, tp=2, zero=3)) == 1
 
 
 @pytest.mark.parametrize("zero", [1, 2, 3])
@@ -121,3 +123,6 @@ def test_autopar_step_peak_counts_no_autocast_cache_nor_ddp_bucket_for_experts()
     step = stage_memory(arr, [(0, n)], act_rows=np.zeros(n), **kw)
     hand = 4.0 * (params - experts) + 4.0 * params + 4.0 * ((params - experts) / 8 + experts / 2)
     assert step["grads"] == pytest.approx(hand, rel=1e-12)
+    # ep = tp = 1: the experts are plain parameters there (DDP buckets them, ZeRO-1 partitions them)
+    plain = stage_memory(arr, [(0, n)], act_rows=np.zeros(n), **{**kw, "ep": 1})
+    assert plain["grads"] == pytest.approx(4.0 * params + 4.0 * params + 4.0 * params / 8, rel=1e-12)

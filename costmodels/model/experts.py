@@ -285,9 +285,13 @@ def experts_zero_sharded(plan, runtime=None) -> bool:
     FSDP2 leave the expert shards out (``autopar/runtime/step/experts.py``: DDP ignores them,
     ZeRO-1 steps them on every rank, FSDP2's ``ignored_params``), all-reduces their gradients
     over the expert-dp group and keeps their weights, fp32 gradients and optimizer state whole
-    on every rank of it; ZeRO-3 gathers none of them (``zero_gathered_params``)."""
+    on every rank of it; ZeRO-3 gathers none of them (``zero_gathered_params``). It does so
+    where it treats them as expert shards, ep > 1 or tp > 1 (``autopar/runtime/apply.py``); at
+    ep = tp = 1 they are parameters like the others, ZeRO-sharded over dp."""
     rt = runtime if runtime is not None else load_runtime(getattr(plan, "runtime", None))
-    return bool(getattr(rt, "moe_experts_zero_sharded", 1))
+    if getattr(rt, "moe_experts_zero_sharded", 1):
+        return True
+    return ep_degrees(plan)[0] == 1 and plan.tp == 1
 
 
 def zero_gathered_params(arr: TableArrays, plan, runtime=None) -> np.ndarray:

@@ -304,13 +304,15 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     # routed experts (issue 27): autocast caches no cast of theirs (autopar runs each expert on
     # a slice w[e] of the stacked weights, a view, and autocast caches leaf tensors only), and
     # DDP's buckets leave them out (autopar/runtime/step/data_parallel.py ignores the expert shards)
+    # where it shards them (ep > 1 or tp > 1: autopar/runtime/apply.py; else they are plain parameters)
     experts = sum(float(getattr(arr.table.rows[i], "expert_params", 0) or 0) for i in rows) / tp
     cached = sum(float(arr.params[i]) for i, kd in zip(rows, kinds) if kd in ("block", "head")) / tp - experts
+    whole = experts if (ep > 1 or tp > 1) else 0.0
     if precision == "amp":   # autocast's cached bf16 weights, full even when ZeRO shards them
         p += AUTOCAST_CACHE_BYTES * cached
     buckets = recv = 0.0
     if dp > 1 and zero < 2 and not (pp > 1 and vpp > 1):
-        buckets = bg * (params - experts)     # DDP's gradient buckets
+        buckets = bg * (params - whole)       # DDP's gradient buckets
     if dp > 1 and zero == 2:                  # FSDP2: the shards at rest, and the gathered
         p_rest = bp * params / dp             # weights kept from forward through backward
         p += p_rest
@@ -329,7 +331,7 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     kept = 0.0 if pp > 1 else held   # return_outputs=False: no output outlives its backward
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
     # (the routed experts' part: the rank's ep shard, whole on every rank, which steps it itself)
-    t_opt = 4.0 * (params - experts) / (dp if zero >= 1 else 1) + 4.0 * experts * tp / ep
+    t_opt = 4.0 * (params - whole) / (dp if zero >= 1 else 1) + 4.0 * whole * tp / ep
     # (params, grads, activations, gathered) at each moment
     moments = [(p, buckets, act + transient + held + recv, 0.0),            # first backward
                (p, buckets + g, kept + recv, gather),                         # end of backward
