@@ -3,8 +3,9 @@ model: losses of 5 SGD steps within 1e-5 relative and the gathered parameters wi
 gloo, for ep2, ep2·dp2 with DDP, ZeRO-1 and ZeRO-3, ep2·pp2, ep2·tp2 (tp on attention and the
 shared experts) with full recompute, and ep2·tp2 with sequence parallel, ZeRO-1 and selective
 recompute on the ``moe`` family (a leading dense block, a shared expert, 4 experts of which 2 per
-token), ep2 / ep2·dp2 ZeRO-1 on transformers' Mixtral and Qwen2-MoE built from small configs
-(tests/data/*-small.json), and ep2·tp2 on Qwen2-MoE (its shared expert tensor-parallel). One
+token), ep2 / ep2·dp2 ZeRO-1 / ep2·dp4 ZeRO-3 (expert-dp 2) on transformers' Mixtral and
+Qwen2-MoE built from small configs (tests/data/*-small.json), and ep2·tp2 on Qwen2-MoE (its
+shared expert tensor-parallel). One
 world of 4 processes for all; plans the runtime cannot run (etp; sequence parallel on
 transformers' MoE blocks) are refused before it starts, in one line."""
 from __future__ import annotations
@@ -34,6 +35,8 @@ CASES = [sweep.SweepCase("moe", tuple(sorted(p.items())), m) for p, m in (
 )] + [sweep.SweepCase(hf, tuple(sorted(p.items())), 2) for hf in ("mixtral", "qwen2moe")
       for p in (dict(dp=2, ep=2), dict(dp=4, ep=2, zero=1))] + [
     sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("tp", 2)), 2)] + [
+    # issue 27 (etp7): ZeRO-3 at expert-dp 2 on transformers' experts, kept whole by FSDP2
+    sweep.SweepCase(hf, (("dp", 4), ("ep", 2), ("zero", 3)), 2) for hf in ("mixtral", "qwen2moe")] + [
     sweep.SweepCase("moe-clip", (("dp", 4), ("ep", 2), ("zero", 1)), 2)]   # + clip_grad_norm_
 HF = {name: f"hf:{Path(__file__).parent / 'data' / f'{name}-small.json'}" for name in ("mixtral", "qwen2moe")}
 

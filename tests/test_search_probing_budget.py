@@ -23,8 +23,22 @@ def zero3_interleaved_terms():
                       shared=1, dense_layers=3)
     costs = Costs(table, load_profile("h100-80g-sxm"), 4096)
     c = Config(dp=512, tp=1, pp=2, vpp=7, micro_batch_size=1, zero=3, recompute="full",
-               sequence_parallel=False, schedule="interleaved-1f1b", precision="fp8", ep=8, etp=1)
+               sequence_parallel=False, schedule="interleaved-1f1b", precision="fp8", ep=8, etp=1,
+               runtime=_autopar_sharding_experts())
     return costs.terms(c)
+
+
+def _autopar_sharding_experts() -> str:
+    """autopar's runtime priced with its experts ZeRO-sharded over expert-dp, as this layout was
+    measured before issue 27's ``[moe] experts_zero_sharded = 0`` (whole experts put its 8-way
+    ep shard of DeepSeek-V3's experts far past 80 GB; this test is about the probing, not that)."""
+    import dataclasses
+
+    from costmodels.profiles.runtime import _REGISTERED, load_runtime, register_runtime
+    name = "autopar-experts-sharded"
+    if name not in _REGISTERED:
+        register_runtime(dataclasses.replace(load_runtime("autopar"), name=name, moe_experts_zero_sharded=1))
+    return name
 
 
 def _first_solve(terms):

@@ -83,7 +83,7 @@ from costmodels.model.dp_sync import (  # noqa: F401  (re-exported: estimate, th
 )
 from costmodels.model.eager_norm import unfused_norm_times
 from costmodels.model.expert_token_gather import with_token_gather
-from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times
+from costmodels.model.experts import expert_state_bytes, expert_terms, with_expert_times, zero_gathered_params
 from costmodels.model.fp8_tensor_parallel import fp8_ub_reduce_scatter
 from costmodels.model.interleaved_p2p_overlap import p2p_exposed_share
 from costmodels.model.long_sequence_memory import loss_logits_held_bytes
@@ -245,7 +245,9 @@ def _row_coefficients(arr: TableArrays, profile: HardwareProfile, plan,
         times=rt, row_s=rt.row_total_s, fwd_window_s=zov * fwd_s,
         bwd_window_s=dov * (rt.bwd_s + rt.recompute_s), cut_p2p_bytes=p2p_b, cut_p2p_s=p2p_s,
         zero3_gather_bytes=gather_b, zero3_gather_s=gather_s, params=params,
-        weight_bytes=STATE_BYTES[precision][0] * params, state_bytes=state, act_bytes=act,
+        weight_bytes=STATE_BYTES[precision][0] * (params if moe is None else zero_gathered_params(
+            arr, plan, runtime)),   # experts the runtime keeps whole are not gathered (experts.py)
+        state_bytes=state, act_bytes=act,
         act_none_bytes=activation_bytes_none(arr, tp, plan.sequence_parallel, b, plan.attention)
         + torch_tp_memory.working_bytes(arr, plan, runtime, precision)   # torch TP's gathered inputs
         + (0.0 if moe is None else moe.work_buffer_bytes),   # + a MoE block's dispatch buffers (experts.py)

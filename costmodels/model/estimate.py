@@ -272,7 +272,7 @@ def estimate(table: LayerTable, profile: HardwareProfile | str | Cluster, plan: 
                                  reserve=profs[r].memory_reserve_bytes + fixed_buffer_bytes(table, plan, runtime),
                                  act_rows=co_r[r].act_bytes,   # (+ userbuffers etc.: long_sequence_memory.py)
                                  precision=precision, m=m, pp=p, vpp=v, inflight_later=later,
-                                 w_inputs=w_held))
+                                 w_inputs=w_held, ep=plan.ep))   # experts kept whole (memory._runtime_peak)
         mems[-1] = as_allocated(fix_stage_memory(mems[-1], arr, [stages[c] for c in rank_chunks[r]], plan,
                                                  precision, co_r[r].act_none_bytes),
                                 runtime, precision)   # experts.py, allocator.py

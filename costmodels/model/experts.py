@@ -24,8 +24,10 @@ line (the experts' group is dp·cp/ep: the same bytes per parameter, ring factor
 (n−1)/n of each other); model states in memory: the dense part ZeRO-sharded over dp (HSDP:
 ``dp_shard``), the experts over the expert-dp ranks inside that shard group
 (``expert_zero_group``: ``dp·cp·(tp/etp)/ep``, or ``max(1, dp_shard·cp·(tp/etp)/ep)`` under
-HSDP: with etp < tp the tp ranks holding the same experts are expert-dp ranks too); ZeRO-3 gathers
-a row's local part, never the experts of other ep ranks. The dispatch buffers (the copies of the
+HSDP: with etp < tp the tp ranks holding the same experts are expert-dp ranks too; 1 where the
+runtime keeps them whole, ``[moe] experts_zero_sharded = 0``, autopar's own); ZeRO-3 gathers
+a row's local part, never the experts of other ep ranks (nor its own where they are whole).
+The dispatch buffers (the copies of the
 dispatched tokens autograd keeps beyond the experts' input, which the table counts: the
 runtime's ``[moe] saved_token_copies``, 0 or 1, ``costmodels.model.dispatch_buffers``) are
 ``copies·ι·V`` per MoE row and micro-batch in flight, added to the row's saved activations. Under full recompute a
@@ -246,7 +248,7 @@ def with_expert_times(rt: RowTimes, moe: ExpertTerms) -> RowTimes:
                    bwd_w_s=rt.bwd_w_s + moe.bwd_w_s, recompute_s=rt.recompute_s + moe.recompute_s)
 
 
-def expert_zero_group(plan) -> int:
+def expert_zero_group(plan, runtime=None) -> int:
     """Ranks a routed expert's ZeRO shard group spans: the expert-dp ranks (those holding the
     same experts, ``dp·cp/ep`` of them, ep positions apart) inside the dense part's shard group.
 
@@ -266,10 +268,40 @@ def expert_zero_group(plan) -> int:
     ranks when etp = 1 (``expert_tensor_parallel_degree``: "[partial dp + all tp -> ep]"), and
     autopar's runtime reduces the experts over the tp ranks as well (``autopar/runtime/step/
     experts.py``). Charging ``dp·cp/ep`` put Grok-1 at tp 4, etp 1, ep 8 on 512 H100 at 85 GiB
-    (the expert optimizer shards 4× too large); it ran."""
+    (the expert optimizer shards 4× too large); it ran. A runtime that leaves the experts'
+    states whole (``experts_zero_sharded``, autopar's own) has a group of 1."""
+    if not experts_zero_sharded(plan, runtime):   # the runtime leaves them whole (below)
+        return 1
     ep, etp = ep_degrees(plan)
     fold = max(1, plan.tp // etp)
     return max(1, zero_group(plan) * int(getattr(plan, "cp", 1) or 1) * fold // ep)
+
+
+def experts_zero_sharded(plan, runtime=None) -> bool:
+    """Whether the plan's runtime shards the routed experts' ZeRO states over their expert-dp
+    group (``[moe] experts_zero_sharded``; ``runtime`` default: the plan's). 1 by default:
+    Megatron-core's distributed optimizer over the expert-dp group and torchtitan's FSDP2 on its
+    ``dp_shard_mod_ep`` mesh do. autopar's own runtime says 0 (issue 27): its DDP / ZeRO-1 /
+    FSDP2 leave the expert shards out (``autopar/runtime/step/experts.py``: DDP ignores them,
+    ZeRO-1 steps them on every rank, FSDP2's ``ignored_params``), all-reduces their gradients
+    over the expert-dp group and keeps their weights, fp32 gradients and optimizer state whole
+    on every rank of it; ZeRO-3 gathers none of them (``zero_gathered_params``). It does so
+    where it treats them as expert shards, ep > 1 or tp > 1 (``autopar/runtime/apply.py``); at
+    ep = tp = 1 they are parameters like the others, ZeRO-sharded over dp."""
+    rt = runtime if runtime is not None else load_runtime(getattr(plan, "runtime", None))
+    if getattr(rt, "moe_experts_zero_sharded", 1):
+        return True
+    return ep_degrees(plan)[0] == 1 and plan.tp == 1
+
+
+def zero_gathered_params(arr: TableArrays, plan, runtime=None) -> np.ndarray:
+    """Parameters of each row that ZeRO-3 gathers whole on one GPU (its buffer,
+    ``RowCoefficients.weight_bytes`` and ``fix_stage_memory``'s ``gathered``): the row's local
+    ``dense/tp + experts/(ep·etp)``, less the experts where the runtime leaves them unsharded
+    (``experts_zero_sharded``): they are resident whole already, never gathered."""
+    if experts_zero_sharded(plan, runtime):
+        return local_params(arr, plan)
+    return (arr.params - expert_arrays(arr).expert_params) / plan.tp
 
 
 def local_params(arr: TableArrays, plan) -> np.ndarray:
@@ -293,7 +325,7 @@ def expert_state_bytes(arr: TableArrays, plan, precision: str, runtime=None) -> 
     dense = (arr.params - ea.expert_params) / plan.tp
     experts = ea.expert_params / (ep * etp)
     p, g, o = model_state_bytes(1.0, zero_group(plan), plan.zero, precision)
-    pe, ge, oe = model_state_bytes(1.0, expert_zero_group(plan), plan.zero, precision)
+    pe, ge, oe = model_state_bytes(1.0, expert_zero_group(plan, runtime), plan.zero, precision)
     return dense * (p + g + o * share) + experts * (pe + ge + oe * share)
 
 
@@ -324,7 +356,7 @@ def fix_stage_memory(mem: dict, arr: TableArrays, chunks, plan, precision: str,
     for key, a, b in zip(("params", "grads", "optimizer"), was, now):
         out[key] = max(0.0, mem[key] - a + b)
     if plan.zero >= 3 and mem["gathered"] > 0.0:
-        local = np.concatenate([local_params(arr, plan)[s:e] for s, e in chunks])
+        local = np.concatenate([zero_gathered_params(arr, plan)[s:e] for s, e in chunks])
         out["gathered"] = STATE_BYTES[precision][0] * float(np.sort(local)[::-1][:2].sum())
     out["total"] = sum(out[kk] for kk in ("params", "grads", "optimizer", "gathered", "activations", "reserve"))
     return out

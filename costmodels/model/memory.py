@@ -260,12 +260,14 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
                  sp: bool, b: int, recompute: str, attention: str, inflight: list[int],
                  reserve: float, act_rows: np.ndarray | None = None, precision: str = "bf16-mixed",
                  m: int = 1, pp: int = 1, vpp: int = 1,
-                 inflight_later: list[int] | None = None, w_inputs: float = 0.0) -> dict[str, float]:
+                 inflight_later: list[int] | None = None, w_inputs: float = 0.0,
+                 ep: int = 1) -> dict[str, float]:
     """Memory breakdown of one GPU whose pipeline rank runs ``chunks`` (row ranges, one per
     virtual stage) with ``inflight[c]`` micro-batches of chunk c in flight at its first backward.
     amp / fp32 only: ``m`` micro-batches per step, ``pp``/``vpp`` the plan's, and
     ``inflight_later[c]`` in flight at a later backward (``in_flight(..., m - 1, rank)``);
-    ``w_inputs`` the bytes held for deferred weight-gradient passes (``split_in_flight``)."""
+    ``w_inputs`` the bytes held for deferred weight-gradient passes (``split_in_flight``);
+    ``ep`` the plan's, for the routed experts autopar's runtime keeps whole (``_runtime_peak``)."""
     sizes = np.concatenate([arr.params[s:e] for s, e in chunks])
     params = float(sizes.sum()) / tp
     p, g, o = model_state_bytes(params, dp, zero, precision)
@@ -287,7 +289,7 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
                                           dp=dp, zero=zero, sp=sp, b=b, precision=precision, m=m,
                                           pp=pp, vpp=vpp, head_inflight=head[0] if head else 1,
                                           inflight=inflight, inflight_later=inflight_later or inflight,
-                                          act_rows=act_rows)   # pipeline_backward_memory.py
+                                          act_rows=act_rows, ep=ep)   # pipeline_backward_memory.py
     total = (p + gather) + g + o + act + reserve
     return {"params": p, "grads": g, "optimizer": o, "gathered": gather, "activations": act,
             "reserve": reserve, "total": total}
@@ -295,7 +297,7 @@ def stage_memory(arr: TableArrays, chunks: list[tuple[int, int]], *, tp: int, dp
 
 def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero, sp, b,
                   precision, m, pp, vpp, head_inflight=1, inflight=None, inflight_later=None,
-                  act_rows=None):
+                  act_rows=None, ep=1):
     """(params, grads, activations, gathered) at the peak of autopar's runtime step (the amp / fp32 terms
     of the module docstring): the first backward (no gradients yet), a later one (``later``
     activations in flight, the gradients of earlier micro-batches), the end of the last one (all
@@ -306,12 +308,18 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
     rows = [i for s, e in chunks for i in range(s, e)]
     kinds = [arr.table.rows[i].kind for i in rows]
     p_rest, g_rest = p, g
-    cached = sum(float(arr.params[i]) for i, kd in zip(rows, kinds) if kd in ("block", "head")) / tp
+    # routed experts (issue 27): autocast caches no cast of theirs (autopar runs each expert on
+    # a slice w[e] of the stacked weights, a view, and autocast caches leaf tensors only), and
+    # DDP's buckets leave them out (autopar/runtime/step/data_parallel.py ignores the expert shards)
+    # where it shards them (ep > 1 or tp > 1: autopar/runtime/apply.py; else they are plain parameters)
+    experts = sum(float(getattr(arr.table.rows[i], "expert_params", 0) or 0) for i in rows) / tp
+    cached = sum(float(arr.params[i]) for i, kd in zip(rows, kinds) if kd in ("block", "head")) / tp - experts
+    whole = experts if (ep > 1 or tp > 1) else 0.0
     if precision == "amp":   # autocast's cached bf16 weights, full even when ZeRO shards them
         p += AUTOCAST_CACHE_BYTES * cached
     buckets = recv = 0.0
     if dp > 1 and zero < 2 and not (pp > 1 and vpp > 1):
-        buckets = bg * params                 # DDP's gradient buckets
+        buckets = bg * (params - whole)       # DDP's gradient buckets
     if dp > 1 and zero == 2:                  # FSDP2: the shards at rest, and the gathered
         p_rest = bp * params / dp             # weights kept from forward through backward
         p += p_rest
@@ -329,7 +337,8 @@ def _runtime_peak(arr, chunks, params, p, g, act, later, gather, *, tp, dp, zero
         transient = LOSS_GRAD_BYTES * lg
     kept = 0.0 if pp > 1 else held   # return_outputs=False: no output outlives its backward
     # foreach AdamW: one fp32 temporary per optimizer tensor (sqrt of v) during the step
-    t_opt = 4.0 * params / (dp if zero >= 1 else 1)
+    # (the routed experts' part: the rank's ep shard, whole on every rank, which steps it itself)
+    t_opt = 4.0 * (params - whole) / (dp if zero >= 1 else 1) + 4.0 * whole * tp / ep
     # (params, grads, activations, gathered) at each moment
     # under pp: each micro-batch in flight holds its own casts (pipeline_backward_memory.py)
     casts_first = pbm.cast_copies_bytes(arr, chunks, inflight, tp, precision, pp)

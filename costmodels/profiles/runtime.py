@@ -172,6 +172,7 @@ class RuntimeProfile:
     moe_route_consecutive: int = 0              # 1: a token's k experts are k consecutive ids (experts.py)
     moe_saved_token_copies: int = 1             # token copies kept beyond the experts' input (dispatch_buffers)
     moe_tp_token_gather: int = 0                # 1: tp without sp all-gathers the experts' tokens (expert_token_gather)
+    moe_experts_zero_sharded: int = 1           # 0: ZeRO leaves the experts' states whole (experts.expert_zero_group)
     loss_saved_bytes: float | None = None
     loss_grad_bytes: float = 0.0                # the loss backward's transient per logit (loss_backward_memory)
     loss_parallel_grad_bytes: float | None = None   # ... at tp > 1 under loss parallel (None: loss_grad_bytes)

@@ -56,7 +56,8 @@ FIGURES = {
             "dispatch_once_per_node": ("moe_dispatch_once_per_node", 0, 1, True),
             "route_consecutive": ("moe_route_consecutive", 0, 1, True),
             "saved_token_copies": ("moe_saved_token_copies", 0, 2, True),
-            "tp_token_gather": ("moe_tp_token_gather", 0, 1, True)},   # expert_token_gather
+            "tp_token_gather": ("moe_tp_token_gather", 0, 1, True),   # expert_token_gather
+            "experts_zero_sharded": ("moe_experts_zero_sharded", 0, 1, True)},   # experts.expert_zero_group
     "recompute": {"early_stop": ("recompute_early_stop", 0, 1, True)},   # costmodels.model.recompute_early_stop
 }
 
