@@ -208,8 +208,8 @@ def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch)
     estimate's balanced splits, not proved (engine.balanced_fallback), and where none of those
     fits either the error says the time ran out rather than that nothing fits."""
     from autopar.search import block_counts, split_model
-    # (srch7: no block-count split either: its proof at the level-1 bound needs no CP-SAT run)
-    monkeypatch.setattr(block_counts, "count_split", lambda *a, **k: (False, None, 0.0))
+    # (srch7: no seed or block-count split at the level-1 bound either: that proof needs no CP-SAT)
+    monkeypatch.setattr(block_counts, "reach_by_counts", lambda *a, **k: False)
     t = table(4, 64, 4, 64)
     costs = Costs(t, small_profile(1e12), 8)
     solve, calls = split_model.SplitModel.solve, []

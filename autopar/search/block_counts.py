@@ -144,7 +144,8 @@ def reach_by_counts(frontier, c, terms) -> bool:
     seed does not fit or lies more than ``SEED_GAP`` above the bound, the count program's split
     reaches ``c``'s level-1 bound, push it as ``c``'s exact plan and return True (no CP-SAT split
     program); otherwise a fitting split is known as an incumbent and False."""
-    if c in frontier.counted or frontier.fixed_stages is not None or terms.split_backward or terms.pp < 2:
+    if (c in frontier.counted or c in frontier.retried or frontier.fixed_stages is not None
+            or terms.split_backward or terms.pp < 2):   # (a re-solve has had its first try)
         return False
     frontier.counted.add(c)
     from costmodels.contracts.errors import AutoparError
