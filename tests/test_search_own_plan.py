@@ -111,4 +111,5 @@ def test_deepseek_v3_like_top_5_is_distinct_and_proved():
     assert r.optimal
     best = r.plans[0]
     assert best.config.ep > 1 and best.config.zero == 3
-    assert best.prediction["step_time_s"] == pytest.approx(13.0637, rel=1e-4)   # moemla: 12.8166 -> 13.0637
+    # moemla: 12.8166 -> 13.0637; ppzero (ZeRO-3 under pp pays its reduce-scatters): 13.0538, on main too
+    assert best.prediction["step_time_s"] == pytest.approx(13.0538, rel=1e-4)

@@ -207,7 +207,9 @@ def test_a_cp_sat_run_without_an_answer_leaves_the_ranking_unproved(monkeypatch)
     out but are not proved optimal; with every run unfinished the search answers with
     estimate's balanced splits, not proved (engine.balanced_fallback), and where none of those
     fits either the error says the time ran out rather than that nothing fits."""
-    from autopar.search import split_model
+    from autopar.search import block_counts, split_model
+    # (srch7: no seed or block-count split at the level-1 bound either: that proof needs no CP-SAT)
+    monkeypatch.setattr(block_counts, "reach_by_counts", lambda *a, **k: False)
     t = table(4, 64, 4, 64)
     costs = Costs(t, small_profile(1e12), 8)
     solve, calls = split_model.SplitModel.solve, []

@@ -84,6 +84,7 @@ class Frontier(SeedingMixin):
         self.twins = Twins(costs)      # dense: ZeRO twins of one objective share their proofs
         self._early_seeds = 0          # dense: seed-ahead scans before a k-th plan is known
         self.offered: set = set()      # every configuration of the searched space (twins stay inside it)
+        self.counted: set = set()      # srch7: configurations whose block-count split was tried (block_counts)
 
     def push(self, c: Config, step_time: float, level: int, payload=None):
         key = objective_key(self.objective, c, step_time)
@@ -243,6 +244,9 @@ class Frontier(SeedingMixin):
         if defer_by_graph_bound(self, c, terms):   # issue 30: a zero-bubble op graph's LP bound first
             return
         self._seed(c, terms)
+        from autopar.search.block_counts import reach_by_counts
+        if reach_by_counts(self, c, terms):   # srch7: a block-count split at the level-1 bound is optimal
+            return
         left = self.deadline - time.perf_counter()
         ub = _step_bound(self.objective, c, self.exact_keys, self.top, self.target)
         if ub is None and c not in self.awaiting_cut and self._early_seeds < 8:

@@ -39,6 +39,7 @@ class SearchStats:
     ties_merged: int = 0            # plans shown once: same layout, other ZeRO stage, same step time
     exact_splits: int = 0           # zero-bubble splits by branch-and-bound (issue 30: zb_exact)
     exact_nodes: int = 0            # its nodes, all configurations together
+    count_splits: int = 0           # srch7: optimal by a block-count split at the level-1 bound (block_counts)
 
 
 def _ties(a: tuple, b: tuple) -> bool:

@@ -214,6 +214,7 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
             if global_batch % dp:
                 continue
             per_replica = global_batch // dp
+            degrees = expert_degrees(shape, dp, tp, fix, rt)   # srch7: per (dp, tp), not per configuration
             mbs_all = [b for b in divisors(per_replica) if max_micro_batch is None or b <= max_micro_batch]
             for mbs in allowed("micro_batch_size", mbs_all):
                 if per_replica % mbs:
@@ -225,7 +226,7 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
                             for sp in allowed("sequence_parallel", [False, True] if tp > 1 else [False]):
                                 if sp and tp < 2:
                                     continue
-                                for ep, etp in expert_degrees(shape, dp, tp, fix, rt):
+                                for ep, etp in degrees:
                                     kw = dict(dp=dp, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs,
                                               zero=zero, recompute=recompute, sequence_parallel=sp,
                                               schedule=schedule, attention=fix.get("attention", "flash"),
@@ -236,8 +237,11 @@ def _configurations(shape: Shape, gpus: int, global_batch: int, gpus_per_node: i
                                     # (only m): asked once per the fields they read
                                     rk = (tp, pp, dp, vpp, schedule, zero, sp, ep, etp, m)
                                     ok = rules_ok.get(rk)
-                                    if ok is None:
-                                        ok = rules_ok[rk] = runnable(rt, c) and is_runnable(c, dims, m)
+                                    if ok is None:   # srch7: the runtime's rules read no m: once per rk[:-1]
+                                        rt_ok = rules_ok.get(rk[:-1])
+                                        if rt_ok is None:
+                                            rt_ok = rules_ok[rk[:-1]] = runnable(rt, c)
+                                        ok = rules_ok[rk] = rt_ok and is_runnable(c, dims, m)
                                     if ok:
                                         for prec in allowed("precision", list(precisions)):
                                             # (a constructor, not dataclasses.replace: 2× cheaper,
