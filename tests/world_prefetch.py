@@ -3,7 +3,8 @@
 Most of the suite runs in one process on one core; the worlds of ``test_runtime_parallel``,
 ``test_runtime_zoo``, ``test_runtime_experts``, ``test_runtime_context_parallel`` (``sweep.run``:
 4 or 8 ranks, about a third of the suite's time), ``test_runtime_scale`` (4 ranks),
-``test_runtime_compile`` (2 ranks compiling with inductor), and the subprocess launches of
+``test_runtime_compile`` (2 ranks compiling with inductor), ``test_rewrite_tp`` (2 ranks), the
+subprocess launches of
 ``test_train_resume``, ``test_faults_ranks``, ``test_runtime_cli`` and ``test_cli_export_checks``
 (torchrun: fresh interpreters, nothing timed), and ``test_costmodels_fp8_runs_fit``'s sweep (36
 model shapes traced) wait for their module's turn. A module declares
