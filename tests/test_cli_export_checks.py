@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-from world_prefetch import Job, result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "gpt:layers=2,hidden=48,heads=6,vocab=256,seq=12,dropout=0"
@@ -153,28 +152,14 @@ def test_output_path_with_a_trailing_slash_is_refused(tmp_path, capsys):
     assert not os.listdir(tmp_path)
 
 
-def exported_torchrun_run() -> tuple[int, subprocess.CompletedProcess | None]:
-    """``autopar export --to torchrun`` of a dp2 plan, then the exported script run as is (2 gloo
-    ranks: torchrun and fresh interpreters, nothing timed): (export's exit code, the run). Run
-    ahead in the suite's prefetch helper (tests/world_prefetch.py), in a folder of its own."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-    folder = Path(tempfile.mkdtemp(prefix="autopar-export-"))
-    try:
-        return _export_and_run(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _export_and_run(folder) -> tuple[int, subprocess.CompletedProcess | None]:
-    plans = _plans_file(folder, [{"dp": 2, "micro_batch_size": 2}])
-    script = str(folder / "torchrun.sh")
+@pytest.mark.slow
+def test_exported_torchrun_line_trains_two_steps(tmp_path, capsys):
+    """The exported script, run as is (2 gloo ranks on this machine), trains 2 steps."""
+    plans = _plans_file(tmp_path, [{"dp": 2, "micro_batch_size": 2}])
+    script = str(tmp_path / "torchrun.sh")
     from autopar.cli.main import main
-    code = main(["export", plans, "--to", "torchrun", "-o", script,
-                 "--script", os.path.join(ROOT, "examples", "train_gpt.py")])
-    if code != 0:
-        return code, None
+    assert main(["export", plans, "--to", "torchrun", "-o", script,
+                 "--script", os.path.join(ROOT, "examples", "train_gpt.py")]) == 0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -185,16 +170,5 @@ def _export_and_run(folder) -> tuple[int, subprocess.CompletedProcess | None]:
         env.pop(k, None)
     r = subprocess.run(["bash", script, "--steps", "2", "--log-every", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
-    return code, r
-
-
-PREFETCH_WORLD = Job(exported_torchrun_run)
-
-
-@pytest.mark.slow
-def test_exported_torchrun_line_trains_two_steps():
-    """The exported script, run as is (2 gloo ranks on this machine), trains 2 steps."""
-    code, r = result(__name__, PREFETCH_WORLD)
-    assert code == 0
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"^step\s+2\s+loss", r.stdout, re.M) and "plan dp2·" in r.stdout, r.stdout
