@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from world_prefetch import Job, result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
@@ -50,16 +51,27 @@ def test_cli_prints_a_dead_verify_rank_in_one_line(monkeypatch, capsys):
     assert err.startswith("autopar: error: rank 1 was killed by SIGKILL during autopar verify's steps")
 
 
-@pytest.mark.slow
-def test_torchrun_survivor_names_the_killed_rank_before_torchruns_summary():
+def torchrun_with_a_killed_rank() -> tuple[int, str]:
+    """``torchrun`` of tests/fixtures/dead_peer.py whose rank 1 is killed: (exit code, stderr).
+    Run ahead in the suite's prefetch helper (tests/world_prefetch.py): three fresh interpreters,
+    nothing timed."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         env.pop(k, None)
     r = subprocess.run([os.path.join(BIN, "torchrun"), "--nproc-per-node", "2",
                         "tests/fixtures/dead_peer.py", "kill"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=240)
-    assert r.returncode != 0
-    ours = [ln for ln in r.stderr.splitlines() if ln.startswith("autopar:")]
-    assert len(ours) == 1, r.stderr[-3000:]
+    return r.returncode, r.stderr
+
+
+PREFETCH_WORLD = Job(torchrun_with_a_killed_rank)
+
+
+@pytest.mark.slow
+def test_torchrun_survivor_names_the_killed_rank_before_torchruns_summary():
+    returncode, stderr = result(__name__, PREFETCH_WORLD)
+    assert returncode != 0
+    ours = [ln for ln in stderr.splitlines() if ln.startswith("autopar:")]
+    assert len(ours) == 1, stderr[-3000:]
     assert ours[0].startswith("autopar: error: rank 1 died or was killed during train_step"), ours
-    assert r.stderr.index(ours[0]) < r.stderr.index("Failures:"), r.stderr[-3000:]
+    assert stderr.index(ours[0]) < stderr.index("Failures:"), stderr[-3000:]

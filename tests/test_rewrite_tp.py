@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from world_prefetch import Job, result
 
 TP = 2
 RTOL = 1e-5
@@ -266,8 +267,16 @@ def _rank_failures():
 
 
 @pytest.mark.slow
-def test_tp2_rows_match_serial():
+def _tp_world():
     from autopar.runtime.verify.serial import spawn
-    per_rank = spawn(_rank_failures, TP)
+    return spawn(_rank_failures, TP)
+
+
+# the 2-rank world runs ahead in the suite's prefetch helper (tests/world_prefetch.py)
+PREFETCH_WORLD = Job(_tp_world)
+
+
+def test_tp2_rows_match_serial():
+    per_rank = result(__name__, PREFETCH_WORLD)
     failures = [f"rank {r}: {line}" for r, lines in enumerate(per_rank) for line in lines]
     assert not failures, "\n".join(failures[:40])

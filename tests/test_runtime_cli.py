@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from world_prefetch import Job, result
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,10 +50,35 @@ def test_verify_errors_are_one_line(capsys):
     assert "--nproc 2 != dp·cp·tp·pp" in stderr
 
 
-def test_train_gpt_example_loss_falls():
-    r = _run([os.path.join(BIN, "torchrun"), "--nproc-per-node", "2",
-              "examples/train_gpt.py", "--plan", '{"dp": 2, "zero": 2}', "--steps", "30",
-              "--model", "gpt:layers=2,hidden=64,heads=4,vocab=256,seq=32,dropout=0"])
+def torchrun_examples() -> dict:
+    """The two ``torchrun`` launches of examples/train_gpt.py below (fresh interpreters, nothing
+    timed), run ahead in the suite's prefetch helper (tests/world_prefetch.py): ``train``, 30
+    steps under dp2 ZeRO-2, and ``refused``, a plan refused before launch, with each rank's
+    stderr log (``logs``: local rank -> text)."""
+    import glob
+    import tempfile
+    train = _run([os.path.join(BIN, "torchrun"), "--nproc-per-node", "2",
+                  "examples/train_gpt.py", "--plan", '{"dp": 2, "zero": 2}', "--steps", "30",
+                  "--model", "gpt:layers=2,hidden=64,heads=4,vocab=256,seq=32,dropout=0"])
+    with tempfile.TemporaryDirectory() as logs:
+        refused = _run([os.path.join(BIN, "torchrun"), "--nproc-per-node", "2", "--log-dir", logs,
+                        "--redirects", "3", "examples/train_gpt.py", "--plan", '{"tp": 2}',
+                        "--model", "gpt:layers=2,hidden=48,heads=3,vocab=256,seq=16"])
+        err = {int(p.split(os.sep)[-2]): open(p).read()
+               for p in glob.glob(os.path.join(logs, "*", "attempt_0", "*", "stderr.log"))}
+    return dict(train=train, refused=refused, logs=err)
+
+
+PREFETCH_WORLD = Job(torchrun_examples)
+
+
+@pytest.fixture(scope="module")
+def examples():
+    return result(__name__, PREFETCH_WORLD)
+
+
+def test_train_gpt_example_loss_falls(examples):
+    r = examples["train"]
     assert r.returncode == 0, r.stderr[-2000:]
     assert "(falling)" in r.stdout, r.stdout
 
@@ -91,18 +117,11 @@ def test_a_dead_or_frozen_rank_is_named_in_one_line():
                 p.communicate()
 
 
-def test_torchrun_prints_a_refused_plan_once():
+def test_torchrun_prints_a_refused_plan_once(examples):
     """A plan refused before launch, under torchrun: rank 0's log holds the one line and rank 0
     exits 1; rank 1's log holds nothing (it waits, quiet, for torchrun to end it). torchrun's own
     summary of the failed ranks follows on its stderr."""
-    import glob
-    import tempfile
-    with tempfile.TemporaryDirectory() as logs:
-        r = _run([os.path.join(BIN, "torchrun"), "--nproc-per-node", "2", "--log-dir", logs,
-                  "--redirects", "3", "examples/train_gpt.py", "--plan", '{"tp": 2}',
-                  "--model", "gpt:layers=2,hidden=48,heads=3,vocab=256,seq=16"])
-        err = {int(p.split(os.sep)[-2]): open(p).read()
-               for p in glob.glob(os.path.join(logs, "*", "attempt_0", "*", "stderr.log"))}
+    r, err = examples["refused"], examples["logs"]
     assert r.returncode != 0 and sorted(err) == [0, 1], (r.stderr[-2000:], err)
     assert err[0] == "autopar: error: plan field 'tp'=2 does not divide heads=3; choose tp in [1, 3]\n"
     assert err[1] == ""

@@ -2,7 +2,8 @@
 on a token file saves ``ck_{step}`` every 4 steps and runs on to step 6; ``autopar replan`` picks
 a plan for 2 GPUs; ``torchrun --nproc-per-node 2 -m autopar.train --resume ck_4`` under that plan
 prints steps 5 and 6 with the uninterrupted run's losses, reading from the saved data position
-(gloo on CPU, a tiny GPT: the 20-step run of the issue was run by hand, see the report)."""
+(gloo on CPU, a tiny GPT: the 20-step run of the issue was run by hand, see the report).
+The three commands (8 fresh interpreters) run ahead in the suite's prefetch helper."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from world_prefetch import Job, result
 
 pytestmark = pytest.mark.slow
 
@@ -33,25 +35,52 @@ def _losses(out: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in re.findall(r"step\s+(\d+) loss (\S+)", out)}
 
 
-def test_train_dp2_pp2_save_replan_resume_on_2_ranks(tmp_path):
-    tokens = tmp_path / "tokens.bin"
+def save_replan_resume() -> dict:
+    """The three commands in a folder of their own: ``torchrun`` 4 ranks saving ``ck_4``, ``autopar
+    replan`` (no ranks: in this process), ``torchrun`` 2 ranks resuming. Run ahead in the suite's
+    prefetch helper (tests/world_prefetch.py), beside the single-process tests; the test reads
+    what they printed."""
+    import tempfile
+    from pathlib import Path
+    folder = Path(tempfile.mkdtemp(prefix="autopar-resume-"))
+    tokens = folder / "tokens.bin"
     rng = np.random.default_rng(0)
     # a learnable stream: a repeated random phrase, so the loss falls within a few steps
     np.tile(rng.integers(0, 256, 97), 200).astype(np.uint16).tofile(tokens)
-    ckpt, plans = str(tmp_path / "ck_{step}"), str(tmp_path / "replan.json")
+    ckpt, plans = str(folder / "ck_{step}"), str(folder / "replan.json")
     first = _run([TORCHRUN, "--nproc-per-node", "4", "-m", "autopar.train", MODEL,
                   "--plan", '{"dp": 2, "pp": 2}', "--global-batch", "8", "--data", str(tokens),
                   "--steps", "6", "--save", ckpt, "--save-every", "4", "--lr", "3e-3"])
     ck4 = ckpt.replace("{step}", "4")
+    from autopar.cli.main import main  # replan reads the checkpoint's metadata: no ranks, so in this process
+    replan = main(["replan", ck4, "--gpus", "2", "--hardware", "a100-80g-sxm", "-o", plans,
+                   "--time-limit", "20"])
+    resumed = None
+    if replan == 0:
+        resumed = _run([TORCHRUN, "--nproc-per-node", "2", "-m", "autopar.train", MODEL,
+                        "--plan", plans, "--data", str(tokens), "--steps", "6", "--resume", ck4,
+                        "--lr", "3e-3"])
+    return dict(folder=str(folder), first=first, ck4=ck4, replan=replan, resumed=resumed)
+
+
+PREFETCH_WORLD = Job(save_replan_resume)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    import shutil
+    out = result(__name__, PREFETCH_WORLD)
+    yield out
+    shutil.rmtree(out["folder"], ignore_errors=True)
+
+
+def test_train_dp2_pp2_save_replan_resume_on_2_ranks(runs):
+    first, ck4 = runs["first"], runs["ck4"]
     assert f"saved step 4 (data position 32) to {ck4}" in first, first
     whole = _losses(first)
     assert sorted(whole) == [1, 2, 3, 4, 5, 6] and whole[6] < whole[1], whole
-    from autopar.cli.main import main  # replan reads the checkpoint's metadata: no ranks, so in this process
-    assert main(["replan", ck4, "--gpus", "2", "--hardware", "a100-80g-sxm", "-o", plans,
-                 "--time-limit", "20"]) == 0
-    resumed = _run([TORCHRUN, "--nproc-per-node", "2", "-m", "autopar.train", MODEL,
-                    "--plan", plans, "--data", str(tokens), "--steps", "6", "--resume", ck4,
-                    "--lr", "3e-3"])
+    assert runs["replan"] == 0
+    resumed = runs["resumed"]
     assert "steps 5..6, data " in resumed and "from sample 32" in resumed, resumed
     part = _losses(resumed)
     assert sorted(part) == [5, 6], resumed

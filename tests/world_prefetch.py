@@ -2,8 +2,12 @@
 
 Most of the suite runs in one process on one core; the worlds of ``test_runtime_parallel``,
 ``test_runtime_zoo``, ``test_runtime_experts``, ``test_runtime_context_parallel`` (``sweep.run``:
-4 or 8 ranks, about a third of the suite's time) and ``test_runtime_scale`` (4 ranks) wait for
-their module's turn. A module declares its world as
+4 or 8 ranks, about a third of the suite's time), ``test_runtime_scale`` (4 ranks),
+``test_runtime_compile`` (2 ranks compiling with inductor), ``test_rewrite_tp`` (2 ranks), the
+subprocess launches of ``test_train_resume``, ``test_faults_ranks`` and ``test_runtime_cli``
+(torchrun: fresh interpreters, nothing timed) and ``test_costmodels_fp8_runs_fit``'s sweep (36
+model shapes traced) wait for their module's turn. (A module the suite reaches in its first
+seconds gains nothing: its job would start no sooner there.) A module declares its world as
 ``PREFETCH_WORLD = world_prefetch.Job(fn, args, kwargs)`` and its fixture returns
 ``world_prefetch.result(__name__, PREFETCH_WORLD)``. Once collection is done (``tests/conftest.py``), a
 helper process runs the selected modules' jobs one after another, in the order their tests come,
