@@ -95,3 +95,6 @@ def test_gpt3_on_8_gpus_explains_why_nothing_fits(capsys):
     assert "smallest memory any plan reaches" in err and "GiB" in err
     assert "largest term is optimizer" in err           # 16 bytes/param of model state dominate
     assert "more GPUs" in err and "recompute" in err and "ZeRO-3" in err and "larger GPU" in err
+    # 175e9 params x 16 bytes of model state over 32 GPUs is 81 GiB > 79: 64 is the first doubling
+    # that fits (min_memory's budget once ran out while listing, and this said "none up to 512")
+    assert "more GPUs: 64 fit" in err

@@ -32,7 +32,6 @@ class MinMemory:
 def min_memory(costs, gpus: int, global_batch: int, fix: dict | None, allow_cross_node_tp: bool = False,
                budget_s: float = 5.0, max_solves: int = 200) -> MinMemory | None:
     from autopar.search.split_model import SplitModel
-    t0 = time.perf_counter()
     fix = dict(fix or {})
     fixed_stages = fix.get("stages")
     shape = Shape.of(costs.table)
@@ -48,11 +47,12 @@ def min_memory(costs, gpus: int, global_batch: int, fix: dict | None, allow_cros
         heapq.heappush(heap, (terms.memory_lower_bound(), next(tie), c, terms))
     best: MinMemory | None = None
     exact, solves = True, 0
+    t0 = time.perf_counter()   # the budget is for the solves: listing alone can outlast it at scale
     while heap:
         lb, _, c, terms = heapq.heappop(heap)
         if best is not None and lb >= best.total:
             break
-        if solves >= max_solves or time.perf_counter() - t0 > budget_s:
+        if solves >= max_solves or (solves and time.perf_counter() - t0 > budget_s):
             exact = False
             break
         res = SplitModel(terms, objective="memory", time_limit_s=2.0, fixed_stages=fixed_stages).solve()
@@ -92,6 +92,7 @@ def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step
              + "".join(f", {k} {v / GiB:.1f}" for k, v in parts.items() if k != dom) + " GiB)."]
     fixes = []
     # more GPUs
+    sure = True   # every count below was answered exactly, so "none" is a proof, not a budget's end
     for mult in (2, 4, 8, 16, 32, 64):
         g2 = gpus * mult
         m2 = min_memory(costs, g2, global_batch, _drop(fix, ("dp",)), allow_cross_node_tp, budget_s=2.0,
@@ -99,8 +100,11 @@ def explain_infeasible(costs, *, gpus, global_batch, fix, objective, target_step
         if m2 is not None and m2.total <= hbm:
             fixes.append(f"more GPUs: {g2} fit ({m2.total / GiB:.1f} GiB with {m2.plan.label()})")
             break
+        sure = sure and m2 is not None and m2.exact
     else:
-        fixes.append(f"more GPUs: none up to {gpus * 64} fit at this batch")
+        fixes.append(f"more GPUs: none up to {gpus * 64} fit at this batch" if sure else
+                     f"more GPUs: none found up to {gpus * 64} within the check's budget (run the search "
+                     "at a larger --gpus to be sure)")
     # recompute / ZeRO-3 when the user pinned them away
     for field_, value, label in (("recompute", "full", "full recompute"), ("zero", 3, "ZeRO-3")):
         if field_ in fix and fix[field_] != value:
