@@ -52,7 +52,8 @@ class Costs:
         m, tmax, total, opt = parts
         v = c.vpp
         if c.schedule in SPLIT_BACKWARD_SCHEDULES and c.pp > 1:   # W passes may fill the whole bubble
-            return m * tmax + opt
+            from autopar.search.zb_chain import quick_chain_s, quick_w_total  # issue 30 (zbdef)
+            return max(m * tmax, quick_chain_s(m, c.pp, c.schedule, tmax, total, quick_w_total(self, c))) + opt
         return (m - 1.0 / v) * tmax + total / v + opt
 
     def _quick_bound_parts(self, c: Config) -> tuple[float, float, float, float]:

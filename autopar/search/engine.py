@@ -159,6 +159,9 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                         deadline=deadline - FALLBACK_SHARE * time_limit_s)
     shape = Shape.of(costs.table)
     counts = [gpus] if objective == "step_time" else gpu_counts(gpus, costs.profile.gpus_per_node)
+    from autopar.search.dense_first import hold_back, release  # issue 30 (zbdef): dense plans first
+    if zero_bubble and "schedule" not in fix:
+        hold_back(frontier)
     _offer_configurations(frontier, shape, counts, global_batch, fix, allow_cross_node_tp,
                           max_micro_batch, zero_bubble)
     nearest = None
@@ -178,6 +181,8 @@ def run_search(costs, *, gpus: int, global_batch: int, fix: dict | None = None, 
                                                             allow_cross_node_tp, objective) + near)
     progress = progress or Progress(False)
     finished = frontier.run(progress)
+    if release(frontier):   # issue 30 (zbdef): the zero-bubble ones under the dense k-th plan
+        finished = frontier.run(progress)
     if not finished and frontier.results:   # plans on the way: the fallback's share goes to them
         frontier.deadline = deadline
         finished = frontier.run(progress)

@@ -108,6 +108,9 @@ class Frontier(SeedingMixin):
 
     def offer(self, c: Config) -> None:
         """Level 0: ``c`` under its cheap bound (``Costs.quick_bound``)."""
+        from autopar.search.dense_first import held  # issue 30 (zbdef): dense plans first
+        if held(self, c):
+            return
         self.offered.add(c)
         lb = self.costs.quick_bound(c)
         if not self._misses_target(lb):

@@ -140,7 +140,9 @@ class Terms:
         if self.vpp == 1 or self.pp == 1:   # m·T + (Σ_r T_r − T)
             return self._t_and_dp_floor(self.m - 1.0, tsum, total, tstar) + total + opt
         if self.split_backward:   # the busiest rank works m·T whatever the W passes fill
-            return self._t_and_dp_bound(float(self.m), tsum, total, tstar) + opt
+            from autopar.search.zb_chain import chain_floor  # issue 30 (zbdef): one micro-batch's chain
+            return max(self._t_and_dp_bound(float(self.m), tsum, total, tstar),
+                       chain_floor(self, tsum, total, tstar)) + opt
         # interleaved: m·Σ_c C_c + (pp − 1)·max_c C_c with Σ_c C_c ≥ T (every column's maximum is
         # at least the slowest rank's chunk in it), Σ_c C_c ≥ column_sum_bound (whole blocks per
         # chunk) and max_c C_c ≥ max(Σ_c C_c / vpp, max τ)
