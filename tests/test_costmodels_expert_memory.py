@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
+from pathlib import Path
 
 from autopar.search.costs import Costs
 from autopar.search.space import Shape, configurations
-from autopar.search.split_model import SplitModel
 from costmodels.calibration.moe_tables import moe_table
 from costmodels.contracts.plan import Plan
 from costmodels.model.estimate import estimate
 from costmodels.model.experts import expert_state_bytes
 from costmodels.model.table_arrays import table_arrays
 from costmodels.profiles.hardware_files import load_profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from split_memory import assert_split_memory_equals_estimate  # noqa: E402
 
 H100 = load_profile("h100-80g-sxm")
 FSDP = "fsdp"   # the runtime with ZeRO-2/3 and HSDP (optimizer bytes: the recipe's 12)
@@ -79,11 +83,5 @@ def test_search_memory_equals_estimate_under_zero3_hsdp_and_runtime_optimizer_by
     # NeMo's distributed Adam keeps 10 optimizer bytes a parameter, not 12: the experts' too
     adam10 = space("megatron:distributed_fused_adam")
     rng = random.Random(5)
-    n = len(t.rows)
     for c in rng.sample(zero3, 4) + rng.sample(hsdp, 8) + rng.sample(adam10, 4):
-        S = c.pp * c.vpp
-        cuts = sorted(rng.sample(range(1, n), S - 1))
-        stages = tuple(zip([0] + cuts, cuts + [n]))
-        total = estimate(t, H100, c.plan(stages), gpus, batch).memory_bytes["total"]
-        mem = SplitModel(costs.terms(c), objective="memory", fixed_stages=stages).solve()
-        assert total - 1 <= mem.objective_s <= total + 4 * n + 8, (c, mem.objective_s, total)
+        assert_split_memory_equals_estimate(costs, c, t, H100, gpus, batch, rng)

@@ -7,12 +7,13 @@ charges what ``estimate`` charges for a fixed split under the autopar runtime to
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
 from autopar.search.costs import Costs
 from autopar.search.space import Shape, configurations
-from autopar.search.split_model import SplitModel
 from costmodels.calibration.moe_tables import moe_table
 from costmodels.contracts.plan import Plan
 from costmodels.model.allocator import optimizer_share
@@ -21,6 +22,9 @@ from costmodels.model.experts import expert_zero_group, experts_zero_sharded
 from costmodels.model.memory import STATE_BYTES
 from costmodels.profiles.hardware_files import load_profile
 from costmodels.profiles.runtime import load_runtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from split_memory import assert_split_memory_equals_estimate  # noqa: E402
 
 H100 = load_profile("h100-80g-sxm")
 
@@ -89,14 +93,8 @@ def test_search_memory_equals_estimate_with_whole_experts():
     configs = [c for c in configurations(Shape.of(t), gpus, batch, H100.gpus_per_node,
                                          fix={"runtime": "autopar"}) if c.ep > 1 and c.zero >= 1]
     rng = random.Random(7)
-    n = len(t.rows)
     for c in rng.sample([c for c in configs if c.zero == 3], 4) + rng.sample(configs, 4):
-        S = c.pp * c.vpp
-        cuts = sorted(rng.sample(range(1, n), S - 1))
-        stages = tuple(zip([0] + cuts, cuts + [n]))
-        total = estimate(t, H100, c.plan(stages), gpus, batch).memory_bytes["total"]
-        mem = SplitModel(costs.terms(c), objective="memory", fixed_stages=stages).solve()
-        assert total - 1 <= mem.objective_s <= total + 4 * n + 8, (c, mem.objective_s, total)
+        assert_split_memory_equals_estimate(costs, c, t, H100, gpus, batch, rng)
 
 
 def test_autopar_step_peak_counts_no_autocast_cache_nor_ddp_bucket_for_experts():

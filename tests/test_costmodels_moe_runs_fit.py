@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_costmodels_moe as bench  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from split_memory import assert_split_memory_equals_estimate  # noqa: E402
+
 ROWS = list(csv.DictReader(open(ROOT / "tests" / "data" / "validation" / "moe_runs.csv")))
 # rows predicted not to fit, each with why: a new one fails the test below. Empty since issue 27's
 # moemla: the dgxc DeepSeek-V3 H100 512-GPU run (85.9 GiB before) is priced with the recompute of
@@ -133,11 +136,10 @@ def test_search_memory_equals_estimate_with_these_mechanisms():
 
     from autopar.search.costs import Costs
     from autopar.search.space import Shape, configurations
-    from autopar.search.split_model import SplitModel
 
     t = moe_table(4, 1024, 16, 4, 2816, 32000, 2048, experts=64, top_k=2, expert_ffn=2048, shared=1)
     prof, gpus, batch = load_profile("h100-80g-sxm"), 32, 128
-    costs, rng, n = Costs(t, prof, batch), random.Random(3), len(t.rows)
+    costs, rng = Costs(t, prof, batch), random.Random(3)
     picked = []
     for rt in ("megatron:overlap_grad_reduce", "fsdp:deepep,te,bf16_states,bf16_loss,fake_balanced_gate"):
         cs = [c for c in configurations(Shape.of(t), gpus, batch, prof.gpus_per_node,
@@ -146,9 +148,4 @@ def test_search_memory_equals_estimate_with_these_mechanisms():
         assert folded
         picked += rng.sample(folded, 2) + rng.sample(cs, 2)
     for c in picked:
-        S = c.pp * c.vpp
-        cuts = sorted(rng.sample(range(1, n), S - 1))
-        stages = tuple(zip([0] + cuts, cuts + [n]))
-        total = estimate(t, prof, c.plan(stages), gpus, batch).memory_bytes["total"]
-        mem = SplitModel(costs.terms(c), objective="memory", fixed_stages=stages).solve()
-        assert total - 1 <= mem.objective_s <= total + 4 * n + 8, (c, mem.objective_s, total)
+        assert_split_memory_equals_estimate(costs, c, t, prof, gpus, batch, rng)
