@@ -219,3 +219,22 @@ def test_a_nan_or_infinite_loss_never_passes_verify():
     assert compare([1.0, math.nan], [1.0, 1.0]) == math.inf
     assert compare([1.0, 1.0], [math.inf, 1.0]) == math.inf
     assert compare([math.nan], [math.nan]) > 1e-5
+
+
+@pytest.mark.parametrize("extra, lr", [([], 0.1), (["--optimizer", "adamw"], 1e-3),
+                                       (["--optimizer", "adamw", "--lr", "0.05"], 0.05)])
+def test_verify_picks_a_learning_rate_per_optimizer(capsys, monkeypatch, extra, lr):
+    """AdamW at SGD's 0.1 made correct plans read as mismatches (its first, sign-like updates turn
+    reduction-order rounding of near-zero gradients into lr-sized differences: a MoE dp4·ep2
+    ZeRO-2 plan differed by 2.3e-5 at lr 0.1 and 5.7e-8 at 1e-3), so the default follows the
+    optimizer; a given --lr wins. The run itself is replaced: this checks what reaches it."""
+    import autopar.runtime.verify.serial as serial
+    seen = {}
+
+    def fake_verify(model, plan, **kw):
+        seen.update(kw)
+        return [1.0], [1.0], 2
+
+    monkeypatch.setattr(serial, "verify", fake_verify)
+    code, out, _ = run(capsys, "verify", TINY, "--plan", "{}", "--steps", "1", *extra)
+    assert code == 0 and seen["lr"] == lr and f"{seen['optimizer']} lr {lr}," in out, out

@@ -28,7 +28,10 @@ def register(subparsers) -> None:
     p.add_argument("--global-batch", type=int_arg(limit="global_batch"), default=None,
                    help="samples per step (default: the plans file's global_batch, else "
                         "dp·micro_batch_size·(2·pp, or 2 when pp=1))")
-    p.add_argument("--lr", type=float_arg(high=1e6), default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=float_arg(high=1e6), default=None,
+                   help="learning rate (default 0.1 for sgd, 1e-3 for adamw: at 0.1 Adam's first, sign-like "
+                        "updates turn the reduction-order rounding of near-zero gradients into lr-sized "
+                        "parameter differences, and a correct plan reads as a mismatch)")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     p.add_argument("--rtol", type=float_arg(open_low=False), default=1e-5,
                    help="relative tolerance (default 1e-5)")
@@ -53,6 +56,8 @@ def run(args) -> int:
     from costmodels.contracts.errors import PlanError
     from costmodels.contracts.plans_file import PlansFile
 
+    if args.lr is None:
+        args.lr = 1e-3 if args.optimizer == "adamw" else 0.1
     given = PlansFile.read(args.plan)
     plans = given.plans
     from autopar.cli.plan_index import pick
