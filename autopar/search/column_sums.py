@@ -26,20 +26,26 @@ from __future__ import annotations
 
 import numpy as np
 
-# the (n+1)³ min-max products: skipped above this many rows (memory, time); the older bounds hold
-MAX_ROWS = 256
+# the min-max products cost 3·(pp − 1)·(n+1)³ element operations: computed for every configuration
+# bounded up to EARLY_WORK (DeepSeek-V3-like pp2: 0.8 M, ~6 ms), and up to LATE_WORK only once
+# ``Terms.set_block_floor`` has run (the configurations the search solves); above, the older bounds
+EARLY_WORK = 3e6
+LATE_WORK = 6e7
 
 
 def _minmax(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """``out[i, j] = min_t max(left[i, t], right[t, j])``."""
-    return np.min(np.maximum(left[:, :, None], right[None, :, :]), axis=1)
+    """``out[i, j] = min_t max(left[i, t], right[t, j])`` (a row at a time: (n+1)² memory)."""
+    return np.stack([np.min(np.maximum(row[:, None], right), axis=0) for row in left])
 
 
 def ordered_column_sum(terms) -> float:
     """The least ``Σ_c C_c`` over ordered splits (module docstring); 0 where it does not apply
-    (not interleaved, split-backward / V placement's own programs, too many rows)."""
+    (not interleaved, split-backward / V placement's own programs, too much work: ``EARLY_WORK``)."""
     pp, v, n = terms.pp, terms.vpp, terms.n
-    if pp < 2 or v < 2 or n < 3 or n > MAX_ROWS or terms.split_backward or terms.v_placement:
+    if pp < 2 or v < 2 or n < 3 or terms.split_backward or terms.v_placement:
+        return 0.0
+    work = 3 * (pp - 1) * (n + 1) ** 3
+    if work > (EARLY_WORK if getattr(terms, "blocks", None) is None else LATE_WORK):
         return 0.0
     co = terms.coef
     tau = np.asarray(co.row_s, dtype=float)
