@@ -99,7 +99,8 @@ def test_a_re_solve_of_a_held_split_ends_at_the_enumerated_optimum(monkeypatch, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("AUTOPAR_LONG_SEARCH") != "1",
-                    reason="the DeepSeek-V3-like search takes ~25 s of CPU (600 s unproved before column_sums): AUTOPAR_LONG_SEARCH=1 runs it")
+                    reason="the DeepSeek-V3-like search takes ~25 s of CPU (600 s unproved before column_sums): "
+                           "AUTOPAR_LONG_SEARCH=1 runs it")
 def test_deepseek_v3_like_top_5_is_distinct_and_proved():
     """Issue 27's must-show, where the mechanism above was found: searchregress showed dp256·pp4
     vpp8 ZeRO-2 twice and ended unproved; main's 'proved' came from the old ``done`` dropping the
