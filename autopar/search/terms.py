@@ -296,7 +296,11 @@ class Terms:
         rest = L - (k0[:, None] + k1[None, :])
         every = v - 2 if L == n - 2 else 0   # every middle chunk holds a block (no other rows)
         mid = (v - 2) * q + b * np.maximum(every, np.ceil(np.maximum(rest, 0) / pp))
-        return float(np.min(c0[:, None] + c1[None, :] + mid))
+        # dsk (issue 27): the least column sum with every row, in order (column_sums; memoised)
+        if "ordered_cols" not in self._bounds:
+            from autopar.search.column_sums import ordered_column_sum
+            self._bounds["ordered_cols"] = ordered_column_sum(self)
+        return max(float(np.min(c0[:, None] + c1[None, :] + mid)), self._bounds["ordered_cols"])
 
     def memory_lower_bound(self) -> float:
         """A bound on the most loaded GPU's memory that holds for every split.
