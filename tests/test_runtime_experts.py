@@ -35,6 +35,9 @@ CASES = [sweep.SweepCase("moe", tuple(sorted(p.items())), m) for p, m in (
 )] + [sweep.SweepCase(hf, tuple(sorted(p.items())), 2) for hf in ("mixtral", "qwen2moe")
       for p in (dict(dp=2, ep=2), dict(dp=4, ep=2, zero=1))] + [
     sweep.SweepCase("qwen2moe", (("dp", 2), ("ep", 2), ("tp", 2)), 2)] + [
+    # issue 27's must-show on both transformers models: ep2 with tp2 on the dense parts, ep2·pp2
+    sweep.SweepCase("mixtral", (("dp", 2), ("ep", 2), ("tp", 2)), 2)] + [
+    sweep.SweepCase(hf, (("dp", 2), ("ep", 2), ("pp", 2)), 4) for hf in ("mixtral", "qwen2moe")] + [
     # issue 27 (etp7): ZeRO-3 at expert-dp 2 on transformers' experts, kept whole by FSDP2
     sweep.SweepCase(hf, (("dp", 4), ("ep", 2), ("zero", 3)), 2) for hf in ("mixtral", "qwen2moe")] + [
     sweep.SweepCase("moe-clip", (("dp", 4), ("ep", 2), ("zero", 1)), 2)]   # + clip_grad_norm_
