@@ -67,10 +67,10 @@ def test_estimate_pays_two_per_chunk_and_micro_batch(monkeypatch, pp, vpp):
 
 
 def test_nemo2_gpt3_rows_reduce_over_tp_only():
-    from costmodels.calibration.fp8_runs import _nemo_fp8_runtime
+    from costmodels.calibration.fp8_run_runtimes import nemo_fp8_runtime
     row = {"framework": "NeMo 2 (Megatron-core + TE)", "precision": "fp8", "gpu": "B200", "model": "gpt3-175b"}
     rt = "megatron:overlap_grad_reduce,tp_comm_overlap"
-    assert "tp_only_amax_red" in _nemo_fp8_runtime(row, rt).split(",")
-    assert load_runtime(_nemo_fp8_runtime(row, rt)).amax_reduce_over_dp == 0
-    assert "tp_only_amax_red" not in _nemo_fp8_runtime({**row, "model": "llama3.1-405b"}, rt)
-    assert "tp_only_amax_red" not in _nemo_fp8_runtime({**row, "framework": "NeMo 1 (Megatron-core + TE)"}, rt)
+    assert "tp_only_amax_red" in nemo_fp8_runtime(row, rt).split(",")
+    assert load_runtime(nemo_fp8_runtime(row, rt)).amax_reduce_over_dp == 0
+    assert "tp_only_amax_red" not in nemo_fp8_runtime({**row, "model": "llama3.1-405b"}, rt)
+    assert "tp_only_amax_red" not in nemo_fp8_runtime({**row, "framework": "NeMo 1 (Megatron-core + TE)"}, rt)

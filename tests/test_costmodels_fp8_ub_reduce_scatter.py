@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from synthetic_tables import llama_table
 
-from costmodels.calibration.fp8_runs import _nemo_fp8_runtime
+from costmodels.calibration.fp8_run_runtimes import nemo_fp8_runtime
 from costmodels.contracts.plan import Plan
 from costmodels.model.coefficients import plan_row_times
 from costmodels.model.comm import collective_time
@@ -47,9 +47,9 @@ def test_nemo2_h100_fp8_rows_of_the_configured_models_get_it():
     row = {"framework": "NeMo 2 (Megatron-core + TE)", "precision": "fp8", "gpu": "H100 80GB SXM",
            "model": "llama3.1-405b"}
     rt = "megatron:overlap_grad_reduce,tp_comm_overlap"
-    assert _nemo_fp8_runtime(row, rt).split(",")[-1] == "ub_fp8_rs"
-    assert _nemo_fp8_runtime({**row, "model": "gpt3-175b"}, rt).endswith("ub_fp8_rs_proj")
-    assert "ub_fp8" not in _nemo_fp8_runtime({**row, "gpu": "B200"}, rt)          # B200 configs: BF16 buffers
-    assert "ub_fp8" not in _nemo_fp8_runtime({**row, "model": "nemotron4-15b"}, rt)   # no such config
-    assert "ub_fp8" not in _nemo_fp8_runtime(row, "megatron:overlap_grad_reduce")   # no userbuffers
-    assert "ub_fp8" not in _nemo_fp8_runtime({**row, "framework": "NeMo 1"}, rt)
+    assert nemo_fp8_runtime(row, rt).split(",")[-1] == "ub_fp8_rs"
+    assert nemo_fp8_runtime({**row, "model": "gpt3-175b"}, rt).endswith("ub_fp8_rs_proj")
+    assert "ub_fp8" not in nemo_fp8_runtime({**row, "gpu": "B200"}, rt)          # B200 configs: BF16 buffers
+    assert "ub_fp8" not in nemo_fp8_runtime({**row, "model": "nemotron4-15b"}, rt)   # no such config
+    assert "ub_fp8" not in nemo_fp8_runtime(row, "megatron:overlap_grad_reduce")   # no userbuffers
+    assert "ub_fp8" not in nemo_fp8_runtime({**row, "framework": "NeMo 1"}, rt)

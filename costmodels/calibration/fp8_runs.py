@@ -13,7 +13,7 @@ How rows become plans (a rule of this harness, stated, not fitted):
   overlap as the yaml says — in this row or in another copy of the same run in
   ``dgxc_nemo_h100.csv`` / ``cp_runs.csv`` beside it, ``nemo_recipes.recipe_notes`` — or,
   unstated at tp > 1, inferred on; NeMo 2 FP8 rows reduce gradients in bf16, as NeMo's
-  performance scripts set for FP8 only, ``_nemo_fp8_runtime``; interleaved NeMo 2 runs, and
+  performance scripts set for FP8 only, ``fp8_run_runtimes.nemo_fp8_runtime``; interleaved NeMo 2 runs, and
   NeMo 1 runs whose yaml says so, overlap their pipeline sends, ``nemo_recipes.with_p2p_overlap``);
   torchtitan and the
   torchao README → ``fsdp`` (torchao float8), ``fsdp:async_tp`` where the row (or its BF16
@@ -56,8 +56,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from costmodels.calibration.fp8_run_runtimes import nemo_fp8_runtime, titan_runtime
 from costmodels.calibration.nemo_recipes import nemo_runtime, recipe_notes, row_notes, with_p2p_overlap
-from costmodels.calibration.titan_releases import with_release as with_titan_release
 from costmodels.calibration.traced_configs import traced_nemotron_config
 from costmodels.contracts.errors import PlanError
 from costmodels.contracts.plan import Plan
@@ -181,8 +181,8 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         scale_key = stack + "-rowwise" if stack == "fsdp" and _precision(r) == "fp8-rowwise" else stack
         gpus, tp, pp, cp = int(r["gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"] or 1)
         runtime = (COMPOSER_RUNTIME if stack == "composer"
-                   else _nemo_fp8_runtime(r, nemo_runtime(row_notes(r, notes), tp)[0]) if stack == "megatron"
-                   else _titan_runtime(r, tp))
+                   else nemo_fp8_runtime(r, nemo_runtime(row_notes(r, notes), tp)[0]) if stack == "megatron"
+                   else titan_runtime(r, tp))
         vpp = int(_f(r["vpp"]) or (2 if "interleaved" in r["row_id"] else 1))
         vpp = next((c["vpp"] for k, c in CORRECTIONS.items() if r["row_id"].startswith(k) and "vpp" in c), vpp)
         if stack == "megatron":   # the interleaved sends NeMo overlapped (nemo_recipes.with_p2p_overlap)
@@ -208,7 +208,7 @@ def fp8_runs(path: Path) -> tuple[list[Fp8Run], list[tuple[str, str]]]:
         plans = tuple(p.with_(precision=_precision(r)) for p in bplans)
         pair = by_id.get(r["pair_row_id"])
         if stack in ("fsdp", "megatron") and pair is not None:   # the BF16 run with its own switches
-            brt = _titan_runtime(pair, tp) if stack == "fsdp" else with_p2p_overlap(
+            brt = titan_runtime(pair, tp) if stack == "fsdp" else with_p2p_overlap(
                 nemo_runtime(row_notes(pair, notes), tp)[0], row_notes(pair, notes), pair["framework"], pp, vpp)
             bplans = tuple(p.with_(runtime=brt) for p in bplans)
         step = _f(r["step_time_s"])
@@ -281,44 +281,6 @@ def stated_sequence_parallel(r, stack: str, tp: int, runtime: str) -> bool:
     if stack == "fsdp":
         return True
     return stack == "megatron" and "tp_comm_overlap" in runtime
-
-
-def _nemo_fp8_runtime(r, runtime: str) -> str:
-    """NeMo 2 FP8 rows: ``bf16_grad_reduce`` on. Every NeMo 2 row of fp8_runs.csv ran NeMo's
-    performance scripts, which for ``-c fp8`` set ``recipe.trainer.plugins = bf16_with_fp8_mixed()``
-    and then ``grad_reduce_in_fp32 = False`` inside that branch (NVIDIA/NeMo v2.2.0
-    scripts/llm/performance/pretrain_*.py; scripts/performance/helpers.py
-    ``set_precision_configs`` later), while their BF16 runs keep ``bf16_mixed()``'s
-    ``grad_reduce_in_fp32=True``: the FP8 run's data-parallel reduce-scatter moves half the
-    bytes of its BF16 pair's."""
-    if "NeMo 2" not in r["framework"] or r["precision"] == "bf16" or "bf16_grad_reduce" in runtime:
-        return runtime
-    runtime = runtime + (",bf16_grad_reduce" if ":" in runtime else ":bf16_grad_reduce")
-    if r["model"] in TP_ONLY_AMAX_RED:   # amax over tp·cp only (costmodels/model/amax_reduction.py)
-        runtime += ",tp_only_amax_red"
-    ub = UB_FP8_RS.get(r["model"]) if "H100" in r["gpu"] and "tp_comm_overlap" in runtime else None
-    return runtime + "," + ub if ub else runtime
-
-
-# models whose NeMo 2 performance script sets recipe.model.config.tp_only_amax_red = True (NVIDIA/NeMo
-# v2.2.0 scripts/llm/performance/pretrain_gpt3_175b.py; v2.3.0-v2.4.0 scripts/performance/llm/ alike;
-# no other pretrain script at those tags)
-TP_ONLY_AMAX_RED = ("gpt3-175b",)
-
-
-# NeMo 2's FP8 H100 userbuffer configs with fp8_buf on the forward reduce-scatters, per model its
-# performance scripts pass them for (runtime-profiles/megatron.toml ub_fp8_rs / ub_fp8_rs_proj;
-# NVIDIA/NeMo @0594a700 nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py)
-UB_FP8_RS = {"llama3-70b": "ub_fp8_rs", "llama3.1-405b": "ub_fp8_rs", "gpt3-175b": "ub_fp8_rs_proj"}
-
-
-def _titan_runtime(r, tp: int) -> str:
-    """torchtitan / torchao rows: ``fsdp``, with ``async_tp`` where the row says its run had
-    torchtitan's async TP (``enable_async_tensor_parallel``; "AsyncTP" in its label or detail),
-    and the switches its torchtitan release implies (``titan_releases``: its compiled loss)."""
-    text = (r["row_id"] + r["precision_detail"] + r["notes"]).lower().replace(" ", "")
-    runtime = "fsdp:async_tp" if tp > 1 and "asynctp" in text else "fsdp"
-    return with_titan_release(runtime, r["framework"], r.get("container") or "")   # its loss, as its release ran it
 
 
 def _why_not(r) -> str:

@@ -42,7 +42,7 @@ export, as a TP-only asynchronous reduction, and TE 1.6+ no longer reads them: N
 TransformerEngine v1.5 vs v1.6 transformer_engine/pytorch/fp8.py) and ``amax_reduce_over_dp``
 (0 under the option ``tp_only_amax_red``: Megatron's TransformerConfig.tp_only_amax_red, which
 NeMo 2's performance scripts set for GPT-3 175B only, NVIDIA/NeMo v2.2.0
-scripts/llm/performance/pretrain_gpt3_175b.py; ``fp8_runs._nemo_fp8_runtime``).
+scripts/llm/performance/pretrain_gpt3_175b.py; ``fp8_run_runtimes.nemo_fp8_runtime``).
 
 How it enters the model: the two reductions of a chunk are a fixed cost per chunk, which the
 per-row coefficients the search's split program sums cannot hold, so each block row carries
